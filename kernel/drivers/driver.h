@@ -1,0 +1,98 @@
+// The hardware underneath kernel/: what a driver is, what it reports to the
+// core, and what the core asks of it.
+//
+// A driver (sim, perf, ptrace) runs tasks or watches them and produces raw
+// hardware data: BTS/PEBS records written through a per-CPU DsArea, context
+// switches, counter increments, task exits. It reports those to the core
+// through CoreHooks; the core (kernel/ds + kernel/pmu_arbiter) never calls
+// the operating system itself.
+#ifndef PFM_KERNEL_DRIVERS_DRIVER_H_
+#define PFM_KERNEL_DRIVERS_DRIVER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernel/uapi/pfm_uapi.h"
+
+namespace pfm {
+
+class DsArea;
+
+struct TaskId {
+  int32_t pid = 0;  // 0 = idle / no task
+  int32_t tid = 0;
+  bool operator==(const TaskId& o) const { return pid == o.pid && tid == o.tid; }
+  bool operator!=(const TaskId& o) const { return !(*this == o); }
+};
+
+// What the PMU of a machine offers. For the sim this comes from libpfm4's
+// tables for the named PMU; for the host from sysfs, libpfm4 and probing.
+struct MachineInfo {
+  int cpus = 0;
+  std::string pmu;          // libpfm4 PMU name ("skl") or "none"
+  std::string pmu_desc;     // libpfm4 description, or why there is none
+  int gp_counters = 0;      // general-purpose counters per CPU
+  int fixed_counters = 0;   // fixed-function counters per CPU
+  uint32_t pebs_counter_mask = 0;  // which GP counters can do PEBS
+  int debug_registers = 0;  // hardware breakpoint slots per task/CPU
+  bool bts = false;
+  bool pebs = false;
+  bool lbr = false;
+  bool pt = false;
+  bool software_events = false;  // perf software events (host)
+  bool soft_bts = false;         // ptrace single-step branch tracing (host)
+  std::string source;            // how this was found out, for `status`
+};
+
+// What the hardware configuration of a task (or CPU) should be: the union of
+// what its attached consumers need. Drivers read it before running a task.
+struct TraceConfig {
+  bool bts_user = false;
+  bool bts_kernel = false;
+  uint32_t pebs_counters = 0;  // GP counters armed for PEBS
+  uint64_t pebs_reset[PFM_DS_MAX_PEBS_COUNTERS] = {};
+  bool any() const { return bts_user || bts_kernel || pebs_counters != 0; }
+};
+
+// A counter the arbiter has scheduled on a CPU right now.
+struct ScheduledCounter {
+  uint32_t request = 0;  // arbiter request id
+  int counter = -1;      // hardware counter index (GP 0..n-1, fixed 32+)
+  uint32_t type = 0;     // perf attr.type
+  uint64_t config = 0;   // perf attr.config
+};
+
+// The core's side of the hardware interface. Implemented by kernel/ (the
+// Kernel facade). All calls for one CPU come from one thread at a time and
+// carry non-decreasing times (ns on the driver's clock).
+class CoreHooks {
+ public:
+  virtual ~CoreHooks() = default;
+
+  // The DS area of `cpu`; drivers write raw BTS/PEBS records through it.
+  virtual DsArea* Area(int cpu) = 0;
+  // The DS area reached its interrupt threshold (or the driver wants a
+  // drain): translate, stamp and fan out what it holds.
+  virtual void DsInterrupt(int cpu, uint64_t now_ns) = 0;
+  // `prev` stops and `next` starts running on `cpu`. The core drains the DS
+  // area first, so records are attributed to the task that ran.
+  virtual void ContextSwitch(int cpu, uint64_t now_ns, TaskId prev,
+                             TaskId next, bool preempt) = 0;
+  virtual void TaskExit(TaskId task, uint64_t now_ns, int64_t status) = 0;
+  // What to trace for `task` (union of its consumers and the CPU's).
+  virtual TraceConfig TaskConfig(int cpu, TaskId task) = 0;
+  // True when a blocking lossless consumer of `task` is full: the driver must
+  // hold the task (not run it) until this turns false.
+  virtual bool TaskHeld(TaskId task) = 0;
+  // Counters scheduled on `cpu` for the task running there; the driver adds
+  // what they counted with AddCount.
+  virtual int ScheduledCounters(int cpu, ScheduledCounter* out, int max) = 0;
+  virtual void AddCount(uint32_t request, uint64_t delta) = 0;
+  // The multiplexing timer: lets the arbiter rotate flexible requests.
+  virtual void Tick(int cpu, uint64_t now_ns) = 0;
+};
+
+}  // namespace pfm
+
+#endif  // PFM_KERNEL_DRIVERS_DRIVER_H_
