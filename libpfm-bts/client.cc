@@ -1,0 +1,73 @@
+#include "pfm/client.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "pfm/wire.h"
+
+namespace pfm {
+
+std::string StatusCodeName(absl::StatusCode code) {
+  return absl::StatusCodeToString(code);
+}
+
+absl::StatusCode StatusCodeFromName(const std::string& name) {
+  for (int c = 0; c <= 16; ++c) {
+    auto code = static_cast<absl::StatusCode>(c);
+    if (absl::StatusCodeToString(code) == name) return code;
+  }
+  return absl::StatusCode::kUnknown;
+}
+
+absl::StatusOr<Client> Client::Connect(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path))
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path '", path, "' is empty or too long"));
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid())
+    return absl::UnavailableError(absl::StrCat("socket: ", strerror(errno)));
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) <
+      0)
+    return absl::UnavailableError(absl::StrCat(
+        "no pfmd answers on ", path, ": ", strerror(errno)));
+  return Client(std::move(fd));
+}
+
+absl::StatusOr<Client::Reply> Client::Call(const std::string& op,
+                                           boost::json::object args) {
+  args["op"] = op;
+  absl::Status s = SendFrame(fd_.get(), boost::json::serialize(args), {});
+  if (!s.ok()) return s;
+  absl::StatusOr<Frame> frame = RecvFrame(fd_.get());
+  if (!frame.ok()) return frame.status();
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(frame->body, ec);
+  if (ec || !v.is_object())
+    return absl::DataLossError("pfmd sent a reply that is not a JSON object");
+  const boost::json::object& o = v.as_object();
+  const boost::json::value* ok = o.if_contains("ok");
+  if (ok == nullptr || !ok->is_bool())
+    return absl::DataLossError("pfmd reply has no \"ok\"");
+  if (!ok->as_bool()) {
+    const auto* code = o.if_contains("code");
+    const auto* msg = o.if_contains("message");
+    return absl::Status(
+        StatusCodeFromName(code && code->is_string()
+                               ? std::string(code->as_string())
+                               : "UNKNOWN"),
+        msg && msg->is_string() ? std::string(msg->as_string()) : "");
+  }
+  Reply reply;
+  if (const auto* r = o.if_contains("result")) reply.result = *r;
+  reply.fds = std::move(frame->fds);
+  return reply;
+}
+
+}  // namespace pfm
