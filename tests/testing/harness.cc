@@ -1,0 +1,190 @@
+#include "tests/testing/harness.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace pfm::testing {
+
+std::string Runfile(const std::string& rel) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  if (srcdir != nullptr)
+    return std::string(srcdir) + "/" + (ws ? ws : "pfm") + "/" + rel;
+  return "bazel-bin/" + rel;  // run by hand from the workspace root
+}
+
+std::string PfmdPath() { return Runfile("userspace/pfmd/pfmd"); }
+std::string PfmctlPath() { return Runfile("userspace/pfmctl/pfmctl"); }
+
+std::string MakeTempDir(const std::string& prefix) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string tmpl = std::string(base ? base : "/tmp") + "/" + prefix + "XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  char* d = ::mkdtemp(buf.data());
+  EXPECT_NE(d, nullptr);
+  return d ? d : "";
+}
+
+std::string MakeSocketDir() {
+  // Not under TEST_TMPDIR: sun_path holds only 107 bytes.
+  char tmpl[] = "/tmp/pfmtest-XXXXXX";
+  char* d = ::mkdtemp(tmpl);
+  EXPECT_NE(d, nullptr);
+  return d ? d : "";
+}
+
+namespace {
+
+void DrainInto(int fd, std::string* s) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      s->append(buf, n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return;
+  }
+}
+
+}  // namespace
+
+Result Run(const std::vector<std::string>& argv,
+           const std::map<std::string, std::string>& env, int timeout_s) {
+  Result res;
+  int outp[2], errp[2];
+  if (::pipe2(outp, O_CLOEXEC) != 0 || ::pipe2(errp, O_CLOEXEC) != 0) return res;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(outp[1], 1);
+    ::dup2(errp[1], 2);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    ::dup2(devnull, 0);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(outp[1]);
+  ::close(errp[1]);
+  // Read both pipes concurrently so neither fills up.
+  std::thread t([&] { DrainInto(errp[0], &res.err); });
+  std::thread killer;
+  bool done = false;
+  killer = std::thread([&, pid] {
+    for (int i = 0; i < timeout_s * 10 && !__atomic_load_n(&done, __ATOMIC_ACQUIRE); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!__atomic_load_n(&done, __ATOMIC_ACQUIRE)) ::kill(pid, SIGKILL);
+  });
+  DrainInto(outp[0], &res.out);
+  t.join();
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  __atomic_store_n(&done, true, __ATOMIC_RELEASE);
+  killer.join();
+  ::close(outp[0]);
+  ::close(errp[0]);
+  res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return res;
+}
+
+Result Pfmctl(const std::string& socket, std::vector<std::string> args,
+              int timeout_s) {
+  std::vector<std::string> argv = {PfmctlPath(), "--socket", socket};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Run(argv, {}, timeout_s);
+}
+
+boost::json::value PfmctlJson(const std::string& socket,
+                              std::vector<std::string> args) {
+  args.push_back("--json");
+  Result r = Pfmctl(socket, args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(r.out, ec);
+  EXPECT_FALSE(ec) << "not JSON: " << r.out;
+  return v;
+}
+
+int ConnectRaw(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+Daemon::Daemon(std::vector<std::string> flags) {
+  dir_ = MakeSocketDir();
+  socket_ = dir_ + "/pfmd.sock";
+  std::vector<std::string> argv = {PfmdPath(), "--socket", socket_};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  for (int i = 0; i < 200; ++i) {
+    int fd = ConnectRaw(socket_);
+    if (fd >= 0) {
+      ::close(fd);
+      started_ = true;
+      return;
+    }
+    int status;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+}
+
+int Daemon::Stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 200; ++i) {
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return 128 + SIGKILL;
+}
+
+Daemon::~Daemon() {
+  Stop();
+  ::unlink((socket_ + ".log").c_str());
+  ::unlink(socket_.c_str());
+  ::rmdir(dir_.c_str());
+}
+
+}  // namespace pfm::testing

@@ -1,0 +1,73 @@
+// Test harness for end-to-end tests: runs the real pfmd and pfmctl binaries
+// (Bazel data deps) as child processes, on private sockets in a temp dir.
+#ifndef PFM_TESTS_TESTING_HARNESS_H_
+#define PFM_TESTS_TESTING_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+
+namespace pfm::testing {
+
+struct Result {
+  int exit_code = -1;  // exit status, or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+// Path of a binary in this test's runfiles, e.g. "userspace/pfmd/pfmd".
+std::string Runfile(const std::string& rel);
+std::string PfmdPath();
+std::string PfmctlPath();
+
+// A fresh directory under $TEST_TMPDIR (or /tmp), removed by nobody: Bazel
+// cleans TEST_TMPDIR.
+std::string MakeTempDir(const std::string& prefix);
+
+// A fresh short directory under /tmp for sockets (the caller removes it).
+std::string MakeSocketDir();
+
+// Runs argv to completion, capturing stdout and stderr. `env` entries are
+// added to the environment. Kills it after timeout_s.
+Result Run(const std::vector<std::string>& argv,
+           const std::map<std::string, std::string>& env = {},
+           int timeout_s = 60);
+
+// pfmctl --socket <socket> args...
+Result Pfmctl(const std::string& socket, std::vector<std::string> args,
+              int timeout_s = 60);
+// Same, parsing stdout as JSON (fails the test if it is not).
+boost::json::value PfmctlJson(const std::string& socket,
+                              std::vector<std::string> args);
+
+// A pfmd child process on its own socket; SIGTERM and reaped on destruction.
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> flags);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  bool started() const { return started_; }
+  const std::string& socket() const { return socket_; }
+  pid_t pid() const { return pid_; }
+  // Sends SIGTERM and waits; returns the exit code.
+  int Stop();
+
+ private:
+  std::string dir_;
+  std::string socket_;
+  pid_t pid_ = -1;
+  bool started_ = false;
+};
+
+// Opens a raw connection to a Unix socket (for malformed-input tests).
+int ConnectRaw(const std::string& path);
+
+}  // namespace pfm::testing
+
+#endif  // PFM_TESTS_TESTING_HARNESS_H_

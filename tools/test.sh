@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, runs every test with Bazel and
+# prints "N passed, M failed" alone on the last line. Exit status non-zero on
+# any failure. Extra arguments go to `bazel test` (e.g. --config=asan).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tools/install_deps.sh || exit 1
+log=$(mktemp)
+bazel test //... --test_tag_filters=-benchmark,-fuzz "$@" 2>&1 | tee "$log" \
+  | grep -vE '^[0-9]+\.[0-9]+: src/main/tools/' 
+rc=${PIPESTATUS[0]}
+# Bazel's summary lines: "//pkg:target   PASSED in 0.2s" / "FAILED in ..." /
+# "(cached) PASSED".
+passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY)' "$log")
+if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+  # Build failures leave no test lines: count the run as one failure.
+  failed=1
+fi
+rm -f "$log"
+echo "${passed} passed, ${failed} failed"
+[ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -1,0 +1,179 @@
+#include "userspace/pfmctl/cli.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "userspace/pfmctl/commands.h"
+#include "userspace/pfmd/server.h"
+
+namespace pfm {
+namespace {
+
+constexpr int kEmbeddedIdleExitS = 600;
+
+// Starts a daemon in a grandchild of this process (double fork, so it is
+// nobody's zombie), listening on `path`; returns once it listens.
+absl::Status StartEmbedded(PfmdConfig config, const std::string& path) {
+  config.socket = path;
+  config.socket_mode = 0600;
+  if (config.idle_exit_s == 0) config.idle_exit_s = kEmbeddedIdleExitS;
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0)
+    return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+  pid_t child = ::fork();
+  if (child < 0) {
+    ::close(ready[0]);
+    ::close(ready[1]);
+    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  }
+  if (child == 0) {
+    ::close(ready[0]);
+    ::setsid();
+    if (::fork() != 0) ::_exit(0);
+    int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    const std::string log = path + ".log";
+    int logfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                       0600);
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+    ::dup2(logfd >= 0 ? logfd : devnull, 2);
+    ::_exit(RunPfmd(config, ready[1]));
+  }
+  ::close(ready[1]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  pollfd p{ready[0], POLLIN, 0};
+  char c = 0;
+  int r = ::poll(&p, 1, 15000);
+  ssize_t n = r > 0 ? ::read(ready[0], &c, 1) : 0;
+  ::close(ready[0]);
+  if (n != 1)
+    return absl::UnavailableError(absl::StrCat(
+        "the embedded pfmd did not start on ", path, " (see ", path, ".log)"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string PrivateSocketPath() {
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  std::string dir = xdg != nullptr && *xdg == '/'
+                        ? absl::StrCat(xdg, "/pfmd")
+                        : absl::StrCat("/tmp/pfmd-", ::getuid());
+  ::mkdir(dir.c_str(), 0700);
+  return dir + "/pfmd.sock";
+}
+
+absl::StatusOr<Client> ConnectOrStart(const CliContext& ctx,
+                                      std::string* path_used) {
+  const char* env = std::getenv(kSocketEnv);
+  if (!ctx.socket_flag.empty() || (env != nullptr && *env != '\0')) {
+    *path_used = ResolveSocketPath(ctx.socket_flag);
+    return Client::Connect(*path_used);
+  }
+  if (auto c = Client::Connect(kDefaultSocket); c.ok()) {
+    *path_used = kDefaultSocket;
+    return c;
+  }
+  const std::string priv = PrivateSocketPath();
+  *path_used = priv;
+  if (auto c = Client::Connect(priv); c.ok()) return c;
+  // The private directory must be ours and closed to others.
+  struct stat st;
+  const std::string dir = priv.substr(0, priv.rfind('/'));
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
+    return absl::PermissionDeniedError(
+        absl::StrCat(dir, " is not a private directory owned by uid ",
+                     ::getuid(), "; refusing to start an embedded pfmd there"));
+  absl::Status s = StartEmbedded(ctx.embedded, priv);
+  if (!s.ok()) return s;
+  return Client::Connect(priv);
+}
+
+int RunPfmctl(const std::vector<std::string>& args, std::ostream& out,
+              std::ostream& err) {
+  CliContext ctx;
+  ctx.out = &out;
+  ctx.err = &err;
+  std::vector<std::string> rest;
+  std::vector<std::string> embedded_flags;
+  bool after_dashdash = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (after_dashdash) {
+      rest.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      after_dashdash = true;
+      rest.push_back(a);
+      continue;
+    }
+    std::string flag = a, value;
+    bool has_value = false;
+    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      flag = a.substr(0, eq);
+      value = a.substr(eq + 1);
+      has_value = true;
+    }
+    if (flag == "--json") {
+      ctx.json = true;
+      continue;
+    }
+    const bool is_socket = flag == "--socket";
+    const bool is_embedded = flag == "--driver" || flag == "--sim-pmu" ||
+                             flag == "--sim-cpus" || flag == "--sim-tasks" ||
+                             flag == "--sim-seed" || flag == "--sim-speed";
+    if (!is_socket && !is_embedded) {
+      rest.push_back(a);
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) {
+        err << "pfmctl: INVALID_ARGUMENT: " << flag << " needs a value\n";
+        return 2;
+      }
+      value = args[++i];
+    }
+    if (is_socket) {
+      ctx.socket_flag = value;
+    } else {
+      embedded_flags.push_back(flag);
+      embedded_flags.push_back(value);
+    }
+  }
+  bool help = false;
+  absl::StatusOr<PfmdConfig> embedded = ParsePfmdFlags(embedded_flags, &help);
+  if (!embedded.ok()) {
+    err << "pfmctl: INVALID_ARGUMENT: " << embedded.status().message() << "\n";
+    return 2;
+  }
+  ctx.embedded = *embedded;
+  if (rest.empty() || rest[0] == "help" || rest[0] == "--help" ||
+      rest[0] == "-h") {
+    (rest.empty() ? err : out) << PfmctlUsage();
+    return rest.empty() ? 2 : 0;
+  }
+  absl::StatusOr<int> rc = RunCommand(ctx, rest);
+  if (!rc.ok()) {
+    const absl::Status& s = rc.status();
+    err << "pfmctl: " << StatusCodeName(s.code()) << ": " << s.message()
+        << "\n";
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return *rc;
+}
+
+}  // namespace pfm

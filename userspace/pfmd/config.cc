@@ -1,0 +1,130 @@
+#include "userspace/pfmd/config.h"
+
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "libpfm-bts/units.h"
+#include "pfm/client.h"
+
+namespace pfm {
+namespace {
+
+absl::Status BadValue(const std::string& flag, const std::string& value,
+                      const std::string& want) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " ", value, ": ", want));
+}
+
+template <typename T>
+absl::Status ParseInt(const std::string& flag, const std::string& v, T lo,
+                      T hi, T* out) {
+  T n;
+  if (!absl::SimpleAtoi(v, &n) || n < lo || n > hi)
+    return BadValue(flag, v, absl::StrCat("expected an integer in ", lo, "..", hi));
+  *out = n;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string PfmdUsage() {
+  return R"(usage: pfmd [flags]
+  --socket PATH              Unix socket (default $PFMD_SOCKET or /run/pfmd.sock)
+  --socket-mode OCTAL        permissions of the socket file (default 0666)
+  --driver host|sim          host = perf_event_open + ptrace (default); sim = simulated PMU
+  --sim-pmu NAME             libpfm4 PMU for the sim (default skl)
+  --sim-cpus N               simulated CPUs (default 4)
+  --sim-tasks N              simulated tasks, pids 1000, 1001, ... (default 8)
+  --sim-seed N               seed of the simulated machine (default 1)
+  --sim-speed NS             virtual ns per real ms (default 1000000 = real time)
+  --sim-paused               start the simulated machine stopped (pfmctl sim run)
+  --mem-limit-per-uid SIZE   trace memory per uid (default 64MiB)
+  --mem-limit-total SIZE     trace memory for the whole daemon (default 1GiB)
+  --mux-interval-ms N        multiplexing rotation interval (default 4)
+  --idle-exit-s N            exit when idle this long (default 0 = never)
+)";
+}
+
+absl::StatusOr<PfmdConfig> ParsePfmdFlags(const std::vector<std::string>& args,
+                                          bool* help) {
+  PfmdConfig c;
+  *help = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = flag.find('='); absl::StartsWith(flag, "--") && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    if (flag == "--help" || flag == "-h") {
+      *help = true;
+      return c;
+    }
+    if (flag == "--sim-paused") {
+      c.sim_paused = true;
+      continue;
+    }
+    static const char* kValued[] = {
+        "--socket",   "--socket-mode",      "--driver",          "--sim-pmu",
+        "--sim-cpus", "--sim-tasks",        "--sim-seed",        "--sim-speed",
+        "--mem-limit-per-uid", "--mem-limit-total", "--mux-interval-ms",
+        "--idle-exit-s"};
+    bool known = false;
+    for (const char* k : kValued) known |= flag == k;
+    if (!known)
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", args[i], "'"));
+    if (!has_value) {
+      if (i + 1 >= args.size())
+        return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+      value = args[++i];
+    }
+    absl::Status s;
+    if (flag == "--socket") {
+      if (value.empty()) return BadValue(flag, "''", "must not be empty");
+      c.socket = value;
+    } else if (flag == "--socket-mode") {
+      char* end = nullptr;
+      unsigned long m = std::strtoul(value.c_str(), &end, 8);
+      if (value.empty() || *end != '\0' || m > 0777)
+        return BadValue(flag, value, "expected octal permissions like 0660");
+      c.socket_mode = static_cast<uint32_t>(m);
+    } else if (flag == "--driver") {
+      if (value != "host" && value != "sim")
+        return BadValue(flag, value, "expected host or sim");
+      c.driver = value;
+    } else if (flag == "--sim-pmu") {
+      c.sim_pmu = value;
+    } else if (flag == "--sim-cpus") {
+      s = ParseInt(flag, value, 1, 1024, &c.sim_cpus);
+    } else if (flag == "--sim-tasks") {
+      s = ParseInt(flag, value, 0, 100000, &c.sim_tasks);
+    } else if (flag == "--sim-seed") {
+      s = ParseInt<uint64_t>(flag, value, 0, UINT64_MAX, &c.sim_seed);
+    } else if (flag == "--sim-speed") {
+      s = ParseInt<uint64_t>(flag, value, 1, uint64_t{1} << 40, &c.sim_speed);
+    } else if (flag == "--mux-interval-ms") {
+      s = ParseInt(flag, value, 1, 10000, &c.mux_interval_ms);
+    } else if (flag == "--idle-exit-s") {
+      s = ParseInt(flag, value, 0, 86400 * 365, &c.idle_exit_s);
+    } else if (flag == "--mem-limit-per-uid" || flag == "--mem-limit-total") {
+      absl::StatusOr<uint64_t> size = ParseSize(value);
+      if (!size.ok()) return BadValue(flag, value, std::string(size.status().message()));
+      (flag == "--mem-limit-per-uid" ? c.mem_limit_per_uid : c.mem_limit_total) = *size;
+    }
+    if (!s.ok()) return s;
+  }
+  return c;
+}
+
+std::string ResolveSocketPath(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv(kSocketEnv); env != nullptr && *env != '\0')
+    return env;
+  return kDefaultSocket;
+}
+
+}  // namespace pfm

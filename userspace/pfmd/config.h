@@ -1,0 +1,44 @@
+// pfmd's configuration: command-line flags (DESIGN §9) and defaults.
+#ifndef PFM_USERSPACE_PFMD_CONFIG_H_
+#define PFM_USERSPACE_PFMD_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pfm {
+
+struct PfmdConfig {
+  std::string socket;  // empty: $PFMD_SOCKET, else /run/pfmd.sock
+  uint32_t socket_mode = 0666;  // access is decided per request (SO_PEERCRED)
+  std::string driver = "host";  // host | sim
+  std::string sim_pmu = "skl";
+  int sim_cpus = 4;
+  int sim_tasks = 8;
+  uint64_t sim_seed = 1;
+  // Virtual ns the simulated machine advances per real ms (1e6 = real time).
+  uint64_t sim_speed = 1000000;
+  bool sim_paused = false;  // start with the simulated machine stopped
+  uint64_t mem_limit_per_uid = 64ull << 20;
+  uint64_t mem_limit_total = 1ull << 30;
+  int mux_interval_ms = 4;
+  // Exit after this many seconds with no session and no connection
+  // (0 = never). pfmctl's embedded daemon sets it.
+  int idle_exit_s = 0;
+};
+
+// Parses pfmd's flags ("--flag value" or "--flag=value"). An unknown flag or
+// a bad value is INVALID_ARGUMENT naming it; `--help` is NOT_FOUND-free:
+// it sets *help.
+absl::StatusOr<PfmdConfig> ParsePfmdFlags(const std::vector<std::string>& args,
+                                          bool* help);
+std::string PfmdUsage();
+
+// The socket path to use: the flag, else $PFMD_SOCKET, else the default.
+std::string ResolveSocketPath(const std::string& flag);
+
+}  // namespace pfm
+
+#endif  // PFM_USERSPACE_PFMD_CONFIG_H_
