@@ -14,6 +14,7 @@
 #include "kernel/drivers/machine.h"
 #include "pfm/client.h"
 #include "pfm/wire.h"
+#include "userspace/pfmd/auth.h"
 #include "userspace/pfmd/errno_status.h"
 #include "kernel/drivers/host_machine.h"
 
@@ -149,7 +150,7 @@ void Server::Accept() {
       socklen_t len = sizeof(cred);
       if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred,
                        &len) == 0) {
-        Peer peer{cred.pid, cred.uid, cred.gid, PeerIsPrivileged(cred.pid)};
+        Peer peer{cred.pid, cred.uid, cred.gid, EffectiveCaps(cred.pid)};
         const ConnectionId id = next_id_++;
         auto conn = std::make_shared<Connection>(*this, id, std::move(socket),
                                                  peer);

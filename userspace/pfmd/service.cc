@@ -22,19 +22,6 @@ ServiceReply Error(absl::Status s) {
 
 }  // namespace
 
-bool PeerIsPrivileged(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("CapEff:", 0) != 0) continue;
-    uint64_t caps = std::stoull(line.substr(7), nullptr, 16);
-    constexpr int kCapSysAdmin = 21;  // linux/capability.h
-    constexpr int kCapPerfmon = 38;
-    return (caps >> kCapSysAdmin & 1) || (caps >> kCapPerfmon & 1);
-  }
-  return false;
-}
-
 Service::Service(PfmdConfig config, MachineInfo machine)
     : config_(std::move(config)), machine_(std::move(machine)) {
   handlers_["status"] = &Service::Status;
@@ -70,7 +57,7 @@ ServiceReply Service::Ping(ConnectionId, const Peer& peer,
 
 ServiceReply Service::Shutdown(ConnectionId, const Peer& peer,
                                const boost::json::object&) {
-  if (peer.uid != ::geteuid() && !peer.privileged)
+  if (peer.uid != ::geteuid() && !peer.privileged())
     return Error(absl::PermissionDeniedError(absl::StrCat(
         "uid ", peer.uid, " may not stop a pfmd run by uid ", ::geteuid())));
   if (shutdown_hook_) shutdown_hook_();

@@ -29,7 +29,9 @@ struct Peer {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
-  bool privileged = false;  // CAP_PERFMON or CAP_SYS_ADMIN (effective)
+  uint64_t caps = 0;  // effective capabilities when it connected
+  // CAP_PERFMON or CAP_SYS_ADMIN: may see and control every session.
+  bool privileged() const { return (caps >> 38 & 1) || (caps >> 21 & 1); }
 };
 
 struct ServiceReply {
@@ -71,10 +73,6 @@ class Service {
   std::function<void()> shutdown_hook_;
   mutable absl::Mutex mu_;
 };
-
-// Reads CapEff of `pid` from /proc and says whether it holds CAP_PERFMON
-// (38) or CAP_SYS_ADMIN (21). A pid that is gone is unprivileged.
-bool PeerIsPrivileged(pid_t pid);
 
 }  // namespace pfm
 
