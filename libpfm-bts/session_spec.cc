@@ -1,0 +1,200 @@
+#include "pfm/session_spec.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+
+absl::Status Bad(const std::string& what) {
+  return absl::InvalidArgumentError(what);
+}
+
+bool OneOf(const std::string& v, std::initializer_list<const char*> set) {
+  for (const char* s : set)
+    if (v == s) return true;
+  return false;
+}
+
+absl::Status GetString(const json::object& o, const char* key,
+                       std::string* out) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_string()) return Bad(absl::StrCat("\"", key, "\" must be a string"));
+  *out = std::string(v->as_string());
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GetInt(const json::object& o, const char* key, T lo, T hi,
+                    T* out) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr) return absl::OkStatus();
+  if (v->is_int64()) {
+    const int64_t n = v->as_int64();
+    if (n >= 0 ? static_cast<uint64_t>(n) <= static_cast<uint64_t>(hi) &&
+                     static_cast<int64_t>(lo) <= n
+               : static_cast<int64_t>(lo) <= n) {
+      *out = static_cast<T>(n);
+      return absl::OkStatus();
+    }
+  } else if (v->is_uint64()) {
+    const uint64_t n = v->as_uint64();
+    if (n <= static_cast<uint64_t>(hi)) {
+      *out = static_cast<T>(n);
+      return absl::OkStatus();
+    }
+  }
+  return Bad(absl::StrCat("\"", key, "\" must be an integer in ", lo, "..", hi,
+                          ", got ", json::serialize(*v)));
+}
+
+absl::Status GetBool(const json::object& o, const char* key, bool* out) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_bool()) return Bad(absl::StrCat("\"", key, "\" must be true or false"));
+  *out = v->as_bool();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string BreakpointSpec::ToString() const {
+  return absl::StrFormat("0x%x:%u:%s", addr, len, access);
+}
+
+absl::StatusOr<BreakpointSpec> ParseBreakpoint(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  if (parts.size() != 3)
+    return Bad(absl::StrCat("breakpoint '", text, "': expected ADDR:LEN:r|w|rw|x"));
+  BreakpointSpec b;
+  const std::string& a = parts[0];
+  bool ok = a.rfind("0x", 0) == 0 || a.rfind("0X", 0) == 0
+                ? absl::SimpleHexAtoi(a.substr(2), &b.addr)
+                : absl::SimpleAtoi(a, &b.addr);
+  if (!ok || a.empty())
+    return Bad(absl::StrCat("breakpoint '", text, "': bad address '", a, "'"));
+  if (!absl::SimpleAtoi(parts[1], &b.len) ||
+      !(b.len == 1 || b.len == 2 || b.len == 4 || b.len == 8))
+    return Bad(absl::StrCat("breakpoint '", text, "': length must be 1, 2, 4 or 8"));
+  b.access = parts[2];
+  if (!OneOf(b.access, {"r", "w", "rw", "x"}))
+    return Bad(absl::StrCat("breakpoint '", text, "': access must be r, w, rw or x"));
+  // x86 debug registers: an execute breakpoint has length 1, and a data
+  // breakpoint's address is aligned to its length (Intel SDM Vol. 3B,
+  // "Debug Registers").
+  if (b.access == "x" && b.len != 1)
+    return Bad(absl::StrCat("breakpoint '", text, "': execute breakpoints have length 1"));
+  if (b.addr % b.len != 0)
+    return Bad(absl::StrCat("breakpoint '", text, "': address not aligned to its length"));
+  return b;
+}
+
+absl::Status ParsePebs(const std::string& text, std::string* event,
+                       uint64_t* period) {
+  size_t colon = text.rfind(':');
+  *period = 0;
+  *event = text;
+  if (colon != std::string::npos) {
+    uint64_t p;
+    // libpfm4 names contain ':' for modifiers (e.g. "inst_retired:any_p"):
+    // only a purely numeric tail is a period.
+    if (absl::SimpleAtoi(text.substr(colon + 1), &p)) {
+      if (p == 0) return Bad(absl::StrCat("pebs '", text, "': period must be > 0"));
+      *period = p;
+      *event = text.substr(0, colon);
+    }
+  }
+  if (event->empty()) return Bad(absl::StrCat("pebs '", text, "': no event name"));
+  return absl::OkStatus();
+}
+
+json::object SessionSpec::ToJson() const {
+  json::object o{{"role", role},     {"bts", bts},       {"filter", filter},
+                 {"format", format}, {"block", block},   {"pinned", pinned},
+                 {"detached", detached}};
+  if (pid >= 0) o["pid"] = pid;
+  if (cpu >= 0) o["cpu"] = cpu;
+  if (buffer_bytes) o["buffer_bytes"] = buffer_bytes;
+  if (!pebs_event.empty()) {
+    o["pebs_event"] = pebs_event;
+    if (pebs_period) o["pebs_period"] = pebs_period;
+  }
+  json::array c;
+  for (const std::string& e : counters) c.push_back(json::value(e));
+  o["counters"] = std::move(c);
+  json::array b;
+  for (const BreakpointSpec& bp : breakpoints) b.push_back(json::value(bp.ToString()));
+  o["breakpoints"] = std::move(b);
+  return o;
+}
+
+absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o) {
+  SessionSpec s;
+  absl::Status st;
+  if (!(st = GetString(o, "role", &s.role)).ok()) return st;
+  if (!(st = GetInt(o, "pid", -1, 0x3fffffff, &s.pid)).ok()) return st;
+  if (!(st = GetInt(o, "cpu", -1, 65535, &s.cpu)).ok()) return st;
+  if (!(st = GetString(o, "bts", &s.bts)).ok()) return st;
+  if (!(st = GetInt<uint64_t>(o, "buffer_bytes", 0, UINT64_MAX, &s.buffer_bytes)).ok()) return st;
+  if (!(st = GetString(o, "filter", &s.filter)).ok()) return st;
+  if (!(st = GetString(o, "format", &s.format)).ok()) return st;
+  if (!(st = GetBool(o, "block", &s.block)).ok()) return st;
+  if (!(st = GetString(o, "pebs_event", &s.pebs_event)).ok()) return st;
+  if (!(st = GetInt<uint64_t>(o, "pebs_period", 0, UINT64_MAX, &s.pebs_period)).ok()) return st;
+  if (!(st = GetBool(o, "pinned", &s.pinned)).ok()) return st;
+  if (!(st = GetBool(o, "detached", &s.detached)).ok()) return st;
+  if (const json::value* c = o.if_contains("counters")) {
+    if (!c->is_array()) return Bad("\"counters\" must be an array of event names");
+    for (const json::value& e : c->as_array()) {
+      if (!e.is_string() || e.as_string().empty())
+        return Bad("\"counters\" must hold non-empty event names");
+      s.counters.emplace_back(e.as_string());
+    }
+  }
+  if (const json::value* b = o.if_contains("breakpoints")) {
+    if (!b->is_array()) return Bad("\"breakpoints\" must be an array");
+    for (const json::value& e : b->as_array()) {
+      if (!e.is_string()) return Bad("\"breakpoints\" must hold ADDR:LEN:ACCESS strings");
+      absl::StatusOr<BreakpointSpec> bp = ParseBreakpoint(std::string(e.as_string()));
+      if (!bp.ok()) return bp.status();
+      s.breakpoints.push_back(*bp);
+    }
+  }
+  // Combinations.
+  if (!OneOf(s.role, {"debugger", "profiler"}))
+    return Bad(absl::StrCat("role '", s.role, "': expected debugger or profiler"));
+  if ((s.pid >= 0) == (s.cpu >= 0))
+    return Bad("give exactly one target: --pid PID or --cpu N");
+  if (!OneOf(s.bts, {"off", "history", "lossless"}))
+    return Bad(absl::StrCat("bts '", s.bts, "': expected history or lossless"));
+  if (!OneOf(s.filter, {"user", "kernel", "all"}))
+    return Bad(absl::StrCat("filter '", s.filter, "': expected user, kernel or all"));
+  if (!OneOf(s.format, {"fixed", "compact"}))
+    return Bad(absl::StrCat("format '", s.format, "': expected fixed or compact"));
+  if (s.buffer_bytes != 0 &&
+      (s.buffer_bytes < kMinRingBytes || s.buffer_bytes > kMaxRingBytes))
+    return Bad(absl::StrCat("buffer ", s.buffer_bytes, " bytes: must be ",
+                            kMinRingBytes, "..", kMaxRingBytes));
+  if (s.block && s.bts != "lossless")
+    return Bad("block applies to --bts lossless only");
+  if (s.block && s.cpu >= 0)
+    return Bad("block cannot hold a whole CPU: use it on a --pid session");
+  if (s.counters.size() > kMaxCountersPerSession)
+    return Bad(absl::StrCat(s.counters.size(), " counters: at most ",
+                            kMaxCountersPerSession, " per session"));
+  if (s.breakpoints.size() > kMaxBreakpointsPerSession)
+    return Bad(absl::StrCat(s.breakpoints.size(), " breakpoints: at most ",
+                            kMaxBreakpointsPerSession, " per session"));
+  if (s.bts == "off" && s.pebs_event.empty() && s.counters.empty() &&
+      s.breakpoints.empty())
+    return Bad("the session asks for nothing: give --bts, --pebs, --counter or --breakpoint");
+  if (!s.pebs_event.empty() && s.pebs_period == 0) s.pebs_period = kDefaultPebsPeriod;
+  return s;
+}
+
+}  // namespace pfm
