@@ -1,0 +1,152 @@
+#include "pfm/trace_file.h"
+
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+
+namespace pfm {
+namespace {
+
+enum BlockKind : uint32_t { kHeader = 1, kRecords = 2, kTrailer = 3 };
+
+absl::Status WriteAll(int fd, const iovec* iov, int n, size_t total) {
+  // Blocks are written with one writev; loop only for partial writes.
+  std::vector<iovec> v(iov, iov + n);
+  size_t done = 0;
+  while (done < total) {
+    ssize_t w = ::writev(fd, v.data(), static_cast<int>(v.size()));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return absl::UnavailableError(absl::StrCat("write: ", strerror(errno)));
+    done += w;
+    size_t skip = w;
+    while (!v.empty() && skip >= v.front().iov_len) {
+      skip -= v.front().iov_len;
+      v.erase(v.begin());
+    }
+    if (!v.empty()) {
+      v.front().iov_base = static_cast<char*>(v.front().iov_base) + skip;
+      v.front().iov_len -= skip;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TraceWriter> TraceWriter::Create(const std::string& path,
+                                                const boost::json::object& header) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid())
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write ", path, ": ", strerror(errno)));
+  TraceWriter w(std::move(fd));
+  char head[12];
+  std::memcpy(head, kTraceMagic, 8);
+  std::memcpy(head + 8, &kTraceVersion, 4);
+  iovec iov{head, sizeof(head)};
+  if (absl::Status s = WriteAll(w.fd_.get(), &iov, 1, sizeof(head)); !s.ok()) return s;
+  const std::string h = boost::json::serialize(header);
+  if (absl::Status s = w.WriteBlock(kHeader, h.data(), h.size()); !s.ok()) return s;
+  return w;
+}
+
+absl::Status TraceWriter::WriteBlock(uint32_t kind, const void* data, size_t len) {
+  if (len > kMaxTraceBlock) return absl::InvalidArgumentError("trace block too large");
+  uint32_t hdr[2] = {kind, static_cast<uint32_t>(len)};
+  iovec iov[2] = {{hdr, sizeof(hdr)}, {const_cast<void*>(data), len}};
+  return WriteAll(fd_.get(), iov, 2, sizeof(hdr) + len);
+}
+
+absl::Status TraceWriter::Append(const pfm_record* records, size_t n) {
+  const size_t per_block = kMaxTraceBlock / sizeof(pfm_record);
+  while (n > 0) {
+    const size_t k = std::min(n, per_block);
+    if (absl::Status s = WriteBlock(kRecords, records, k * sizeof(pfm_record)); !s.ok())
+      return s;
+    records_ += k;
+    records += k;
+    n -= k;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TraceWriter::Finish(const boost::json::object& trailer) {
+  const std::string t = boost::json::serialize(trailer);
+  absl::Status s = WriteBlock(kTrailer, t.data(), t.size());
+  if (s.ok() && ::fsync(fd_.get()) != 0 && errno != EINVAL)
+    s = absl::UnavailableError(absl::StrCat("fsync: ", strerror(errno)));
+  fd_.reset();
+  return s;
+}
+
+absl::StatusOr<Trace> ReadTrace(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (data.size() < 12 || std::memcmp(data.data(), kTraceMagic, 8) != 0)
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a pfm trace file"));
+  uint32_t version;
+  std::memcpy(&version, data.data() + 8, 4);
+  if (version != kTraceVersion)
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": trace version ", version, " (this pfmctl reads ", kTraceVersion, ")"));
+  Trace t;
+  size_t off = 12;
+  bool have_header = false;
+  for (;;) {
+    if (off == data.size()) {
+      t.cut_reason = "no trailer: the writer stopped before finishing (cut short)";
+      break;
+    }
+    if (data.size() - off < 8) {
+      t.cut_reason = absl::StrCat("truncated block header at byte ", off, " (cut short)");
+      break;
+    }
+    uint32_t kind, len;
+    std::memcpy(&kind, data.data() + off, 4);
+    std::memcpy(&len, data.data() + off + 4, 4);
+    if (len > kMaxTraceBlock || data.size() - off - 8 < len) {
+      t.cut_reason = absl::StrCat("truncated block at byte ", off, " (cut short)");
+      break;
+    }
+    const char* p = data.data() + off + 8;
+    off += 8 + len;
+    if (kind == kRecords) {
+      if (len % sizeof(pfm_record) != 0) {
+        t.cut_reason = absl::StrCat("damaged record block at byte ", off - 8 - len);
+        break;
+      }
+      const size_t n = len / sizeof(pfm_record);
+      const size_t at = t.records.size();
+      t.records.resize(at + n);
+      std::memcpy(t.records.data() + at, p, len);
+      continue;
+    }
+    boost::system::error_code ec;
+    boost::json::value v = boost::json::parse(boost::json::string_view(p, len), ec);
+    if (ec || !v.is_object()) {
+      t.cut_reason = absl::StrCat("damaged JSON block at byte ", off - 8 - len);
+      break;
+    }
+    if (kind == kHeader && !have_header) {
+      t.header = v.as_object();
+      have_header = true;
+    } else if (kind == kTrailer) {
+      t.trailer = v.as_object();
+      t.complete = true;
+      break;
+    }
+  }
+  if (!have_header)
+    return absl::InvalidArgumentError(absl::StrCat(path, ": trace has no header"));
+  return t;
+}
+
+}  // namespace pfm
