@@ -191,7 +191,11 @@ struct pfm_ring_header {
   __u32 header_bytes;
   __u32 chunk_bytes;
   __u64 data_bytes;
-  __u8 _pad0[40];
+  /* history mode: a snapshot returns at most this many newest records (the
+   * data area is larger, so dropping the oldest chunk never cuts into them);
+   * 0 in lossless mode. */
+  __u64 history_records;
+  __u8 _pad0[32];
   /* cache line 1: written by the writer */
   __u64 head;
   __u64 records;     /* records written since creation */

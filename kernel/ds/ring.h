@@ -1,0 +1,98 @@
+// A consumer ring: the writer side (kernel/ds), in shared memory (memfd).
+//
+// Layout and memory ordering are the uapi's (kernel/uapi/pfm_uapi.h,
+// "Consumer rings in shared memory"): a 4096-byte pfm_ring_header page, then
+// data_bytes of data made of PFM_RING_CHUNK-byte chunks. A record never
+// straddles a chunk; a PFM_REC_PAD byte ends a chunk early. In the compact
+// encoding the codec state resets at every chunk start (a sync point).
+//
+// Modes:
+//   history  : the writer overwrites the oldest data, a whole chunk at a
+//              time (the writer owns tail and store-releases it *before*
+//              reusing the bytes). The data area is sized so that the newest
+//              history_records records always survive; a snapshot returns at
+//              most that many, newest last.
+//   lossless : the reader owns tail. When a record does not fit, it is
+//              counted in header.lost and nothing is written; once space
+//              returns, a PFM_REC_LOST record {count} is written before the
+//              next record. With `block`, Write returns kWouldBlock instead
+//              and counts nothing: the caller holds the traced task and
+//              retries after the reader drained.
+//
+// Write allocates nothing and never blocks. Not thread-safe: one writer
+// (the DS allocator, under its lock); any number of readers in other
+// processes map the same memfd (libpfm-bts/include/pfm/ring_reader.h).
+#ifndef PFM_KERNEL_DS_RING_H_
+#define PFM_KERNEL_DS_RING_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernel/uapi/pfm_error.h"
+#include "kernel/uapi/pfm_uapi.h"
+
+namespace pfm {
+
+struct RingConfig {
+  uint64_t data_bytes = 0;  // power of two, multiple of PFM_RING_CHUNK
+  pfm_ring_mode mode = PFM_RING_LOSSLESS;
+  pfm_format format = PFM_FORMAT_FIXED;
+  bool block = false;            // lossless only
+  uint64_t history_records = 0;  // history only: > 0
+};
+
+// The data bytes a history ring needs so that `records` newest records always
+// survive chunk-wise overwriting in either format: a power of two >= the
+// records' worst-case encoded size plus two chunks.
+uint64_t HistoryRingBytes(uint64_t records);
+
+class Ring {
+ public:
+  enum Result { kWritten = 0, kLost = 1, kWouldBlock = 2 };
+
+  // Creates the memfd (named `name`, sealed against shrinking), maps it and
+  // initialises the header. -EINVAL names a bad config; -ENOMEM when the
+  // memfd cannot be created or mapped. Nothing is left allocated on failure.
+  static int Create(const RingConfig& config, const char* name,
+                    std::unique_ptr<Ring>* out, ErrorDetail* detail);
+  ~Ring();  // unmaps and closes the memfd (readers keep their mappings)
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+
+  // Appends one record (any type but PAD). See the modes above.
+  Result Write(const pfm_record& rec);
+  // Lossless + block: true when `rec` would be written now (not kWouldBlock).
+  bool HasRoom(const pfm_record& rec) const;
+  // No more records will be written (PFM_RING_F_ENDED). Idempotent.
+  void End();
+
+  int fd() const { return fd_; }
+  const RingConfig& config() const { return config_; }
+  uint64_t records() const;      // records written since creation
+  uint64_t lost() const;         // lossless: records counted lost
+  uint64_t overwritten() const;  // history: records overwritten
+  // Bytes a client reads from: header page + data.
+  uint64_t mapped_bytes() const { return PFM_RING_HEADER_BYTES + config_.data_bytes; }
+
+  // The readable records, oldest first, without consuming them (history:
+  // at most history_records, the newest). Control path: allocates.
+  void Snapshot(std::vector<pfm_record>* out) const;
+
+ private:
+  Ring() = default;
+  RingConfig config_;
+  int fd_ = -1;
+  void* map_ = nullptr;
+  pfm_ring_header* hdr_ = nullptr;
+  uint8_t* data_ = nullptr;
+  // Writer-private state (codec state, per-chunk record counts for history,
+  // pending LOST count) lives in the implementation.
+  struct State;
+  std::unique_ptr<State> st_;
+};
+
+}  // namespace pfm
+
+#endif  // PFM_KERNEL_DS_RING_H_
