@@ -65,6 +65,14 @@ class Ring {
   Result Write(const pfm_record& rec);
   // Lossless + block: true when `rec` would be written now (not kWouldBlock).
   bool HasRoom(const pfm_record& rec) const;
+  // Bytes free for the writer now (lossless: the reader's tail counts;
+  // history: always data_bytes minus what one chunk may hold back).
+  uint64_t FreeBytes() const {
+    const uint64_t head = __atomic_load_n(&hdr_->head, __ATOMIC_RELAXED);
+    const uint64_t tail = __atomic_load_n(&hdr_->tail, __ATOMIC_ACQUIRE);
+    const uint64_t used = head - tail;
+    return used >= config_.data_bytes ? 0 : config_.data_bytes - used;
+  }
   // No more records will be written (PFM_RING_F_ENDED). Idempotent.
   void End();
 

@@ -1,0 +1,321 @@
+#include "kernel/ds/compact_codec.h"
+
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+
+namespace pfm {
+namespace {
+
+constexpr uint8_t kTypeMask = 0x0f;
+constexpr uint8_t kEscape = 0x0f;  // low nibble of an escaped lead byte
+constexpr uint8_t kCpuBit = 1u << 4;
+constexpr uint8_t kPidBit = 1u << 5;
+constexpr uint8_t kTidBit = 1u << 6;
+constexpr uint8_t kMiscBit = 1u << 7;
+
+constexpr size_t kMaxVarint64 = 10;
+constexpr size_t kMaxVarint32 = 5;
+constexpr size_t kMaxVarint16 = 3;
+
+// Escaped form: lead byte + the fixed record minus its 2-byte type.
+constexpr size_t kEscapeBytes = 1 + sizeof(pfm_record) - 2;
+static_assert(sizeof(pfm_record) == PFM_RECORD_FIXED_SIZE, "uapi layout");
+static_assert(kEscapeBytes == kMaxCompactRecordBytes,
+              "the escape form is the worst case");
+static_assert(kMaxCompactRecordBytes <= 64, "at most the fixed size");
+static_assert(PFM_REC_TYPE_MAX <= kEscape, "types fit the lead nibble");
+
+// Delta form worst case (PEBS): lead, time, cpu, pid, tid, misc, then
+// ip/addr/latency/data_src and event/counter. The scratch buffer holds it.
+constexpr size_t kMaxDeltaBytes = 1 + kMaxVarint64 + kMaxVarint16 +
+                                  3 * kMaxVarint32 + 4 * kMaxVarint64 +
+                                  2 * kMaxVarint32;
+static_assert(kMaxDeltaBytes == 79, "PEBS is the longest delta form");
+
+// Union bytes that belong to each type; the rest is zeroed on decode.
+size_t UnionBytes(uint32_t type) {
+  switch (type) {
+    case PFM_REC_BRANCH: return 24;
+    case PFM_REC_PEBS: return 40;
+    case PFM_REC_SWITCH_OUT:
+    case PFM_REC_SWITCH_IN: return 8;
+    case PFM_REC_LOST: return 8;
+    case PFM_REC_COUNTER: return 28;  // _pad is not data
+    case PFM_REC_THROTTLE: return 8;
+    case PFM_REC_RESIZED: return 16;
+    case PFM_REC_EXIT: return 8;
+    default: return 0;
+  }
+}
+
+uint64_t ZigZag(uint64_t delta) {
+  const int64_t v = static_cast<int64_t>(delta);
+  return (delta << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+
+uint64_t UnZigZag(uint64_t z) { return (z >> 1) ^ (0 - (z & 1)); }
+
+// Writer into a buffer the caller sized for the worst case.
+struct Out {
+  uint8_t* p;
+  void Varint(uint64_t v) {
+    while (v >= 0x80) {
+      *p++ = static_cast<uint8_t>(v | 0x80);
+      v >>= 7;
+    }
+    *p++ = static_cast<uint8_t>(v);
+  }
+};
+
+// Bounds-checked reader: every failure is sticky, so callers check once.
+struct In {
+  const uint8_t* p;
+  const uint8_t* end;
+  bool ok = true;
+
+  uint64_t Varint() {
+    uint64_t v = 0;
+    for (size_t i = 0; i < kMaxVarint64; ++i) {
+      if (p == end) break;
+      const uint8_t b = *p++;
+      // The tenth byte holds bit 63 only.
+      if (i == kMaxVarint64 - 1 && b > 1) break;
+      v |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
+      if ((b & 0x80) == 0) return v;
+    }
+    ok = false;
+    return 0;
+  }
+  uint32_t Varint32() {
+    const uint64_t v = Varint();
+    if (v > UINT32_MAX) ok = false;
+    return static_cast<uint32_t>(v);
+  }
+  uint16_t Varint16() {
+    const uint64_t v = Varint();
+    if (v > UINT16_MAX) ok = false;
+    return static_cast<uint16_t>(v);
+  }
+};
+
+// Encodes the delta form into `buf` (kMaxDeltaBytes) and returns its size.
+size_t EncodeDelta(const pfm_record& r, const CodecState& st, uint8_t* buf) {
+  uint8_t lead = static_cast<uint8_t>(r.type);
+  if (r.cpu != st.cpu) lead |= kCpuBit;
+  if (r.pid != st.pid) lead |= kPidBit;
+  if (r.tid != st.tid) lead |= kTidBit;
+  const bool branch = r.type == PFM_REC_BRANCH;
+  if (branch ? (r.misc != st.branch_misc || r.u.branch.flags != st.branch_flags)
+             : r.misc != 0)
+    lead |= kMiscBit;
+
+  Out o{buf};
+  *o.p++ = lead;
+  o.Varint(ZigZag(r.time - st.time));
+  if (lead & kCpuBit) o.Varint(r.cpu);
+  if (lead & kPidBit) o.Varint(r.pid);
+  if (lead & kTidBit) o.Varint(r.tid);
+  if (lead & kMiscBit) o.Varint(r.misc);
+  switch (r.type) {
+    case PFM_REC_BRANCH:
+      o.Varint(ZigZag(r.u.branch.from - st.branch_to));
+      o.Varint(ZigZag(r.u.branch.to - r.u.branch.from));
+      if (lead & kMiscBit) o.Varint(r.u.branch.flags);
+      break;
+    case PFM_REC_PEBS:
+      o.Varint(r.u.pebs.ip);
+      o.Varint(r.u.pebs.addr);
+      o.Varint(r.u.pebs.latency);
+      o.Varint(r.u.pebs.data_src);
+      o.Varint(r.u.pebs.event);
+      o.Varint(r.u.pebs.counter);
+      break;
+    case PFM_REC_SWITCH_OUT:
+    case PFM_REC_SWITCH_IN:
+      o.Varint(r.u.sw.other_pid);
+      o.Varint(r.u.sw.other_tid);
+      break;
+    case PFM_REC_LOST:
+    case PFM_REC_THROTTLE:
+      o.Varint(r.u.lost.count);
+      break;
+    case PFM_REC_COUNTER:
+      o.Varint(r.u.counter.value);
+      o.Varint(r.u.counter.time_enabled);
+      o.Varint(r.u.counter.time_running);
+      o.Varint(r.u.counter.request);
+      break;
+    case PFM_REC_RESIZED:
+      o.Varint(r.u.resized.old_bytes);
+      o.Varint(r.u.resized.new_bytes);
+      break;
+    case PFM_REC_EXIT:
+      o.Varint(ZigZag(static_cast<uint64_t>(r.u.exit.status)));
+      break;
+  }
+  const size_t n = static_cast<size_t>(o.p - buf);
+  assert(n <= kMaxDeltaBytes);
+  return n;
+}
+
+void Advance(const pfm_record& r, CodecState* st) {
+  st->time = r.time;
+  st->cpu = r.cpu;
+  st->pid = r.pid;
+  st->tid = r.tid;
+  if (r.type == PFM_REC_BRANCH) {
+    st->branch_to = r.u.branch.to;
+    st->branch_flags = r.u.branch.flags;
+    st->branch_misc = r.misc;
+  }
+}
+
+}  // namespace
+
+bool IsRecordType(uint32_t type) {
+  return type > PFM_REC_PAD && type < PFM_REC_TYPE_MAX;
+}
+
+void NormalizeRecord(pfm_record* r) {
+  const size_t used = UnionBytes(r->type);
+  memset(r->u.raw + used, 0, sizeof(r->u.raw) - used);
+}
+
+size_t EncodedSize(const pfm_record& r, const CodecState& st) {
+  if (!IsRecordType(r.type)) return 0;
+  uint8_t buf[kMaxDeltaBytes];
+  const size_t n = EncodeDelta(r, st, buf);
+  return n > kMaxCompactRecordBytes ? kEscapeBytes : n;
+}
+
+size_t EncodeRecord(const pfm_record& r, CodecState* st, uint8_t* out) {
+  if (!IsRecordType(r.type)) return 0;
+  uint8_t buf[kMaxDeltaBytes];
+  size_t n = EncodeDelta(r, *st, buf);
+  if (n <= kMaxCompactRecordBytes) {
+    memcpy(out, buf, n);
+  } else {
+    pfm_record copy = r;
+    NormalizeRecord(&copy);
+    out[0] = static_cast<uint8_t>(r.type << 4 | kEscape);
+    memcpy(out + 1, reinterpret_cast<const uint8_t*>(&copy) + 2,
+           sizeof(copy) - 2);
+    n = kEscapeBytes;
+  }
+  Advance(r, st);
+  return n;
+}
+
+int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
+                 pfm_record* out) {
+  if (avail == 0) return -EINVAL;
+  const uint8_t lead = in[0];
+  if (lead == PFM_REC_PAD) return 0;
+  pfm_record r;
+  memset(&r, 0, sizeof(r));
+
+  if ((lead & kTypeMask) == kEscape) {
+    r.type = lead >> 4;
+    if (!IsRecordType(r.type) || avail < kEscapeBytes) return -EINVAL;
+    memcpy(reinterpret_cast<uint8_t*>(&r) + 2, in + 1, sizeof(r) - 2);
+    NormalizeRecord(&r);
+    Advance(r, st);
+    *out = r;
+    return static_cast<int>(kEscapeBytes);
+  }
+
+  r.type = lead & kTypeMask;
+  if (!IsRecordType(r.type)) return -EINVAL;
+  In i{in + 1, in + avail};
+  r.time = st->time + UnZigZag(i.Varint());
+  r.cpu = (lead & kCpuBit) ? i.Varint16() : st->cpu;
+  r.pid = (lead & kPidBit) ? i.Varint32() : st->pid;
+  r.tid = (lead & kTidBit) ? i.Varint32() : st->tid;
+  const bool branch = r.type == PFM_REC_BRANCH;
+  if (lead & kMiscBit) {
+    r.misc = i.Varint32();
+  } else {
+    r.misc = branch ? st->branch_misc : 0;
+  }
+  switch (r.type) {
+    case PFM_REC_BRANCH:
+      r.u.branch.from = st->branch_to + UnZigZag(i.Varint());
+      r.u.branch.to = r.u.branch.from + UnZigZag(i.Varint());
+      r.u.branch.flags = (lead & kMiscBit) ? i.Varint() : st->branch_flags;
+      break;
+    case PFM_REC_PEBS:
+      r.u.pebs.ip = i.Varint();
+      r.u.pebs.addr = i.Varint();
+      r.u.pebs.latency = i.Varint();
+      r.u.pebs.data_src = i.Varint();
+      r.u.pebs.event = i.Varint32();
+      r.u.pebs.counter = i.Varint32();
+      break;
+    case PFM_REC_SWITCH_OUT:
+    case PFM_REC_SWITCH_IN:
+      r.u.sw.other_pid = i.Varint32();
+      r.u.sw.other_tid = i.Varint32();
+      break;
+    case PFM_REC_LOST:
+    case PFM_REC_THROTTLE:
+      r.u.lost.count = i.Varint();
+      break;
+    case PFM_REC_COUNTER:
+      r.u.counter.value = i.Varint();
+      r.u.counter.time_enabled = i.Varint();
+      r.u.counter.time_running = i.Varint();
+      r.u.counter.request = i.Varint32();
+      break;
+    case PFM_REC_RESIZED:
+      r.u.resized.old_bytes = i.Varint();
+      r.u.resized.new_bytes = i.Varint();
+      break;
+    case PFM_REC_EXIT:
+      r.u.exit.status = static_cast<int64_t>(UnZigZag(i.Varint()));
+      break;
+  }
+  if (!i.ok) return -EINVAL;
+  Advance(r, st);
+  *out = r;
+  return static_cast<int>(i.p - in);
+}
+
+int RingCursor::Next(const uint8_t* data, uint64_t data_bytes,
+                     pfm_format format, uint64_t end, pfm_record* out,
+                     uint64_t* at) {
+  const uint64_t mask = data_bytes - 1;
+  for (;;) {
+    if (pos >= end) return 0;
+    const uint64_t off = pos % PFM_RING_CHUNK;
+    if (off == 0) st.Reset();
+    const uint64_t room = PFM_RING_CHUNK - off;
+    const size_t avail =
+        static_cast<size_t>(end - pos < room ? end - pos : room);
+    const uint8_t* p = data + (pos & mask);
+    if (format == PFM_FORMAT_FIXED) {
+      if (avail < sizeof(pfm_record)) return -EINVAL;
+      pfm_record r;
+      memcpy(&r, p, sizeof(r));
+      if (!IsRecordType(r.type)) return -EINVAL;
+      *out = r;
+      *at = pos;
+      pos += sizeof(r);
+      return 1;
+    }
+    const int n = DecodeRecord(p, avail, &st, out);
+    if (n < 0) return n;
+    if (n == 0) {
+      // The writer publishes a PAD together with the record that starts the
+      // next chunk, so a PAD whose chunk end is not below `end` is bogus.
+      if (pos + room >= end) return -EINVAL;
+      pos += room;
+      continue;
+    }
+    *at = pos;
+    pos += static_cast<uint64_t>(n);
+    return 1;
+  }
+}
+
+}  // namespace pfm

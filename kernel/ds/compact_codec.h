@@ -1,0 +1,112 @@
+// The compact record encoding of consumer rings, and a cursor that walks a
+// ring's data area in either format.
+//
+// Compact record layout (little-endian, varints are unsigned LEB128, at most
+// 10 bytes; "zz" = zigzag, so a negative delta stays short):
+//
+//   lead byte  bits 0-3 type (1..9, never 0: a 0 byte is PFM_REC_PAD)
+//              bit 4 cpu follows, bit 5 pid follows, bit 6 tid follows
+//              bit 7 misc follows (BRANCH: misc and flags follow)
+//   zz(time - previous time in the chunk)
+//   [cpu] [pid] [tid] [misc]          absolute varints, present per the bits
+//   payload by type:
+//     BRANCH    zz(from - previous branch's to), zz(to - from), [flags]
+//     PEBS      ip, addr, latency, data_src, event, counter
+//     SWITCH_*  other_pid, other_tid
+//     LOST      count
+//     COUNTER   value, time_enabled, time_running, request
+//     THROTTLE  the first union quadword (u.lost.count's slot; the uapi gives
+//               THROTTLE no payload yet, so keep 8 bytes in case one is used)
+//     RESIZED   old_bytes, new_bytes
+//     EXIT      zz(status)
+//
+// cpu/pid/tid are sent only when they differ from the previous record in the
+// chunk; BRANCH misc/flags only when they differ from the previous branch's;
+// other types send misc only when it is non-zero.
+//
+// Escape: when the delta form would exceed kMaxCompactRecordBytes, the record
+// is sent as lead byte (type << 4 | 0xF) followed by bytes 2..63 of the fixed
+// pfm_record (cpu, misc, time, pid, tid, union), i.e. 63 bytes. That bounds
+// every record at kMaxCompactRecordBytes whatever its values.
+//
+// Decoded records have the union bytes that do not belong to their type
+// zeroed (COUNTER's _pad included); encoders ignore those bytes, so garbage
+// there is tolerated and does not round-trip.
+//
+// All functions are pure: no allocation, no globals, thread-compatible.
+#ifndef PFM_KERNEL_DS_COMPACT_CODEC_H_
+#define PFM_KERNEL_DS_COMPACT_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernel/uapi/pfm_uapi.h"
+
+namespace pfm {
+
+// Upper bound of one encoded compact record (the escape form's size).
+inline constexpr size_t kMaxCompactRecordBytes = 63;
+
+// The delta state of one chunk. Reset() at every chunk start: the writer
+// before the first record of a chunk, a reader before decoding one.
+struct CodecState {
+  uint64_t time = 0;
+  uint64_t branch_to = 0;     // previous BRANCH's `to`
+  uint64_t branch_flags = 0;  // previous BRANCH's flags
+  uint32_t branch_misc = 0;   // previous BRANCH's misc
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  uint16_t cpu = 0;
+
+  void Reset() { *this = CodecState(); }
+};
+
+// True for the types a ring carries (BRANCH..EXIT; not PAD).
+bool IsRecordType(uint32_t type);
+
+// Zeroes the union bytes that do not belong to r->type (see above), so the
+// fixed and compact formats deliver identical records.
+void NormalizeRecord(pfm_record* r);
+
+// Encodes `r` into out[0, kMaxCompactRecordBytes) and returns the bytes
+// written, advancing *st. Returns 0 (and leaves *st alone) when r.type is not
+// a ring record type. A caller that may discard the bytes (they do not fit)
+// encodes with a copy of its state and assigns it back only when it commits
+// the bytes; or asks EncodedSize first.
+size_t EncodeRecord(const pfm_record& r, CodecState* st, uint8_t* out);
+
+// The size EncodeRecord would return now; does not touch the state.
+size_t EncodedSize(const pfm_record& r, const CodecState& st);
+
+// Decodes one record from in[0, avail). Returns the bytes consumed (> 0) and
+// fills *out, advancing *st; 0 when in[0] is PFM_REC_PAD (rest of the chunk
+// is padding); -EINVAL when the bytes are malformed, the type unknown, a
+// field overflows its width or the record is cut by `avail` (including
+// avail == 0). Never reads in[avail] or beyond. On failure neither *st nor
+// *out is modified.
+int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
+                 pfm_record* out);
+
+// Walks the records of a ring data area (data[p & (data_bytes - 1)] holds
+// position p; see "Consumer rings" in pfm_uapi.h) in either format. Start
+// `pos` at a chunk boundary (a sync point); the cursor resets the codec state
+// at every chunk start and skips PAD. Copyable, so a caller can stop and
+// resume (RingReader keeps one across Consume calls).
+struct RingCursor {
+  uint64_t pos = 0;
+  CodecState st;
+
+  // Decodes the record at pos if it lies below `end`: returns 1 with *out and
+  // its start position *at, then advances pos past it; 0 when pos has
+  // reached `end`; -EINVAL for malformed data (a PAD whose chunk end lies
+  // beyond `end`, a fixed record with a bad type or cut by `end`, or any
+  // DecodeRecord failure) — pos then stays on the bad record. `data_bytes`
+  // must be a power-of-two multiple of PFM_RING_CHUNK (the caller validated
+  // it); reads stay inside data[0, data_bytes).
+  int Next(const uint8_t* data, uint64_t data_bytes, pfm_format format,
+           uint64_t end, pfm_record* out, uint64_t* at);
+};
+
+}  // namespace pfm
+
+#endif  // PFM_KERNEL_DS_COMPACT_CODEC_H_

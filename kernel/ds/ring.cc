@@ -1,0 +1,357 @@
+#include "kernel/ds/ring.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "kernel/ds/compact_codec.h"
+
+// Space rule (both modes): the writer never reuses the chunk that holds tail,
+// i.e. a record may end at most at ChunkFloor(tail) + data_bytes. A reader
+// whose tail is mid-chunk can then always re-decode that chunk from its start
+// (the compact codec's sync point) — after re-mapping, or for a non-consuming
+// snapshot — at the cost of under one chunk of capacity. In history mode tail
+// is always chunk-aligned, so nothing is lost there.
+
+namespace pfm {
+namespace {
+
+constexpr uint64_t kChunk = PFM_RING_CHUNK;
+constexpr uint64_t kMaxDataBytes = 1ull << 30;
+static_assert(kChunk % PFM_RECORD_FIXED_SIZE == 0,
+              "fixed records never straddle a chunk");
+
+uint64_t ChunkFloor(uint64_t pos) { return pos & ~(kChunk - 1); }
+bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// Where one record would go: its bytes, its start (after a PAD when it does
+// not fit the current chunk) and the codec state after it.
+struct Placement {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  size_t size = 0;
+  CodecState st;
+  uint8_t bytes[PFM_RECORD_FIXED_SIZE];
+};
+
+void Plan(pfm_format format, uint64_t head, const CodecState& st,
+          const pfm_record& rec, Placement* p) {
+  if (format == PFM_FORMAT_FIXED) {
+    pfm_record copy = rec;
+    NormalizeRecord(&copy);
+    memcpy(p->bytes, &copy, sizeof(copy));
+    p->size = sizeof(rec);
+    p->start = head;
+  } else {
+    p->st = st;
+    if (head % kChunk == 0) p->st.Reset();
+    p->start = head;
+    p->size = EncodeRecord(rec, &p->st, p->bytes);
+    if (head % kChunk + p->size > kChunk) {
+      // Restart in the next chunk, from a reset state: the encoding changes.
+      p->start = ChunkFloor(head) + kChunk;
+      p->st.Reset();
+      p->size = EncodeRecord(rec, &p->st, p->bytes);
+    }
+  }
+  assert(p->size > 0 && p->size <= sizeof(p->bytes));
+  p->end = p->start + p->size;
+}
+
+}  // namespace
+
+struct Ring::State {
+  pfm_ring_header* hdr = nullptr;
+  uint8_t* data = nullptr;
+  RingConfig config;
+  CodecState codec;
+  uint64_t head = 0;
+  uint64_t tail = 0;  // history only: the writer owns it
+  uint64_t pending_lost = 0;
+  uint64_t records = 0;
+  uint64_t lost = 0;
+  uint64_t overwritten = 0;
+  uint64_t nchunks = 0;
+  // History: records that start in each chunk slot, added to `overwritten`
+  // when the slot's chunk is dropped.
+  std::unique_ptr<uint32_t[]> chunk_records;
+
+  // Whether a record ending at `end` may be written now.
+  bool Fits(uint64_t end) const;
+  // Writes a planned record (and the PAD before it), publishing head.
+  void Commit(const Placement& p);
+  void CountLost();
+};
+
+// History: data_bytes >= 64 * n + 2 chunks keeps n records. After the writer
+// drops the fewest chunks for a record, at least data_bytes - kChunk bytes of
+// whole chunks lie in [tail, head) and each whole chunk holds at least 64
+// records in either format (fixed: exactly 64; compact: records are at most
+// 63 bytes and a chunk ends early only when the next record does not fit, so
+// more than 4096 - 63 bytes of it are records). Hence >= n + 64 survive.
+uint64_t HistoryRingBytes(uint64_t records) {
+  constexpr uint64_t kPerRecord =
+      kMaxCompactRecordBytes > PFM_RECORD_FIXED_SIZE ? kMaxCompactRecordBytes
+                                                     : PFM_RECORD_FIXED_SIZE;
+  // Past 2^56 records the product overflows; any such ring is refused
+  // (> 1 GiB) anyway, so answer the largest power of two.
+  if (records > (1ull << 56)) return 1ull << 63;
+  const uint64_t need = records * kPerRecord + 2 * kChunk;
+  uint64_t bytes = 2 * kChunk;
+  while (bytes < need) bytes <<= 1;
+  return bytes;
+}
+
+int Ring::Create(const RingConfig& config, const char* name,
+                 std::unique_ptr<Ring>* out, ErrorDetail* detail) {
+  const auto ull = [](uint64_t v) {
+    return static_cast<unsigned long long>(v);
+  };
+  if (out == nullptr)
+    return SetError(detail, -EINVAL, "Ring::Create needs an output pointer");
+  if (!IsPowerOfTwo(config.data_bytes) || config.data_bytes < 2 * kChunk ||
+      config.data_bytes > kMaxDataBytes)
+    return SetError(detail, -EINVAL,
+                    "ring data_bytes %llu: must be a power of two between "
+                    "%llu and %llu",
+                    ull(config.data_bytes), ull(2 * kChunk),
+                    ull(kMaxDataBytes));
+  if (config.format != PFM_FORMAT_FIXED && config.format != PFM_FORMAT_COMPACT)
+    return SetError(detail, -EINVAL,
+                    "ring format %d: expected fixed (1) or compact (2)",
+                    static_cast<int>(config.format));
+  if (config.mode == PFM_RING_HISTORY) {
+    if (config.history_records == 0)
+      return SetError(detail, -EINVAL,
+                      "history ring with history_records 0: it must keep at "
+                      "least one record");
+    if (config.block)
+      return SetError(detail, -EINVAL,
+                      "block applies to lossless rings only, not history");
+    const uint64_t need = HistoryRingBytes(config.history_records);
+    if (config.data_bytes < need)
+      return SetError(detail, -EINVAL,
+                      "history ring of %llu records needs data_bytes >= %llu, "
+                      "got %llu",
+                      ull(config.history_records), ull(need),
+                      ull(config.data_bytes));
+  } else if (config.mode != PFM_RING_LOSSLESS) {
+    return SetError(detail, -EINVAL,
+                    "ring mode %d: expected history (1) or lossless (2)",
+                    static_cast<int>(config.mode));
+  }
+
+  std::unique_ptr<Ring> ring(new (std::nothrow) Ring());
+  std::unique_ptr<State> st(new (std::nothrow) State());
+  if (ring == nullptr || st == nullptr)
+    return SetError(detail, -ENOMEM, "out of memory for a ring");
+  st->nchunks = config.data_bytes / kChunk;
+  st->chunk_records.reset(new (std::nothrow) uint32_t[st->nchunks]());
+  if (st->chunk_records == nullptr)
+    return SetError(detail, -ENOMEM, "out of memory for %llu chunk counters",
+                    ull(st->nchunks));
+
+  const int fd = memfd_create(name != nullptr ? name : "pfm-ring",
+                              MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return SetError(detail, -ENOMEM, "memfd_create for a ring failed: %s",
+                    strerror(errno));
+  // From here ~Ring closes the fd and unmaps.
+  ring->fd_ = fd;
+  ring->config_ = config;
+  const uint64_t bytes = PFM_RING_HEADER_BYTES + config.data_bytes;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+    return SetError(detail, -ENOMEM,
+                    "cannot size a ring memfd to %llu bytes: %s", ull(bytes),
+                    strerror(errno));
+  // Readers map the fd; sealing the size means no one can make their
+  // mappings fault (SIGBUS) by shrinking it.
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return SetError(detail, -ENOMEM, "cannot seal a ring memfd: %s",
+                    strerror(errno));
+  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED)
+    return SetError(detail, -ENOMEM, "cannot map a ring of %llu bytes: %s",
+                    ull(bytes), strerror(errno));
+  ring->map_ = map;
+  ring->hdr_ = static_cast<pfm_ring_header*>(map);
+  ring->data_ = static_cast<uint8_t*>(map) + PFM_RING_HEADER_BYTES;
+
+  // A fresh memfd is zero-filled: only the non-zero fields need writing.
+  pfm_ring_header* h = ring->hdr_;
+  h->magic = PFM_RING_MAGIC;
+  h->version = PFM_UAPI_VERSION;
+  h->format = static_cast<__u8>(config.format);
+  h->mode = static_cast<__u8>(config.mode);
+  h->header_bytes = PFM_RING_HEADER_BYTES;
+  h->chunk_bytes = PFM_RING_CHUNK;
+  h->data_bytes = config.data_bytes;
+  h->history_records =
+      config.mode == PFM_RING_HISTORY ? config.history_records : 0;
+  __atomic_store_n(&h->flags,
+                   config.block && config.mode == PFM_RING_LOSSLESS
+                       ? PFM_RING_F_BLOCK
+                       : 0u,
+                   __ATOMIC_RELEASE);
+  st->hdr = h;
+  st->data = ring->data_;
+  st->config = config;
+  ring->st_ = std::move(st);
+  *out = std::move(ring);
+  return 0;
+}
+
+Ring::~Ring() {
+  if (map_ != nullptr)
+    munmap(map_, PFM_RING_HEADER_BYTES + config_.data_bytes);
+  if (fd_ >= 0) close(fd_);
+}
+
+bool Ring::State::Fits(uint64_t end) const {
+  if (config.mode == PFM_RING_HISTORY) return true;  // it overwrites
+  uint64_t t = __atomic_load_n(&hdr->tail, __ATOMIC_ACQUIRE);
+  // The reader owns tail and may be buggy or hostile: a tail beyond head
+  // must not let the writer run past what it wrote itself.
+  if (t > head) t = head;
+  return end <= ChunkFloor(t) + config.data_bytes;
+}
+
+void Ring::State::Commit(const Placement& p) {
+  State& s = *this;
+  if (config.mode == PFM_RING_HISTORY) {
+    // Drop whole chunks, publishing the new tail before their bytes are
+    // reused so that a concurrent reader can tell what it copied is torn.
+    bool dropped = false;
+    while (p.end > s.tail + config.data_bytes) {
+      uint32_t& n = s.chunk_records[(s.tail / kChunk) % s.nchunks];
+      s.overwritten += n;
+      n = 0;
+      s.tail += kChunk;
+      dropped = true;
+    }
+    if (dropped) {
+      __atomic_store_n(&hdr->tail, s.tail, __ATOMIC_RELEASE);
+      __atomic_store_n(&hdr->overwritten, s.overwritten, __ATOMIC_RELEASE);
+    }
+  }
+  const uint64_t mask = config.data_bytes - 1;
+  if (p.start != s.head) data[s.head & mask] = PFM_REC_PAD;
+  memcpy(data + (p.start & mask), p.bytes, p.size);
+  uint32_t& n = s.chunk_records[(p.start / kChunk) % s.nchunks];
+  if (p.start % kChunk == 0) n = 0;
+  ++n;
+  s.codec = p.st;
+  s.head = p.end;
+  ++s.records;
+  __atomic_store_n(&hdr->records, s.records, __ATOMIC_RELEASE);
+  __atomic_store_n(&hdr->head, s.head, __ATOMIC_RELEASE);
+}
+
+void Ring::State::CountLost() {
+  ++lost;
+  __atomic_store_n(&hdr->lost, lost, __ATOMIC_RELEASE);
+}
+
+static pfm_record LostRecord(const pfm_record& next, uint64_t count) {
+  pfm_record lost;
+  memset(&lost, 0, sizeof(lost));
+  lost.type = PFM_REC_LOST;
+  lost.cpu = next.cpu;
+  lost.time = next.time;
+  lost.pid = next.pid;
+  lost.tid = next.tid;
+  lost.u.lost.count = count;
+  return lost;
+}
+
+Ring::Result Ring::Write(const pfm_record& rec) {
+  State& s = *st_;
+  // A PAD or unknown type cannot be stored; it is counted as lost so the
+  // consumer still learns a record went missing.
+  if (!IsRecordType(rec.type)) {
+    if (config_.mode == PFM_RING_LOSSLESS && !config_.block) ++s.pending_lost;
+    s.CountLost();
+    return kLost;
+  }
+  Placement p;
+  if (s.pending_lost > 0) {
+    Plan(config_.format, s.head, s.codec, LostRecord(rec, s.pending_lost), &p);
+    if (!s.Fits(p.end)) {
+      ++s.pending_lost;
+      s.CountLost();
+      return kLost;
+    }
+    s.Commit(p);
+    s.pending_lost = 0;
+  }
+  Plan(config_.format, s.head, s.codec, rec, &p);
+  if (!s.Fits(p.end)) {
+    if (config_.block) return kWouldBlock;
+    // If the LOST record just went in, this record opens the next count.
+    ++s.pending_lost;
+    s.CountLost();
+    return kLost;
+  }
+  s.Commit(p);
+  return kWritten;
+}
+
+bool Ring::HasRoom(const pfm_record& rec) const {
+  if (config_.mode == PFM_RING_HISTORY) return true;
+  if (!IsRecordType(rec.type)) return false;
+  uint64_t head = st_->head;
+  CodecState codec = st_->codec;
+  Placement p;
+  if (st_->pending_lost > 0) {
+    Plan(config_.format, head, codec, LostRecord(rec, st_->pending_lost), &p);
+    if (!st_->Fits(p.end)) return false;
+    head = p.end;
+    codec = p.st;
+  }
+  Plan(config_.format, head, codec, rec, &p);
+  return st_->Fits(p.end);
+}
+
+void Ring::End() {
+  const uint32_t flags = __atomic_load_n(&hdr_->flags, __ATOMIC_RELAXED);
+  __atomic_store_n(&hdr_->flags, flags | PFM_RING_F_ENDED, __ATOMIC_RELEASE);
+}
+
+uint64_t Ring::records() const { return st_->records; }
+uint64_t Ring::lost() const { return st_->lost; }
+uint64_t Ring::overwritten() const { return st_->overwritten; }
+
+void Ring::Snapshot(std::vector<pfm_record>* out) const {
+  out->clear();
+  const uint64_t head = st_->head;
+  uint64_t tail = st_->tail;
+  if (config_.mode == PFM_RING_LOSSLESS) {
+    tail = __atomic_load_n(&hdr_->tail, __ATOMIC_ACQUIRE);
+    if (tail > head) tail = head;
+    // A reader that moved tail back below what the writer may have reused
+    // gets only what is still intact.
+    if (head - tail > config_.data_bytes) tail = head - config_.data_bytes;
+  }
+  RingCursor cur;
+  cur.pos = ChunkFloor(tail);
+  if (head - cur.pos > config_.data_bytes) cur.pos += kChunk;
+  pfm_record rec;
+  uint64_t at = 0;
+  // The writer produced these bytes itself, so a decode error is a bug.
+  int r;
+  while ((r = cur.Next(data_, config_.data_bytes, config_.format, head, &rec,
+                       &at)) > 0) {
+    if (at >= tail) out->push_back(rec);
+  }
+  assert(r == 0);
+  if (config_.mode == PFM_RING_HISTORY &&
+      out->size() > config_.history_records)
+    out->erase(out->begin(), out->end() - config_.history_records);
+}
+
+}  // namespace pfm
