@@ -1,0 +1,591 @@
+#include "kernel/ds/ds_allocator.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace pfm {
+namespace {
+
+// x86-64 canonical addresses: the upper half is kernel space (Intel SDM
+// Vol. 1, "Canonical Addressing"; Linux maps the kernel there).
+constexpr uint64_t kKernelSpaceStart = 0xffff800000000000ull;
+
+bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+uint64_t RoundUpPow2(uint64_t v) {
+  uint64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// The worst case bytes `records` records take in a ring of either format,
+// with chunk padding (a record never straddles a chunk).
+uint64_t WorstCaseBytes(uint64_t records) {
+  const uint64_t data = records * PFM_RECORD_FIXED_SIZE;
+  return data + (data / PFM_RING_CHUNK + 1) * PFM_RECORD_FIXED_SIZE;
+}
+
+}  // namespace
+
+struct DsAllocator::Consumer {
+  ConsumerId id = 0;
+  ConsumerParams p;
+  std::unique_ptr<Ring> ring;
+  Context* ctx = nullptr;  // task context, or null for a CPU catch-all
+  int cpu = -1;            // CPU catch-all consumers
+  uint64_t block_refused = 0;
+  uint64_t filtered = 0;
+  uint64_t reserve_bytes = 0;  // block: free space below which the task is held
+  bool frozen = false;         // history frozen at a crash, or ended
+
+  bool bts() const { return p.req.bts != PFM_BTS_OFF; }
+  bool user() const { return (p.req.filter & PFM_FILTER_USER) != 0; }
+  bool kernel() const { return (p.req.filter & PFM_FILTER_KERNEL) != 0; }
+  bool switches() const { return (p.req.flags & PFM_CONSUMER_SWITCHES) != 0; }
+  bool block() const { return (p.req.flags & PFM_CONSUMER_BLOCK) != 0; }
+};
+
+struct DsAllocator::Context {
+  int32_t pid = 0;
+  std::unique_ptr<DsArea> area;
+  std::vector<Consumer*> consumers;
+  uint64_t last_drain_ns = 0;
+  int running_cpu = -1;
+  bool exited = false;
+};
+
+struct DsAllocator::CpuState {
+  TaskId running;
+  Context* running_ctx = nullptr;  // the running task's context, if traced
+  uint64_t switch_in_ns = 0;
+  std::unique_ptr<DsArea> area;    // catch-all buffers, while consumers exist
+  uint64_t last_drain_ns = 0;
+  std::vector<Consumer*> consumers;  // catch-all consumers
+};
+
+DsAllocator::DsAllocator(int cpus, const DsLimits& limits) : limits_(limits) {
+  assert(cpus > 0);
+  for (int i = 0; i < cpus; ++i) {
+    cpus_.push_back(std::make_unique<CpuState>());
+    cpus_.back()->consumers.reserve(limits_.max_consumers_per_context);
+  }
+  dummy_ = std::make_unique<DsArea>(-1, 256, 256, 8, 8);
+}
+
+DsAllocator::~DsAllocator() = default;
+
+DsAllocator::Context* DsAllocator::TaskContext(int32_t pid) const {
+  auto it = tasks_.find(pid);
+  return it == tasks_.end() ? nullptr : it->second.get();
+}
+
+// A request that cannot be reconciled with a context's holders is refused
+// naming them. Everything else is a union: user-only and kernel+user
+// consumers share one stream, filtered per consumer.
+int DsAllocator::Reconcile(const ConsumerParams& p, const Context* ctx,
+                           ErrorDetail* detail) const {
+  const std::vector<Consumer*>* holders =
+      ctx ? &ctx->consumers
+          : (p.req.ctx_kind == PFM_CTX_CPU ? &cpus_[p.req.cpu]->consumers
+                                           : nullptr);
+  if (holders == nullptr ||
+      holders->size() < limits_.max_consumers_per_context)
+    return 0;
+  std::string who;
+  for (size_t i = 0; i < holders->size() && i < 8; ++i) {
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%s%llu", i ? ", " : "",
+             static_cast<unsigned long long>((*holders)[i]->p.session));
+    who += buf;
+  }
+  if (p.req.ctx_kind == PFM_CTX_TASK)
+    return SetError(detail, -EBUSY,
+                    "task %d already has %zu consumers of its Debug Store "
+                    "(sessions %s%s)",
+                    p.req.pid, holders->size(), who.c_str(),
+                    holders->size() > 8 ? ", ..." : "");
+  return SetError(detail, -EBUSY,
+                  "cpu %d already has %zu catch-all consumers (sessions %s%s)",
+                  p.req.cpu, holders->size(), who.c_str(),
+                  holders->size() > 8 ? ", ..." : "");
+}
+
+int DsAllocator::Attach(const ConsumerParams& params, uint64_t now,
+                        ErrorDetail* detail) {
+  const pfm_consumer_req& r = params.req;
+  if (r.ctx_kind != PFM_CTX_TASK && r.ctx_kind != PFM_CTX_CPU)
+    return SetError(detail, -EINVAL, "context kind %u: expected task or cpu",
+                    r.ctx_kind);
+  if (r.ctx_kind == PFM_CTX_TASK && r.pid <= 0)
+    return SetError(detail, -EINVAL, "pid %d: expected a positive pid", r.pid);
+  if (r.ctx_kind == PFM_CTX_CPU && (r.cpu < 0 || r.cpu >= cpus()))
+    return SetError(detail, -EINVAL, "cpu %d: this machine has cpus 0..%d",
+                    r.cpu, cpus() - 1);
+  if (r.bts > PFM_BTS_LOSSLESS)
+    return SetError(detail, -EINVAL, "bts mode %u: expected off, history or "
+                    "lossless", r.bts);
+  if (r.filter < PFM_FILTER_USER || r.filter > PFM_FILTER_ALL)
+    return SetError(detail, -EINVAL, "filter %u: expected user, kernel or all",
+                    r.filter);
+  if (r.format != PFM_FORMAT_FIXED && r.format != PFM_FORMAT_COMPACT)
+    return SetError(detail, -EINVAL, "format %u: expected fixed or compact",
+                    r.format);
+  const bool block = (r.flags & PFM_CONSUMER_BLOCK) != 0;
+  if (block && (r.bts != PFM_BTS_LOSSLESS || r.ctx_kind != PFM_CTX_TASK))
+    return SetError(detail, -EINVAL,
+                    "block applies to a lossless consumer of a task only");
+  if (r.bts == PFM_BTS_OFF && params.pebs_request == 0 &&
+      !(r.flags & PFM_CONSUMER_SWITCHES))
+    return SetError(detail, -EINVAL,
+                    "a consumer needs at least one of BTS, PEBS or switches");
+  Context* ctx = r.ctx_kind == PFM_CTX_TASK ? TaskContext(r.pid) : nullptr;
+  if (ctx != nullptr && ctx->exited)
+    return SetError(detail, -ESRCH, "task %d has exited", r.pid);
+  if (int err = Reconcile(params, ctx, detail); err < 0) return err;
+
+  // The ring: history keeps history_records newest records; lossless gets
+  // at least the requested bytes, rounded up to a power of two.
+  RingConfig rc;
+  rc.format = static_cast<pfm_format>(r.format);
+  const bool history = r.bts == PFM_BTS_HISTORY;
+  uint64_t reserve = 0;
+  if (history) {
+    if (params.history_records == 0)
+      return SetError(detail, -EINVAL, "a history ring needs at least one "
+                      "record");
+    rc.mode = PFM_RING_HISTORY;
+    rc.history_records = params.history_records;
+    rc.data_bytes = HistoryRingBytes(params.history_records);
+  } else {
+    rc.mode = PFM_RING_LOSSLESS;
+    rc.block = block;
+    if (r.ring_bytes > (1ull << 30))
+      return SetError(detail, -EINVAL, "ring of %llu bytes: at most 1 GiB",
+                      static_cast<unsigned long long>(r.ring_bytes));
+    rc.data_bytes = std::max<uint64_t>(RoundUpPow2(r.ring_bytes),
+                                       2 * PFM_RING_CHUNK);
+    if (block) {
+      const uint64_t per_drain = limits_.task_bts_records +
+                                 limits_.task_pebs_records +
+                                 kBlockReserveSlack;
+      reserve = WorstCaseBytes(per_drain) + PFM_RING_CHUNK;
+      if (rc.data_bytes < 2 * reserve)
+        return SetError(detail, -EINVAL,
+                        "a block ring needs at least %llu bytes (twice what "
+                        "one drain of the task's DS buffer can write); "
+                        "asked for %llu",
+                        static_cast<unsigned long long>(
+                            RoundUpPow2(2 * reserve)),
+                        static_cast<unsigned long long>(r.ring_bytes));
+    }
+  }
+  assert(IsPowerOfTwo(rc.data_bytes));
+  char name[48];
+  snprintf(name, sizeof(name), "pfm-ring-%u", next_id_);
+  std::unique_ptr<Ring> ring;
+  if (int err = Ring::Create(rc, name, &ring, detail); err < 0) return err;
+
+  // Everything that can fail has; from here on nothing does.
+  auto c = std::make_unique<Consumer>();
+  c->id = next_id_++;
+  c->p = params;
+  c->ring = std::move(ring);
+  c->reserve_bytes = reserve;
+  if (r.ctx_kind == PFM_CTX_TASK) {
+    if (ctx == nullptr) {
+      auto nc = std::make_unique<Context>();
+      nc->pid = r.pid;
+      nc->area = std::make_unique<DsArea>(
+          -1, limits_.task_bts_records, limits_.task_bts_records,
+          limits_.task_pebs_records, limits_.task_pebs_records);
+      nc->consumers.reserve(limits_.max_consumers_per_context);
+      nc->last_drain_ns = now;
+      ctx = nc.get();
+      tasks_[r.pid] = std::move(nc);
+      // A task already running somewhere switches to its own buffers now;
+      // what it wrote before went to the CPU's buffers.
+      for (int cpu = 0; cpu < cpus(); ++cpu) {
+        CpuState& cs = *cpus_[cpu];
+        if (cs.running.pid != r.pid) continue;
+        Drain(cpu, now);
+        cs.running_ctx = ctx;
+        ctx->running_cpu = cpu;
+      }
+    }
+    c->ctx = ctx;
+    ctx->consumers.push_back(c.get());
+  } else {
+    CpuState& cs = *cpus_[r.cpu];
+    if (!cs.area) {
+      cs.area = std::make_unique<DsArea>(
+          r.cpu, limits_.cpu_bts_records, limits_.cpu_bts_records,
+          limits_.cpu_pebs_records, limits_.cpu_pebs_records);
+      cs.last_drain_ns = now;
+      // The dummy area may hold what an untraced task wrote: not ours.
+      if (cs.running_ctx == nullptr) {
+        dummy_->ResetBts();
+        dummy_->ResetPebs();
+      }
+    }
+    c->cpu = r.cpu;
+    cs.consumers.push_back(c.get());
+  }
+  const ConsumerId id = c->id;
+  consumers_[id] = std::move(c);
+  return static_cast<int>(id);
+}
+
+void DsAllocator::FreeContextIfEmpty(Context* ctx) {
+  if (!ctx->consumers.empty()) return;
+  for (auto& cs : cpus_) {
+    if (cs->running_ctx == ctx) cs->running_ctx = nullptr;
+  }
+  tasks_.erase(ctx->pid);
+}
+
+void DsAllocator::Detach(ConsumerId id, uint64_t now) {
+  auto it = consumers_.find(id);
+  if (it == consumers_.end()) return;
+  Consumer* c = it->second.get();
+  // Bring the consumer up to date before it leaves.
+  if (c->ctx != nullptr && c->ctx->running_cpu >= 0 &&
+      cpus_[c->ctx->running_cpu]->running_ctx == c->ctx)
+    Drain(c->ctx->running_cpu, now);
+  if (c->cpu >= 0) Drain(c->cpu, now);
+  c->ring->End();
+  if (c->ctx != nullptr) {
+    auto& v = c->ctx->consumers;
+    v.erase(std::remove(v.begin(), v.end(), c), v.end());
+    Context* ctx = c->ctx;
+    consumers_.erase(it);
+    FreeContextIfEmpty(ctx);
+    return;
+  }
+  CpuState& cs = *cpus_[c->cpu];
+  cs.consumers.erase(std::remove(cs.consumers.begin(), cs.consumers.end(), c),
+                     cs.consumers.end());
+  if (cs.consumers.empty()) cs.area.reset();
+  consumers_.erase(it);
+}
+
+Ring* DsAllocator::ring(ConsumerId id) const {
+  auto it = consumers_.find(id);
+  return it == consumers_.end() ? nullptr : it->second->ring.get();
+}
+
+int DsAllocator::Stats(ConsumerId id, ConsumerStats* out) const {
+  auto it = consumers_.find(id);
+  if (it == consumers_.end()) return -ENOENT;
+  const Consumer& c = *it->second;
+  out->records = c.ring->records();
+  out->lost = c.ring->lost() + c.block_refused;
+  out->overwritten = c.ring->overwritten();
+  out->filtered = c.filtered;
+  return 0;
+}
+
+uint64_t DsAllocator::ContextBytes(int32_t pid, int cpu) const {
+  if (pid > 0) {
+    const Context* ctx = TaskContext(pid);
+    return ctx ? ctx->area->bytes() : 0;
+  }
+  if (cpu < 0 || cpu >= cpus()) return 0;
+  return cpus_[cpu]->area ? cpus_[cpu]->area->bytes() : 0;
+}
+
+int64_t DsAllocator::ResizeTaskContext(int32_t pid, uint32_t bts_records,
+                                       uint64_t now, ErrorDetail* detail) {
+  Context* ctx = TaskContext(pid);
+  if (ctx == nullptr)
+    return SetError(detail, -ENOENT, "task %d has no DS context", pid);
+  bts_records = std::max(bts_records, limits_.min_bts_records);
+  const uint64_t old_bytes = ctx->area->bytes();
+  if (ctx->running_cpu >= 0 && cpus_[ctx->running_cpu]->running_ctx == ctx)
+    Drain(ctx->running_cpu, now);
+  const uint32_t pebs = static_cast<uint32_t>(ctx->area->save_area()
+                                                  .pebs_absolute_maximum /
+                                              sizeof(pfm_pebs_raw));
+  ctx->area = std::make_unique<DsArea>(-1, bts_records, bts_records, pebs,
+                                       pebs);
+  pfm_record rec{};
+  rec.type = PFM_REC_RESIZED;
+  rec.time = now;
+  rec.pid = static_cast<uint32_t>(pid);
+  rec.tid = static_cast<uint32_t>(pid);
+  rec.cpu = static_cast<uint16_t>(std::max(ctx->running_cpu, 0));
+  rec.u.resized.old_bytes = old_bytes;
+  rec.u.resized.new_bytes = ctx->area->bytes();
+  for (Consumer* c : ctx->consumers) Deliver(c, rec);
+  return static_cast<int64_t>(ctx->area->bytes());
+}
+
+DsArea* DsAllocator::Area(int cpu) {
+  assert(cpu >= 0 && cpu < cpus());
+  CpuState& cs = *cpus_[cpu];
+  if (cs.running_ctx != nullptr) return cs.running_ctx->area.get();
+  if (cs.area) return cs.area.get();
+  return dummy_.get();
+}
+
+void DsAllocator::Drain(int cpu, uint64_t now) {
+  assert(cpu >= 0 && cpu < cpus());
+  CpuState& cs = *cpus_[cpu];
+  if (cs.running_ctx != nullptr) {
+    Context* ctx = cs.running_ctx;
+    uint64_t since = std::max(ctx->last_drain_ns, cs.switch_in_ns);
+    DrainArea(*ctx->area, ctx, cpu, cs.running, now, &since);
+    ctx->last_drain_ns = since;
+  } else if (cs.area) {
+    uint64_t since = std::max(cs.last_drain_ns, cs.switch_in_ns);
+    DrainArea(*cs.area, nullptr, cpu, cs.running, now, &since);
+    cs.last_drain_ns = since;
+  } else {
+    dummy_->ResetBts();
+    dummy_->ResetPebs();
+  }
+}
+
+void DsAllocator::DrainForeign(DsArea& area, TaskId task, int cpu,
+                               uint64_t now) {
+  if (cpu < 0 || cpu >= cpus()) cpu = 0;
+  Context* ctx = TaskContext(task.pid);
+  uint64_t since = ctx ? ctx->last_drain_ns : now;
+  DrainArea(area, ctx, cpu, task, now, &since);
+  if (ctx) ctx->last_drain_ns = since;
+}
+
+// Translates and fans out every record of `area`, oldest first, then resets
+// it. BTS times are interpolated over (since, now]; PEBS records carry their
+// own time (the TSC, in ns of the driver's clock), clamped into the same
+// window so a consumer's stream stays in time order. On return *since = now.
+void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
+                            TaskId task, uint64_t now, uint64_t* since) {
+  const uint64_t t0 = std::min(*since, now);
+  const size_t nb = area.bts_count();
+  const size_t np = area.pebs_count();
+  const pfm_bts_raw* bts = area.bts_records();
+  const pfm_pebs_raw* pebs = area.pebs_records();
+  const uint64_t span = now - t0;
+  size_t i = 0, j = 0;
+  pfm_record rec;
+  while (i < nb || j < np) {
+    const uint64_t tb =
+        i < nb ? t0 + (nb == 0 ? 0 : span * (i + 1) / nb) : UINT64_MAX;
+    const uint64_t tp =
+        j < np ? std::min<uint64_t>(std::max<uint64_t>(pebs[j].tsc, t0), now) : UINT64_MAX;
+    std::memset(&rec, 0, sizeof(rec));
+    rec.cpu = static_cast<uint16_t>(cpu);
+    rec.pid = static_cast<uint32_t>(task.pid);
+    rec.tid = static_cast<uint32_t>(task.tid);
+    if (tb <= tp) {
+      const pfm_bts_raw& b = bts[i++];
+      rec.type = PFM_REC_BRANCH;
+      rec.time = tb;
+      rec.u.branch.from = b.from;
+      rec.u.branch.to = b.to;
+      rec.u.branch.flags = b.flags;
+      if (b.flags & PFM_BTS_RAW_PREDICTED) rec.misc |= PFM_MISC_BRANCH_PREDICTED;
+      if (b.from >= kKernelSpaceStart) rec.misc |= PFM_MISC_BRANCH_KERNEL_FROM;
+    } else {
+      const pfm_pebs_raw& p = pebs[j++];
+      rec.type = PFM_REC_PEBS;
+      rec.time = tp;
+      rec.u.pebs.ip = p.eventing_ip ? p.eventing_ip : p.ip;
+      rec.u.pebs.addr = p.data_linear_address;
+      rec.u.pebs.latency = p.latency;
+      rec.u.pebs.data_src = p.data_source;
+      // The applicable-counters mask names the counter(s) that overflowed;
+      // the sample belongs to whoever held the lowest of them.
+      const uint64_t mask = p.applicable_counters;
+      const int counter = mask ? __builtin_ctzll(mask) : -1;
+      rec.u.pebs.counter = static_cast<uint32_t>(counter);
+      rec.u.pebs.event =
+          (router_ != nullptr && counter >= 0) ? router_->OwnerOf(cpu, counter)
+                                               : 0;
+    }
+    FanOut(task_ctx, cpu, rec);
+  }
+  area.ResetBts();
+  area.ResetPebs();
+  *since = now;
+}
+
+void DsAllocator::Deliver(Consumer* c, const pfm_record& rec) {
+  if (c->frozen) return;
+  if (c->ring->Write(rec) == Ring::kWouldBlock) ++c->block_refused;
+}
+
+void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record& rec) {
+  const bool kernel_from = (rec.misc & PFM_MISC_BRANCH_KERNEL_FROM) != 0;
+  auto accept = [&](Consumer* c) {
+    switch (rec.type) {
+      case PFM_REC_BRANCH:
+        if (!c->bts()) return false;
+        if (kernel_from ? !c->kernel() : !c->user()) {
+          ++c->filtered;
+          return false;
+        }
+        return true;
+      case PFM_REC_PEBS:
+        return c->p.pebs_request != 0 && rec.u.pebs.event == c->p.pebs_request;
+      case PFM_REC_SWITCH_IN:
+      case PFM_REC_SWITCH_OUT:
+        return c->switches();
+      default:
+        return true;
+    }
+  };
+  if (task_ctx != nullptr) {
+    for (Consumer* c : task_ctx->consumers)
+      if (accept(c)) Deliver(c, rec);
+  }
+  for (Consumer* c : cpus_[cpu]->consumers)
+    if (accept(c)) Deliver(c, rec);
+}
+
+void DsAllocator::Switch(int cpu, uint64_t now, TaskId prev, TaskId next,
+                         bool preempt) {
+  assert(cpu >= 0 && cpu < cpus());
+  CpuState& cs = *cpus_[cpu];
+  Drain(cpu, now);
+  pfm_record rec{};
+  rec.cpu = static_cast<uint16_t>(cpu);
+  rec.time = now;
+  rec.misc = preempt ? PFM_MISC_SWITCH_PREEMPT : 0;
+  Context* prev_ctx = cs.running_ctx;
+  if (prev_ctx != nullptr) prev_ctx->running_cpu = -1;
+  if (prev.pid != 0) {
+    rec.type = PFM_REC_SWITCH_OUT;
+    rec.pid = static_cast<uint32_t>(prev.pid);
+    rec.tid = static_cast<uint32_t>(prev.tid);
+    rec.u.sw.other_pid = static_cast<uint32_t>(next.pid);
+    rec.u.sw.other_tid = static_cast<uint32_t>(next.tid);
+    FanOut(prev_ctx, cpu, rec);
+  }
+  cs.running = next;
+  cs.switch_in_ns = now;
+  Context* next_ctx = next.pid != 0 ? TaskContext(next.pid) : nullptr;
+  if (next_ctx != nullptr && next_ctx->exited) next_ctx = nullptr;
+  cs.running_ctx = next_ctx;
+  if (next_ctx != nullptr) next_ctx->running_cpu = cpu;
+  if (next.pid != 0) {
+    rec.type = PFM_REC_SWITCH_IN;
+    rec.pid = static_cast<uint32_t>(next.pid);
+    rec.tid = static_cast<uint32_t>(next.tid);
+    rec.u.sw.other_pid = static_cast<uint32_t>(prev.pid);
+    rec.u.sw.other_tid = static_cast<uint32_t>(prev.tid);
+    FanOut(next_ctx, cpu, rec);
+  }
+}
+
+void DsAllocator::TaskExit(TaskId task, uint64_t now, int64_t status) {
+  Context* ctx = TaskContext(task.pid);
+  if (ctx == nullptr || ctx->exited) return;
+  for (int cpu = 0; cpu < cpus(); ++cpu) {
+    CpuState& cs = *cpus_[cpu];
+    if (cs.running_ctx != ctx) continue;
+    Drain(cpu, now);
+    cs.running_ctx = nullptr;
+  }
+  ctx->running_cpu = -1;
+  ctx->exited = true;
+  pfm_record rec{};
+  rec.type = PFM_REC_EXIT;
+  rec.time = now;
+  rec.pid = static_cast<uint32_t>(task.pid);
+  rec.tid = static_cast<uint32_t>(task.tid);
+  rec.u.exit.status = status;
+  for (Consumer* c : ctx->consumers) {
+    Deliver(c, rec);
+    c->ring->End();
+    c->frozen = true;
+  }
+}
+
+void DsAllocator::TaskCrashed(TaskId task, uint64_t now, int signo) {
+  Context* ctx = TaskContext(task.pid);
+  if (ctx == nullptr) return;
+  if (ctx->running_cpu >= 0 && cpus_[ctx->running_cpu]->running_ctx == ctx)
+    Drain(ctx->running_cpu, now);
+  for (Consumer* c : ctx->consumers) {
+    if (c->p.req.bts != PFM_BTS_HISTORY || c->frozen) continue;
+    c->frozen = true;
+    c->ring->End();
+  }
+  (void)signo;
+}
+
+void DsAllocator::Notify(int32_t pid, const pfm_record& rec) {
+  Context* ctx = TaskContext(pid);
+  if (ctx == nullptr) return;
+  for (Consumer* c : ctx->consumers) Deliver(c, rec);
+}
+
+TraceConfig DsAllocator::Config(int cpu, TaskId task) const {
+  TraceConfig tc;
+  if (cpu < 0 || cpu >= cpus()) return tc;
+  const Context* ctx = task.pid != 0 ? TaskContext(task.pid) : nullptr;
+  if (ctx != nullptr && ctx->exited) ctx = nullptr;
+  auto add = [&](const Consumer* c) {
+    if (c->frozen) return;
+    if (c->bts()) {
+      tc.bts_user |= c->user();
+      tc.bts_kernel |= c->kernel();
+    }
+    if (c->p.pebs_request == 0 || router_ == nullptr) return;
+    for (int k = 0; k < PFM_DS_MAX_PEBS_COUNTERS; ++k) {
+      if (router_->OwnerOf(cpu, k) != c->p.pebs_request) continue;
+      tc.pebs_counters |= 1u << k;
+      tc.pebs_reset[k] = c->p.pebs_period;
+    }
+  };
+  if (ctx != nullptr)
+    for (const Consumer* c : ctx->consumers) add(c);
+  if (task.pid != 0)
+    for (const Consumer* c : cpus_[cpu]->consumers) add(c);
+  return tc;
+}
+
+bool DsAllocator::Held(TaskId task) const {
+  const Context* ctx = TaskContext(task.pid);
+  if (ctx == nullptr || ctx->exited) return false;
+  for (const Consumer* c : ctx->consumers) {
+    if (c->block() && !c->frozen && c->ring->FreeBytes() < c->reserve_bytes)
+      return true;
+  }
+  return false;
+}
+
+bool DsAllocator::CheckInvariant(const char** why) const {
+  for (const auto& [id, c] : consumers_) {
+    const std::vector<Consumer*>& list =
+        c->ctx ? c->ctx->consumers : cpus_[c->cpu]->consumers;
+    if (std::find(list.begin(), list.end(), c.get()) == list.end()) {
+      *why = "a consumer is missing from its context's list";
+      return false;
+    }
+  }
+  for (const auto& [pid, ctx] : tasks_) {
+    if (ctx->consumers.empty()) {
+      *why = "a task context without consumers was kept";
+      return false;
+    }
+  }
+  for (const auto& cs : cpus_) {
+    if (cs->consumers.empty() != !cs->area) {
+      *why = "a catch-all area exists without consumers (or the reverse)";
+      return false;
+    }
+    if (cs->running_ctx && cs->running_ctx->pid != cs->running.pid) {
+      *why = "a CPU's installed context is not its running task's";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace pfm

@@ -1,0 +1,178 @@
+// The DS resource allocator: owns every context's BTS/PEBS configuration and
+// fans one hardware stream out to many consumers (DESIGN §3).
+//
+// Contexts
+//   - a task context (pid) owns its own DS buffers (a DsArea), installed on
+//     the CPU the task runs on, as Linux's old ds.c did: per-task buffers, so
+//     records are attributed to the task exactly and a held task's records
+//     never mix with the next task's;
+//   - a CPU context (the catch-all) owns a DsArea per CPU, installed while an
+//     untraced task runs there. Its consumers also see the records of traced
+//     tasks running on that CPU (copied from the task's area at drain).
+//   The hardware configuration of a task is the union of what its consumers
+//   and the CPU's catch-all consumers need (TraceConfig): user-only plus
+//   kernel+user traces both, and each consumer filters by the privilege of
+//   the branch's `from`.
+//
+// Consumers
+//   Each has its own Ring (kernel/ds/ring.h): size, mode (history /
+//   lossless, optionally block), format (fixed / compact), filter, and which
+//   record kinds it wants (BTS, PEBS of one arbiter request, switches).
+//
+// Drain (threshold interrupt, context switch, exit, or on demand)
+//   BTS records carry no time in hardware: a drain stamps them with times
+//   interpolated evenly between the previous drain of that area and now
+//   (resolution = drain interval). PEBS records carry their TSC. BTS and
+//   PEBS are merged by time, translated once to pfm_record (cpu, pid, tid of
+//   the context's task) and copied to every consumer whose filter accepts
+//   them. The drain allocates nothing.
+//
+// Block mode
+//   A lossless `block` consumer never loses: Held(task) turns true while its
+//   ring has less free space than one full drain can write (kBlockReserve
+//   records), and the driver then holds the task (the sim and ptrace drivers
+//   can). A driver that writes anyway makes the consumer count losses.
+//
+// Not thread-safe: the caller (the Kernel facade, under pfmd's kernel lock)
+// serialises every call, hooks included.
+#ifndef PFM_KERNEL_DS_DS_ALLOCATOR_H_
+#define PFM_KERNEL_DS_DS_ALLOCATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kernel/drivers/driver.h"
+#include "kernel/ds/ds_area.h"
+#include "kernel/ds/ring.h"
+#include "kernel/uapi/pfm_error.h"
+#include "kernel/uapi/pfm_uapi.h"
+
+namespace pfm {
+
+using ConsumerId = uint32_t;
+
+// Who held hardware counter `counter` on `cpu` when a PEBS record was
+// written (the arbiter, through the facade): PEBS routing.
+class PebsRouter {
+ public:
+  virtual ~PebsRouter() = default;
+  virtual uint32_t OwnerOf(int cpu, int counter) const = 0;
+};
+
+struct DsLimits {
+  uint32_t task_bts_records = 2048;  // per task context
+  uint32_t task_pebs_records = 64;
+  uint32_t cpu_bts_records = 2048;   // per CPU catch-all area
+  uint32_t cpu_pebs_records = 64;
+  uint32_t min_bts_records = 128;    // a shrunk area never goes below
+  size_t max_consumers_per_context = 64;
+};
+
+// What one consumer wants, beyond the uapi request.
+struct ConsumerParams {
+  pfm_consumer_req req{};
+  uint64_t session = 0;          // owner, for messages and listings
+  uint64_t history_records = 0;  // history mode: records a snapshot returns
+  uint32_t pebs_request = 0;     // arbiter request whose PEBS samples it gets
+  uint64_t pebs_period = 0;      // sample period of that request
+};
+
+struct ConsumerStats {
+  uint64_t records = 0;   // records written into the ring
+  uint64_t lost = 0;      // ring losses + records a blocked ring refused
+  uint64_t overwritten = 0;
+  uint64_t filtered = 0;  // branches its filter rejected
+};
+
+class DsAllocator {
+ public:
+  // Records per drain a block consumer must always have room for.
+  static constexpr uint64_t kBlockReserveSlack = 16;
+
+  DsAllocator(int cpus, const DsLimits& limits);
+  ~DsAllocator();
+  DsAllocator(const DsAllocator&) = delete;
+  DsAllocator& operator=(const DsAllocator&) = delete;
+
+  int cpus() const { return static_cast<int>(cpus_.size()); }
+  const DsLimits& limits() const { return limits_; }
+
+  // Attaches a consumer: creates its ring (sized from req.ring_bytes) and,
+  // if needed, the context and its DS buffers. Returns the consumer id (> 0)
+  // or -EINVAL (bad request, with the field named), -EBUSY (a request that
+  // cannot be reconciled with the context's holders, naming them), -ENOMEM.
+  // Nothing is left allocated on failure.
+  int Attach(const ConsumerParams& params, uint64_t now, ErrorDetail* detail);
+  // Detaches; drains first so the consumer's ring holds everything up to now
+  // (the ring stays mapped by clients that have it). Frees the context when
+  // its last consumer leaves. Safe on unknown ids and twice.
+  void Detach(ConsumerId id, uint64_t now);
+
+  Ring* ring(ConsumerId id) const;
+  int Stats(ConsumerId id, ConsumerStats* out) const;
+  // Bytes of the DS buffers of a context (for memory accounting): the task
+  // context of `pid`, or the catch-all of `cpu` when pid < 0. 0 if none.
+  uint64_t ContextBytes(int32_t pid, int cpu) const;
+  // Shrinks (or grows) a task context's BTS buffer to `bts_records` (never
+  // below limits().min_bts_records): drains it, reallocates, and writes a
+  // RESIZED record to its consumers. Returns the new size in bytes or -errno.
+  int64_t ResizeTaskContext(int32_t pid, uint32_t bts_records, uint64_t now,
+                            ErrorDetail* detail);
+
+  // ---- the hardware side (called through CoreHooks) ----
+  // The area a driver writes for whatever runs on `cpu` now.
+  DsArea* Area(int cpu);
+  // Drains the area installed on `cpu` (threshold interrupt / on demand).
+  void Drain(int cpu, uint64_t now);
+  // Drains an area a driver owns (the ptrace tracer) as `task`'s on `cpu`,
+  // then resets it.
+  void DrainForeign(DsArea& area, TaskId task, int cpu, uint64_t now);
+  // Drains prev's records, emits SWITCH_OUT/IN, installs next's area.
+  void Switch(int cpu, uint64_t now, TaskId prev, TaskId next, bool preempt);
+  // The task exited: EXIT record to its consumers; their rings end (records
+  // stay readable).
+  void TaskExit(TaskId task, uint64_t now, int64_t status);
+  // The task got a fatal signal: history consumers of the task freeze (their
+  // ring ends), so the snapshot shows how it got there.
+  void TaskCrashed(TaskId task, uint64_t now, int signo);
+  // Writes `rec` (stamped by the caller) to the consumers of `task`'s context
+  // (COUNTER updates and other notices).
+  void Notify(int32_t pid, const pfm_record& rec);
+  TraceConfig Config(int cpu, TaskId task) const;
+  bool Held(TaskId task) const;
+
+  void set_pebs_router(const PebsRouter* r) { router_ = r; }
+
+  // Invariant check for tests: every context's consumer list is consistent.
+  bool CheckInvariant(const char** why) const;
+
+ private:
+  struct Consumer;
+  struct Context;
+  struct CpuState;
+
+  Context* TaskContext(int32_t pid) const;
+  void DrainArea(DsArea& area, Context* task_ctx, int cpu, TaskId task,
+                 uint64_t now, uint64_t* last_drain_ns);
+  void Deliver(Consumer* c, const pfm_record& rec);
+  void FanOut(Context* task_ctx, int cpu, const pfm_record& rec);
+  int Reconcile(const ConsumerParams& p, const Context* ctx,
+                ErrorDetail* detail) const;
+  void FreeContextIfEmpty(Context* ctx);
+
+  DsLimits limits_;
+  const PebsRouter* router_ = nullptr;
+  ConsumerId next_id_ = 1;
+  std::map<ConsumerId, std::unique_ptr<Consumer>> consumers_;
+  std::map<int32_t, std::unique_ptr<Context>> tasks_;  // by pid
+  std::vector<std::unique_ptr<CpuState>> cpus_;
+  // An area no one reads, installed when nothing on a CPU is traced, so a
+  // driver that writes anyway never touches freed or foreign memory.
+  std::unique_ptr<DsArea> dummy_;
+};
+
+}  // namespace pfm
+
+#endif  // PFM_KERNEL_DS_DS_ALLOCATOR_H_

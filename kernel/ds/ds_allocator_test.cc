@@ -1,0 +1,396 @@
+#include "kernel/ds/ds_allocator.h"
+
+#include <sys/mman.h>
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pfm {
+namespace {
+
+constexpr uint64_t kUser = 0x401000;
+constexpr uint64_t kKernel = 0xffffffff81000000ull;
+
+class FixedRouter : public PebsRouter {
+ public:
+  uint32_t owner[PFM_DS_MAX_PEBS_COUNTERS] = {};
+  uint32_t OwnerOf(int, int counter) const override {
+    return counter >= 0 && counter < PFM_DS_MAX_PEBS_COUNTERS ? owner[counter]
+                                                              : 0;
+  }
+};
+
+// Plays the driver: writes through the installed area and drains on the
+// threshold interrupt, as the sim and ptrace drivers do.
+class Driver {
+ public:
+  explicit Driver(DsAllocator* ds) : ds_(ds) {}
+  void Branch(int cpu, uint64_t from, uint64_t to, uint64_t now) {
+    pfm_bts_raw r{from, to, PFM_BTS_RAW_PREDICTED};
+    if (ds_->Area(cpu)->WriteBts(r) == DsArea::kInterrupt) ds_->Drain(cpu, now);
+  }
+  void Pebs(int cpu, uint64_t ip, uint64_t counters, uint64_t tsc) {
+    pfm_pebs_raw p{};
+    p.ip = p.eventing_ip = ip;
+    p.applicable_counters = counters;
+    p.tsc = tsc;
+    if (ds_->Area(cpu)->WritePebs(p) == DsArea::kInterrupt) ds_->Drain(cpu, tsc);
+  }
+
+ private:
+  DsAllocator* ds_;
+};
+
+ConsumerParams Task(int32_t pid, pfm_bts_mode bts, uint64_t ring_bytes = 1 << 20,
+                    uint32_t filter = PFM_FILTER_USER) {
+  ConsumerParams p;
+  p.req.ctx_kind = PFM_CTX_TASK;
+  p.req.pid = pid;
+  p.req.bts = bts;
+  p.req.filter = filter;
+  p.req.format = PFM_FORMAT_FIXED;
+  p.req.ring_bytes = ring_bytes;
+  p.session = 1;
+  return p;
+}
+
+std::vector<pfm_record> Records(DsAllocator& ds, int id, uint16_t type = 0) {
+  std::vector<pfm_record> all, out;
+  ds.ring(id)->Snapshot(&all);
+  for (const pfm_record& r : all)
+    if (type == 0 || r.type == type) out.push_back(r);
+  return out;
+}
+
+void ExpectInvariant(const DsAllocator& ds) {
+  const char* why = "";
+  EXPECT_TRUE(ds.CheckInvariant(&why)) << why;
+}
+
+TEST(DsAllocator, HistoryKeepsNewestRecordsInOrder) {
+  DsLimits lim;
+  lim.task_bts_records = 256;
+  DsAllocator ds(2, lim);
+  ConsumerParams p = Task(1000, PFM_BTS_HISTORY);
+  p.history_records = 10;
+  ErrorDetail d;
+  const int id = ds.Attach(p, 0, &d);
+  ASSERT_GT(id, 0) << d.message;
+  Driver drv(&ds);
+  ds.Switch(0, 100, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  for (uint64_t i = 0; i < 5000; ++i) drv.Branch(0, kUser + i * 16, kUser + i * 16 + 8, 100 + i);
+  ds.Switch(0, 6000, TaskId{1000, 1000}, TaskId{0, 0}, false);
+  std::vector<pfm_record> b = Records(ds, id, PFM_REC_BRANCH);
+  ASSERT_EQ(b.size(), 10u);
+  for (int k = 0; k < 10; ++k) {
+    EXPECT_EQ(b[k].u.branch.from, kUser + (4990 + k) * 16);
+    EXPECT_EQ(b[k].pid, 1000u);
+    if (k) {
+      EXPECT_GE(b[k].time, b[k - 1].time);
+    }
+  }
+  ExpectInvariant(ds);
+}
+
+TEST(DsAllocator, DebuggerAndProfilerShareOneTask) {
+  DsLimits lim;
+  lim.task_bts_records = 128;
+  DsAllocator ds(1, lim);
+  ConsumerParams dbg = Task(1000, PFM_BTS_HISTORY);
+  dbg.history_records = 50;
+  const int d_id = ds.Attach(dbg, 0, nullptr);
+  const int p_id = ds.Attach(Task(1000, PFM_BTS_LOSSLESS, 1 << 20), 0, nullptr);
+  ASSERT_GT(d_id, 0);
+  ASSERT_GT(p_id, 0);
+  Driver drv(&ds);
+  ds.Switch(0, 10, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  for (uint64_t i = 0; i < 3000; ++i) drv.Branch(0, kUser + i, kUser + i + 100, 10 + i);
+  ds.Drain(0, 4000);
+  EXPECT_EQ(Records(ds, d_id, PFM_REC_BRANCH).size(), 50u);
+  std::vector<pfm_record> all = Records(ds, p_id, PFM_REC_BRANCH);
+  ASSERT_EQ(all.size(), 3000u);
+  for (uint64_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i].u.branch.from, kUser + i);
+  ConsumerStats st;
+  ASSERT_EQ(ds.Stats(p_id, &st), 0);
+  EXPECT_EQ(st.lost, 0u);
+}
+
+TEST(DsAllocator, UserOnlyConsumerNeverSeesKernelFrom) {
+  DsAllocator ds(1, DsLimits{});
+  const int user = ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 0, nullptr);
+  const int all = ds.Attach(Task(1000, PFM_BTS_LOSSLESS, 1 << 20, PFM_FILTER_ALL), 0, nullptr);
+  ASSERT_GT(user, 0);
+  ASSERT_GT(all, 0);
+  TraceConfig tc = ds.Config(0, TaskId{1000, 1000});
+  EXPECT_TRUE(tc.bts_user);
+  EXPECT_TRUE(tc.bts_kernel);  // the union: trace both, filter per consumer
+  Driver drv(&ds);
+  ds.Switch(0, 1, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  for (int i = 0; i < 100; ++i) drv.Branch(0, i % 3 ? kUser + i : kKernel + i, kUser, 2 + i);
+  ds.Drain(0, 200);
+  int kernel_seen = 0;
+  for (const pfm_record& r : Records(ds, user, PFM_REC_BRANCH)) {
+    EXPECT_LT(r.u.branch.from, kKernel);
+    EXPECT_FALSE(r.misc & PFM_MISC_BRANCH_KERNEL_FROM);
+  }
+  for (const pfm_record& r : Records(ds, all, PFM_REC_BRANCH))
+    kernel_seen += (r.misc & PFM_MISC_BRANCH_KERNEL_FROM) ? 1 : 0;
+  EXPECT_EQ(kernel_seen, 34);
+  EXPECT_EQ(Records(ds, user, PFM_REC_BRANCH).size(), 66u);
+}
+
+TEST(DsAllocator, CatchAllSeesEveryTaskWithSwitchesBetween) {
+  DsAllocator ds(2, DsLimits{});
+  ConsumerParams p;
+  p.req.ctx_kind = PFM_CTX_CPU;
+  p.req.cpu = 1;
+  p.req.bts = PFM_BTS_LOSSLESS;
+  p.req.filter = PFM_FILTER_ALL;
+  p.req.format = PFM_FORMAT_FIXED;
+  p.req.flags = PFM_CONSUMER_SWITCHES;
+  p.req.ring_bytes = 1 << 20;
+  const int cpu = ds.Attach(p, 0, nullptr);
+  ASSERT_GT(cpu, 0);
+  // Task 1001 is traced by its own consumer too: the catch-all still sees it.
+  const int t = ds.Attach(Task(1001, PFM_BTS_LOSSLESS), 0, nullptr);
+  ASSERT_GT(t, 0);
+  Driver drv(&ds);
+  uint64_t now = 10;
+  TaskId prev{0, 0};
+  for (int round = 0; round < 6; ++round) {
+    TaskId next{1000 + round % 2, 1000 + round % 2};
+    ds.Switch(1, now, prev, next, round % 2 == 0);
+    for (int i = 0; i < 5; ++i) drv.Branch(1, kUser + next.pid, kUser, ++now);
+    prev = next;
+    now += 10;
+  }
+  ds.Switch(1, now, prev, TaskId{0, 0}, false);
+  std::vector<pfm_record> recs = Records(ds, cpu);
+  int branches[2] = {0, 0};
+  int32_t running = 0;
+  for (const pfm_record& r : recs) {
+    if (r.type == PFM_REC_SWITCH_IN) running = r.pid;
+    if (r.type == PFM_REC_SWITCH_OUT) {
+      EXPECT_EQ(static_cast<int32_t>(r.pid), running);
+      running = 0;
+    }
+    if (r.type == PFM_REC_BRANCH) {
+      EXPECT_EQ(static_cast<int32_t>(r.pid), running) << "branch outside its task's switch-in";
+      EXPECT_EQ(r.u.branch.from, kUser + r.pid);
+      ++branches[r.pid - 1000];
+    }
+  }
+  EXPECT_EQ(branches[0], 15);
+  EXPECT_EQ(branches[1], 15);
+  EXPECT_EQ(Records(ds, t, PFM_REC_BRANCH).size(), 15u);
+  EXPECT_EQ(Records(ds, cpu, PFM_REC_SWITCH_IN).size(), 6u);
+  EXPECT_EQ(Records(ds, cpu, PFM_REC_SWITCH_OUT).size(), 6u);
+  ExpectInvariant(ds);
+}
+
+TEST(DsAllocator, LosslessCountsLossesWhenReaderFallsBehind) {
+  DsLimits lim;
+  lim.task_bts_records = 64;
+  DsAllocator ds(1, lim);
+  const int id = ds.Attach(Task(1000, PFM_BTS_LOSSLESS, 8192), 0, nullptr);
+  ASSERT_GT(id, 0);
+  Driver drv(&ds);
+  ds.Switch(0, 1, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  for (int i = 0; i < 1000; ++i) drv.Branch(0, kUser + i, kUser, 2 + i);
+  ds.Drain(0, 2000);
+  ConsumerStats st;
+  ASSERT_EQ(ds.Stats(id, &st), 0);
+  EXPECT_GT(st.lost, 0u);
+  // Nothing silently disappears: written + lost accounts for every branch.
+  const size_t written = Records(ds, id, PFM_REC_BRANCH).size();
+  EXPECT_EQ(written + st.lost, 1000u);
+}
+
+TEST(DsAllocator, BlockConsumerHoldsTaskInsteadOfLosing) {
+  DsLimits lim;
+  lim.task_bts_records = 64;
+  lim.task_pebs_records = 8;
+  DsAllocator ds(1, lim);
+  ConsumerParams p = Task(1000, PFM_BTS_LOSSLESS, 64 << 10);
+  p.req.flags = PFM_CONSUMER_BLOCK;
+  ErrorDetail d;
+  const int id = ds.Attach(p, 0, &d);
+  ASSERT_GT(id, 0) << d.message;
+  Ring* ring = ds.ring(id);
+  void* map = mmap(nullptr, PFM_RING_HEADER_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_SHARED, ring->fd(), 0);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* hdr = static_cast<pfm_ring_header*>(map);
+  Driver drv(&ds);
+  ds.Switch(0, 1, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  uint64_t written = 0, held_times = 0;
+  // The driver obeys Held: it stops writing when held; the "reader" then
+  // frees the ring (tail = head) and the task runs again.
+  for (int step = 0; step < 200; ++step) {
+    if (ds.Held(TaskId{1000, 1000})) {
+      ++held_times;
+      __atomic_store_n(&hdr->tail, __atomic_load_n(&hdr->head, __ATOMIC_ACQUIRE),
+                       __ATOMIC_RELEASE);
+      continue;
+    }
+    for (int i = 0; i < 64; ++i, ++written) drv.Branch(0, kUser + written, kUser, 10 + written);
+  }
+  ds.Drain(0, 100000);
+  ConsumerStats st;
+  ASSERT_EQ(ds.Stats(id, &st), 0);
+  EXPECT_GT(held_times, 0u);
+  EXPECT_EQ(st.lost, 0u);
+  EXPECT_EQ(st.records, written);
+  munmap(map, PFM_RING_HEADER_BYTES);
+}
+
+TEST(DsAllocator, RefusesBlockRingTooSmallForOneDrain) {
+  DsAllocator ds(1, DsLimits{});
+  ConsumerParams p = Task(1000, PFM_BTS_LOSSLESS, 8192);
+  p.req.flags = PFM_CONSUMER_BLOCK;
+  ErrorDetail d;
+  EXPECT_EQ(ds.Attach(p, 0, &d), -EINVAL);
+  EXPECT_NE(std::string(d.message).find("block ring needs at least"), std::string::npos);
+  EXPECT_EQ(ds.ContextBytes(1000, -1), 0u) << "nothing half-allocated";
+}
+
+TEST(DsAllocator, PebsRoutedToTheEventThatHeldTheCounter) {
+  DsAllocator ds(1, DsLimits{});
+  FixedRouter router;
+  router.owner[0] = 7;
+  router.owner[1] = 9;
+  ds.set_pebs_router(&router);
+  ConsumerParams a = Task(1000, PFM_BTS_LOSSLESS);
+  a.pebs_request = 7;
+  a.pebs_period = 1000;
+  ConsumerParams b = Task(1000, PFM_BTS_OFF);
+  b.pebs_request = 9;
+  b.pebs_period = 5000;
+  const int ia = ds.Attach(a, 0, nullptr);
+  const int ib = ds.Attach(b, 0, nullptr);
+  ASSERT_GT(ia, 0);
+  ASSERT_GT(ib, 0);
+  TraceConfig tc = ds.Config(0, TaskId{1000, 1000});
+  EXPECT_EQ(tc.pebs_counters, 3u);
+  EXPECT_EQ(tc.pebs_reset[0], 1000u);
+  EXPECT_EQ(tc.pebs_reset[1], 5000u);
+  Driver drv(&ds);
+  ds.Switch(0, 100, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  for (int i = 0; i < 10; ++i) {
+    drv.Branch(0, kUser + i, kUser, 0);
+    drv.Pebs(0, 0x500000 + i, i % 2 ? 2 : 1, 100 + 10 * i + 5);
+  }
+  ds.Drain(0, 300);
+  std::vector<pfm_record> ra = Records(ds, ia), rb = Records(ds, ib);
+  int pa = 0;
+  for (size_t k = 0; k < ra.size(); ++k) {
+    if (k) {
+      EXPECT_GE(ra[k].time, ra[k - 1].time) << "BTS and PEBS interleave by time";
+    }
+    if (ra[k].type == PFM_REC_PEBS) {
+      EXPECT_EQ(ra[k].u.pebs.event, 7u);
+      ++pa;
+    }
+  }
+  EXPECT_EQ(pa, 5);
+  ASSERT_EQ(rb.size(), 5u);
+  for (const pfm_record& r : rb) {
+    EXPECT_EQ(r.type, PFM_REC_PEBS);
+    EXPECT_EQ(r.u.pebs.event, 9u);
+    EXPECT_EQ(r.u.pebs.counter, 1u);
+  }
+}
+
+TEST(DsAllocator, AttachAndDetachWhileRecordsFlow) {
+  DsLimits lim;
+  lim.task_bts_records = 32;
+  DsAllocator ds(2, lim);
+  Driver drv(&ds);
+  ds.Switch(0, 1, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  std::vector<int> ids;
+  uint64_t now = 2;
+  for (int round = 0; round < 50; ++round) {
+    if (round % 3 == 0) {
+      const int id = ds.Attach(Task(1000, PFM_BTS_LOSSLESS, 64 << 10), now, nullptr);
+      ASSERT_GT(id, 0);
+      ids.push_back(id);
+    }
+    if (round % 5 == 4 && !ids.empty()) {
+      ds.Detach(ids.front(), now);
+      ds.Detach(ids.front(), now);  // twice is safe
+      ids.erase(ids.begin());
+    }
+    for (int i = 0; i < 40; ++i) drv.Branch(0, kUser + i, kUser, ++now);
+    ExpectInvariant(ds);
+  }
+  for (int id : ids) ds.Detach(id, now);
+  EXPECT_EQ(ds.ContextBytes(1000, -1), 0u);
+  // With no consumer left, the task's writes go nowhere harmful.
+  for (int i = 0; i < 1000; ++i) drv.Branch(0, kUser, kUser, ++now);
+  ExpectInvariant(ds);
+}
+
+TEST(DsAllocator, ExitEndsRingsWithRecordsReadable) {
+  DsAllocator ds(1, DsLimits{});
+  const int id = ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 0, nullptr);
+  Driver drv(&ds);
+  ds.Switch(0, 1, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  for (int i = 0; i < 10; ++i) drv.Branch(0, kUser + i, kUser, 2 + i);
+  ds.Switch(0, 20, TaskId{1000, 1000}, TaskId{0, 0}, false);
+  ds.TaskExit(TaskId{1000, 1000}, 21, 0);
+  std::vector<pfm_record> r = Records(ds, id);
+  ASSERT_FALSE(r.empty());
+  EXPECT_EQ(r.back().type, PFM_REC_EXIT);
+  EXPECT_EQ(Records(ds, id, PFM_REC_BRANCH).size(), 10u);
+  ErrorDetail d;
+  EXPECT_EQ(ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 22, &d), -ESRCH);
+}
+
+TEST(DsAllocator, RefusesBadRequestsNamingTheField) {
+  DsAllocator ds(2, DsLimits{});
+  ErrorDetail d;
+  ConsumerParams p = Task(1000, PFM_BTS_LOSSLESS);
+  p.req.filter = 9;
+  EXPECT_EQ(ds.Attach(p, 0, &d), -EINVAL);
+  EXPECT_NE(std::string(d.message).find("filter"), std::string::npos);
+  p = Task(1000, PFM_BTS_LOSSLESS);
+  p.req.ctx_kind = PFM_CTX_CPU;
+  p.req.cpu = 5;
+  EXPECT_EQ(ds.Attach(p, 0, &d), -EINVAL);
+  EXPECT_NE(std::string(d.message).find("cpu 5"), std::string::npos);
+  p = Task(1000, PFM_BTS_HISTORY);
+  p.history_records = 0;
+  EXPECT_EQ(ds.Attach(p, 0, &d), -EINVAL);
+  ExpectInvariant(ds);
+}
+
+TEST(DsAllocator, RefusesConsumerBeyondContextLimitNamingHolders) {
+  DsLimits lim;
+  lim.max_consumers_per_context = 2;
+  DsAllocator ds(1, lim);
+  ConsumerParams p = Task(1000, PFM_BTS_LOSSLESS, 8192);
+  p.session = 4;
+  ASSERT_GT(ds.Attach(p, 0, nullptr), 0);
+  p.session = 5;
+  ASSERT_GT(ds.Attach(p, 0, nullptr), 0);
+  ErrorDetail d;
+  EXPECT_EQ(ds.Attach(p, 0, &d), -EBUSY);
+  EXPECT_NE(std::string(d.message).find("sessions 4, 5"), std::string::npos) << d.message;
+}
+
+TEST(DsAllocator, ResizeWritesResizedNotice) {
+  DsAllocator ds(1, DsLimits{});
+  const int id = ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 0, nullptr);
+  const uint64_t before = ds.ContextBytes(1000, -1);
+  const int64_t after = ds.ResizeTaskContext(1000, 256, 5, nullptr);
+  ASSERT_GT(after, 0);
+  EXPECT_LT(static_cast<uint64_t>(after), before);
+  std::vector<pfm_record> r = Records(ds, id, PFM_REC_RESIZED);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].u.resized.old_bytes, before);
+  EXPECT_EQ(r[0].u.resized.new_bytes, static_cast<uint64_t>(after));
+}
+
+}  // namespace
+}  // namespace pfm
