@@ -1,0 +1,193 @@
+// PmuArbiter: who may use the PMU's counters and debug registers, and when.
+//
+// Requests (struct pfm_pmu_req) ask for one hardware counter or one debug
+// register in a context: a task (counts only while that task runs) or a CPU
+// (counts whatever runs there). On a CPU, the hardware holds at once the
+// CPU context's requests and the running task's requests.
+//
+// - Pinned requests (PFM_REQ_PINNED or PFM_REQ_NO_MULTIPLEX) are on the
+//   hardware whenever their context is active. Add admits one only if that
+//   can be guaranteed on every CPU; otherwise it returns -ENOSPC with a
+//   message naming the resource and its holders, and changes nothing.
+// - Flexible requests are always admitted and multiplexed: free slots are
+//   dealt round-robin across sessions (max-min fair between sessions, not
+//   between events), rotating at most once per mux interval per CPU and only
+//   when oversubscribed. Breakpoints are multiplexed too, beyond the debug
+//   registers pinned ones leave free.
+// - Every request reports value, time_enabled, time_running and a scaled
+//   estimate; a request that never ran is "not counted", never 0.
+//
+// This is a pure library: no OS calls, no threads, no clock of its own. Every
+// call that depends on time carries `now` (ns on the driver's clock,
+// non-decreasing per CPU). SwitchIn, SwitchOut and Tick do O(slots) work
+// regardless of how many flexible requests wait (see work_units()); they do
+// not allocate. Add/Remove/Describe are the control path and may allocate.
+//
+// Thread-safety: none. The caller (the kernel facade) serialises all calls.
+// Policy details: docs/arbiter.md.
+#ifndef PFM_KERNEL_PMU_ARBITER_ARBITER_H_
+#define PFM_KERNEL_PMU_ARBITER_ARBITER_H_
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kernel/drivers/driver.h"
+#include "kernel/uapi/pfm_error.h"
+#include "kernel/uapi/pfm_uapi.h"
+
+namespace pfm {
+
+using RequestId = uint32_t;  // > 0; 0 means "none"
+
+// Hardware counter numbering shared with drivers (ScheduledCounter::counter):
+// GP counters are 0..gp_counters-1, fixed counter i is kFixedCounterBase + i.
+inline constexpr int kFixedCounterBase = 32;
+inline constexpr uint64_t kDefaultMuxIntervalNs = 4'000'000;  // 4 ms
+
+class PmuArbiter {
+ public:
+  static constexpr int kLabelBytes = 48;
+
+  // `m` gives the shape: cpus (> 0), gp_counters and fixed_counters (each
+  // clamped to 32), pebs_counter_mask (restricted to the GP counters) and
+  // debug_registers (clamped to 32). `mux_interval_ns` > 0 (the caller's
+  // default is kDefaultMuxIntervalNs).
+  PmuArbiter(const MachineInfo& m, uint64_t mux_interval_ns);
+  ~PmuArbiter();
+  PmuArbiter(const PmuArbiter&) = delete;
+  PmuArbiter& operator=(const PmuArbiter&) = delete;
+
+  // Admission. Returns a RequestId (> 0) or a negative errno, with `d` (may be
+  // null) filled with one sentence:
+  //   -EINVAL      bad kind/flags/context, pid <= 0, cpu out of range, bad
+  //                breakpoint type/length/alignment/address range, or a perf
+  //                type that needs no PMU counter (software, tracepoint);
+  //   -EOPNOTSUPP  the machine has no resource that could ever serve it
+  //                (no debug registers, no PEBS-capable counter, no counter);
+  //   -ENOSPC      pinned/no_multiplex and not always schedulable; the
+  //                message names the resource, the context(s) and holders.
+  // Flexible requests are always admitted (they wait for a slot). `session`
+  // owns the request (fair share, holder names); `label` (copied, truncated
+  // to kLabelBytes-1, may be null) names it in messages and Describe. A new
+  // request reaches the hardware at the next SwitchIn or Tick of its CPU.
+  int Add(const pfm_pmu_req& req, uint64_t session, const char* label,
+          uint64_t now, ErrorDetail* d);
+  // Frees the request and its slot at once (the next SwitchIn/Tick may fill
+  // the slot). Safe on unknown ids and twice. The id's reading is gone.
+  void Remove(RequestId id, uint64_t now);
+  void RemoveSession(uint64_t session, uint64_t now);
+
+  // Scheduling, per CPU. `cpu` out of range is ignored (Scheduled* return
+  // -EINVAL). A task context is on the hardware of at most one CPU at a
+  // time: a second CPU switching in the same pid (another thread) gets only
+  // its CPU context until the first CPU switches the pid out; then the
+  // context moves to it at once.
+  void SwitchOut(int cpu, uint64_t now);  // the running task's requests off
+  // `task` (pid 0 = idle) starts: installs the pinned requests and the
+  // current flexible round of the CPU context and the task context. Implies
+  // SwitchOut of a task still switched in.
+  void SwitchIn(int cpu, TaskId task, uint64_t now);
+  // The mux timer: if this CPU is oversubscribed and a mux interval passed
+  // since its last rotation, rotates flexible requests; if requests were
+  // added/removed for its contexts, refills its slots.
+  void Tick(int cpu, uint64_t now);
+
+  // Counters on the hardware of `cpu` now (fixed first, then GP, by index);
+  // writes at most `max`, returns how many were written.
+  int Scheduled(int cpu, ScheduledCounter* out, int max) const;
+  // out_by_slot[debug_registers]: the request in each debug register, 0 =
+  // free. Returns the number of occupied registers.
+  int ScheduledBreakpoints(int cpu, RequestId* out_by_slot) const;
+  // Holder of hardware counter `counter` on `cpu` now (PEBS routing), or 0.
+  RequestId OnCounter(int cpu, int counter) const;
+  // Adds what a scheduled counter counted. Unknown ids are ignored (a count
+  // may race with Remove). No allocation.
+  void AddCount(RequestId id, uint64_t delta);
+
+  struct Reading {
+    bool counted = false;  // false: never on hardware (time_running == 0)
+    uint64_t value = 0;
+    uint64_t time_enabled = 0;  // context active since the request was added
+    uint64_t time_running = 0;  // on hardware
+    double ratio = 0;           // running / enabled (0 when not counted)
+    double scaled = 0;          // value * enabled / running (0 if not counted)
+  };
+  // Exact at any `now` (includes the interval in progress). -ENOENT if the
+  // id is unknown or removed.
+  int Read(RequestId id, uint64_t now, Reading* out) const;
+
+  struct Holder {
+    int cpu;      // CPU context's cpu; -1 for a task context
+    int32_t pid;  // task context's pid; -1 for a CPU context
+    bool breakpoint;
+    char slot[8];  // "gp3", "fixed0", "dr1", or "-" while waiting
+    int on_cpu;    // where it is on hardware now, -1 if waiting
+    RequestId id;
+    uint64_t session;
+    char label[kLabelBytes];
+    bool pinned;
+    bool on_hw;
+    double ratio;  // < 0: not counted yet
+  };
+  // Every request, ordered by id ("who is using the PMU?"). Control path.
+  void Describe(uint64_t now, std::vector<Holder>* out) const;
+
+  // Scheduling work done so far: slots cleared and filled, pinned requests
+  // visited, rotation-cursor steps. Lets tests check O(slots) switches.
+  uint64_t work_units() const { return work_units_; }
+
+  int gp_counters() const { return n_gp_; }
+  int fixed_counters() const { return n_fixed_; }
+  int debug_registers() const { return n_dr_; }
+
+ private:
+  struct Request;
+  struct SessionQueue;
+  struct Pool;
+  struct Context;
+  struct Cpu;
+  struct Demand;
+
+  int Validate(const pfm_pmu_req& req, ErrorDetail* d) const;
+  int FixedCounterFor(uint32_t type, uint64_t config) const;
+  int AdmitPinned(const pfm_pmu_req& req, const Request& r, ErrorDetail* d);
+  int Refuse(int cls_kind, const Demand& held, const Context* cpu_ctx,
+             const Context* task_ctx, ErrorDetail* d) const;
+  Context* FindContext(const pfm_pmu_req& req) const;
+  Context* GetOrCreateContext(const pfm_pmu_req& req, uint64_t now);
+  void MaybeDeleteContext(Context* c);
+  void MarkDirty(const Context* c);
+
+  uint64_t CtxNow(const Context& c, uint64_t now) const;
+  void PutOn(Cpu& cpu, int cpu_index, Request* r, int slot, uint64_t now);
+  void TakeOff(Request* r, uint64_t now);
+  int FindFreeCounter(const Cpu& cpu, const Request& r) const;
+  int FindFreeDr(const Cpu& cpu) const;
+  void Rebuild(int cpu_index, uint64_t now);
+  void InstallPinned(int cpu_index, uint64_t now);
+  void DealClass(int cpu_index, int cls, uint64_t now);
+  Request* NextCandidate(Pool& p);
+  void Rotate(Pool& p);
+
+  int cpus_;
+  int n_gp_;
+  int n_fixed_;
+  int n_dr_;
+  uint32_t gp_mask_;
+  uint32_t pebs_mask_;
+  uint64_t mux_interval_ns_;
+
+  RequestId next_id_ = 1;
+  uint64_t deal_stamp_ = 0;
+  uint64_t work_units_ = 0;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::unordered_map<int32_t, std::unique_ptr<Context>> tasks_;
+  std::vector<std::unique_ptr<Context>> cpu_ctx_;  // [cpus_], null if none
+  std::vector<std::unique_ptr<Cpu>> cpu_;          // [cpus_]
+};
+
+}  // namespace pfm
+
+#endif  // PFM_KERNEL_PMU_ARBITER_ARBITER_H_
