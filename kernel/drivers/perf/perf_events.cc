@@ -1,0 +1,345 @@
+#include "kernel/drivers/perf/perf_events.h"
+
+#include <linux/hw_breakpoint.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+namespace pfm {
+namespace {
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+int Paranoid() {
+  const std::string s = FirstLine("/proc/sys/kernel/perf_event_paranoid");
+  return s.empty() ? -100 : std::atoi(s.c_str());
+}
+
+int NoCpuPmu(const PerfCaps& caps, const char* what, ErrorDetail* d) {
+  return SetError(d, -EOPNOTSUPP,
+                  "%s not supported on this machine (no 'cpu' PMU in %s)", what,
+                  caps.devices_dir.c_str());
+}
+
+bool PowerOfTwo(uint32_t n) { return n != 0 && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+int ProbePerfCaps(const std::string& devices_dir, PerfCaps* out,
+                  ErrorDetail* d) {
+  if (out == nullptr) return SetError(d, -EINVAL, "ProbePerfCaps needs an output");
+  if (!IsDir(devices_dir))
+    return SetError(d, -ENOENT, "%s does not exist: no perf_events on this kernel",
+                    devices_dir.c_str());
+  PerfCaps c;
+  c.devices_dir = devices_dir;
+  const std::string base = devices_dir + "/";
+  if (IsDir(base + "cpu")) {
+    c.cpu_pmu = true;
+    c.cpu_pmu_name = "cpu";
+  } else if (IsDir(base + "cpu_core")) {
+    c.cpu_pmu = true;
+    c.cpu_pmu_name = "cpu_core";
+  }
+  if (c.cpu_pmu) {
+    const std::string mp = FirstLine(base + c.cpu_pmu_name + "/caps/max_precise");
+    c.max_precise = mp.empty() ? 0 : std::atoi(mp.c_str());
+  }
+  c.intel_bts = IsDir(base + "intel_bts");
+  c.software = IsDir(base + "software");
+  c.breakpoint = IsDir(base + "breakpoint");
+  *out = c;
+  return 0;
+}
+
+PerfEvent& PerfEvent::operator=(PerfEvent&& o) noexcept {
+  if (this != &o) {
+    Close();
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+void PerfEvent::Close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+int PerfEvent::Read(PerfCount* out, ErrorDetail* d) const {
+  if (fd_ < 0) return SetError(d, -EBADF, "perf event is not open");
+  uint64_t v[3];
+  ssize_t n;
+  do {
+    n = ::read(fd_, v, sizeof(v));
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return SetError(d, -errno, "reading perf event failed: %s", strerror(errno));
+  if (n != static_cast<ssize_t>(sizeof(v)))
+    return SetError(d, -EIO, "perf event read returned %zd bytes, expected 24", n);
+  out->value = v[0];
+  out->time_enabled = v[1];
+  out->time_running = v[2];
+  return 0;
+}
+
+int PerfEvent::Enable(ErrorDetail* d) {
+  if (fd_ < 0 || ioctl(fd_, PERF_EVENT_IOC_ENABLE, 0) != 0)
+    return SetError(d, fd_ < 0 ? -EBADF : -errno, "enabling perf event failed");
+  return 0;
+}
+
+int PerfEvent::Disable(ErrorDetail* d) {
+  if (fd_ < 0 || ioctl(fd_, PERF_EVENT_IOC_DISABLE, 0) != 0)
+    return SetError(d, fd_ < 0 ? -EBADF : -errno, "disabling perf event failed");
+  return 0;
+}
+
+int OpenPerfEvent(const perf_event_attr& in, PerfTarget t, const char* what,
+                  PerfEvent* out, ErrorDetail* d) {
+  if (out == nullptr) return SetError(d, -EINVAL, "%s: no output event", what);
+  if (t.pid < 0 && t.cpu < 0)
+    return SetError(d, -EINVAL, "%s: target needs a pid or a cpu", what);
+  if (t.pid < -1 || t.cpu < -1)
+    return SetError(d, -EINVAL, "%s: bad target pid %d cpu %d", what, t.pid, t.cpu);
+  perf_event_attr attr = in;
+  attr.size = sizeof(attr);
+  attr.read_format |=
+      PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+  const long fd = syscall(SYS_perf_event_open, &attr, t.pid, t.cpu, -1,
+                          PERF_FLAG_FD_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    switch (e) {
+      case ENOSPC:
+        return SetError(d, -ENOSPC,
+                        "%s: the kernel has no free slot for it (ENOSPC; "
+                        "breakpoints: x86 has 4 debug registers per task)",
+                        what);
+      case EACCES:
+      case EPERM:
+        return SetError(d, -e,
+                        "%s: not permitted (perf_event_paranoid=%d; needs "
+                        "CAP_PERFMON, root, or a lower paranoid level)",
+                        what, Paranoid());
+      case ESRCH:
+        return SetError(d, -ESRCH, "%s: no such task %d", what, t.pid);
+      default:
+        return SetError(d, -e, "%s: perf_event_open failed: %s", what,
+                        strerror(e));
+    }
+  }
+  out->Close();
+  out->fd_ = static_cast<int>(fd);
+  return 0;
+}
+
+int SoftwareEventByName(const std::string& name, uint64_t* config) {
+  static const struct {
+    const char* name;
+    uint64_t config;
+  } kNames[] = {
+      {"cpu-clock", PERF_COUNT_SW_CPU_CLOCK},
+      {"task-clock", PERF_COUNT_SW_TASK_CLOCK},
+      {"page-faults", PERF_COUNT_SW_PAGE_FAULTS},
+      {"faults", PERF_COUNT_SW_PAGE_FAULTS},
+      {"context-switches", PERF_COUNT_SW_CONTEXT_SWITCHES},
+      {"cs", PERF_COUNT_SW_CONTEXT_SWITCHES},
+      {"cpu-migrations", PERF_COUNT_SW_CPU_MIGRATIONS},
+      {"migrations", PERF_COUNT_SW_CPU_MIGRATIONS},
+      {"minor-faults", PERF_COUNT_SW_PAGE_FAULTS_MIN},
+      {"major-faults", PERF_COUNT_SW_PAGE_FAULTS_MAJ},
+      {"alignment-faults", PERF_COUNT_SW_ALIGNMENT_FAULTS},
+      {"emulation-faults", PERF_COUNT_SW_EMULATION_FAULTS},
+      {"dummy", PERF_COUNT_SW_DUMMY},
+  };
+  for (const auto& n : kNames) {
+    if (name == n.name) {
+      *config = n.config;
+      return 0;
+    }
+  }
+  return -ENOENT;
+}
+
+int OpenSoftwareCounter(PerfTarget target, uint64_t config, PerfEvent* out,
+                        ErrorDetail* d) {
+  if (config >= PERF_COUNT_SW_MAX)
+    return SetError(d, -EINVAL, "unknown software event %llu",
+                    (unsigned long long)config);
+  perf_event_attr attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = config;
+  return OpenPerfEvent(attr, target, "software counter", out, d);
+}
+
+int OpenHardwareCounter(const PerfCaps& caps, PerfTarget target, uint32_t type,
+                        uint64_t config, PerfEvent* out, ErrorDetail* d) {
+  if (type != PERF_TYPE_HARDWARE && type != PERF_TYPE_RAW)
+    return SetError(d, -EINVAL, "hardware counter type must be HARDWARE or RAW");
+  if (!caps.cpu_pmu) return NoCpuPmu(caps, "hardware counters", d);
+  perf_event_attr attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.type = type;
+  attr.config = config;
+  return OpenPerfEvent(attr, target, "hardware counter", out, d);
+}
+
+int OpenBreakpoint(const PerfCaps& caps, PerfTarget target, uint64_t addr,
+                   uint32_t len, uint32_t bp_type, PerfEvent* out,
+                   ErrorDetail* d) {
+  if (!caps.breakpoint)
+    return SetError(d, -EOPNOTSUPP,
+                    "hardware breakpoints not supported on this machine (no "
+                    "'breakpoint' PMU in %s)",
+                    caps.devices_dir.c_str());
+  const uint32_t kinds = HW_BREAKPOINT_R | HW_BREAKPOINT_W | HW_BREAKPOINT_X;
+  if (bp_type == 0 || (bp_type & ~kinds) != 0 ||
+      ((bp_type & HW_BREAKPOINT_X) && bp_type != HW_BREAKPOINT_X))
+    return SetError(d, -EINVAL, "breakpoint type must be r, w, rw or x");
+  if (bp_type == HW_BREAKPOINT_R)
+    return SetError(d, -EINVAL,
+                    "x86 debug registers cannot watch reads only; use rw");
+  if (bp_type == HW_BREAKPOINT_X ? len != sizeof(long)
+                                 : (len != 1 && len != 2 && len != 4 && len != 8))
+    return SetError(d, -EINVAL, "breakpoint length %u is not valid for its type",
+                    len);
+  if (addr % len != 0)
+    return SetError(d, -EINVAL, "breakpoint address 0x%llx is not %u-aligned",
+                    (unsigned long long)addr, len);
+  perf_event_attr attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.type = PERF_TYPE_BREAKPOINT;
+  attr.bp_type = bp_type;
+  attr.bp_addr = addr;
+  attr.bp_len = len;
+  attr.sample_period = 1;
+  attr.pinned = 1;
+  attr.exclude_kernel = 1;
+  attr.exclude_hv = 1;
+  return OpenPerfEvent(attr, target, "breakpoint", out, d);
+}
+
+PerfSampler::~PerfSampler() {
+  if (map_ != nullptr) munmap(map_, map_len_);
+}
+
+int PerfSampler::Open(const perf_event_attr& attr, PerfTarget target,
+                      const char* what, uint32_t data_pages,
+                      std::unique_ptr<PerfSampler>* out, ErrorDetail* d) {
+  if (out == nullptr) return SetError(d, -EINVAL, "%s: no output", what);
+  if (!PowerOfTwo(data_pages) || data_pages > (1u << 16))
+    return SetError(d, -EINVAL, "%s: ring must be 2^n data pages (got %u)",
+                    what, data_pages);
+  std::unique_ptr<PerfSampler> s(new PerfSampler());
+  int rc = OpenPerfEvent(attr, target, what, &s->event_, d);
+  if (rc < 0) return rc;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  s->map_len_ = page * (1 + size_t{data_pages});
+  void* m = mmap(nullptr, s->map_len_, PROT_READ | PROT_WRITE, MAP_SHARED,
+                 s->event_.fd(), 0);
+  if (m == MAP_FAILED) {
+    const int e = errno;
+    return SetError(d, -e,
+                    "%s: mapping its %zu-byte ring failed: %s%s", what,
+                    s->map_len_, strerror(e),
+                    e == EPERM ? " (over perf_event_mlock_kb?)" : "");
+  }
+  s->map_ = m;
+  s->sample_type_ = attr.sample_type;
+  rc = s->reader_.Init(m, s->map_len_, attr.sample_type, attr.sample_id_all, d);
+  if (rc < 0) return rc;
+  *out = std::move(s);
+  return 0;
+}
+
+int PerfSampler::OpenSwitchWatcher(PerfTarget target, uint32_t data_pages,
+                                   std::unique_ptr<PerfSampler>* out,
+                                   ErrorDetail* d) {
+  perf_event_attr attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_DUMMY;
+  attr.context_switch = 1;
+  attr.sample_id_all = 1;
+  attr.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
+  attr.use_clockid = 1;
+  attr.clockid = CLOCK_MONOTONIC;
+  return Open(attr, target, "switch watcher", data_pages, out, d);
+}
+
+int PerfSampler::OpenPebs(const PerfCaps& caps, PerfTarget target,
+                          uint32_t type, uint64_t config, uint64_t period,
+                          int precise_ip, uint32_t data_pages,
+                          std::unique_ptr<PerfSampler>* out, ErrorDetail* d) {
+  if (!caps.cpu_pmu) return NoCpuPmu(caps, "PEBS", d);
+  if (caps.max_precise <= 0)
+    return SetError(d, -EOPNOTSUPP,
+                    "PEBS not supported on this machine (%s/%s/caps/max_precise "
+                    "is 0)",
+                    caps.devices_dir.c_str(), caps.cpu_pmu_name.c_str());
+  if (precise_ip < 1 || precise_ip > 3 || period == 0)
+    return SetError(d, -EINVAL, "PEBS needs precise_ip 1..3 and a period > 0");
+  if (precise_ip > caps.max_precise)
+    return SetError(d, -EOPNOTSUPP,
+                    "precise_ip %d not supported on this machine (max_precise %d)",
+                    precise_ip, caps.max_precise);
+  perf_event_attr attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.type = type;
+  attr.config = config;
+  attr.sample_period = period;
+  attr.precise_ip = static_cast<uint32_t>(precise_ip);
+  attr.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
+                     PERF_SAMPLE_ADDR | PERF_SAMPLE_CPU | PERF_SAMPLE_WEIGHT |
+                     PERF_SAMPLE_DATA_SRC;
+  attr.use_clockid = 1;
+  attr.clockid = CLOCK_MONOTONIC;
+  attr.exclude_hv = 1;
+  return Open(attr, target, "PEBS sampler", data_pages, out, d);
+}
+
+int PerfSampler::OpenBts(const PerfCaps& caps, PerfTarget target, bool user,
+                         bool kernel, uint32_t data_pages,
+                         std::unique_ptr<PerfSampler>* out, ErrorDetail* d) {
+  if (!caps.cpu_pmu) return NoCpuPmu(caps, "BTS", d);
+  if (!caps.intel_bts)
+    return SetError(d, -EOPNOTSUPP,
+                    "BTS not supported on this machine (no 'intel_bts' PMU in %s)",
+                    caps.devices_dir.c_str());
+  if (!user && !kernel)
+    return SetError(d, -EINVAL, "BTS must trace user, kernel or both");
+  perf_event_attr attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.type = PERF_TYPE_HARDWARE;
+  attr.config = PERF_COUNT_HW_BRANCH_INSTRUCTIONS;
+  attr.sample_period = 1;
+  attr.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
+                     PERF_SAMPLE_ADDR | PERF_SAMPLE_CPU;
+  attr.exclude_user = user ? 0 : 1;
+  attr.exclude_kernel = kernel ? 0 : 1;
+  attr.exclude_hv = 1;
+  attr.use_clockid = 1;
+  attr.clockid = CLOCK_MONOTONIC;
+  return Open(attr, target, "BTS sampler", data_pages, out, d);
+}
+
+}  // namespace pfm

@@ -1,0 +1,163 @@
+// Linux perf_event_open for the host driver: counters (software, hardware),
+// breakpoints, a context-switch watcher, and PEBS/BTS sampling, for a task
+// or a CPU.
+//
+// Capabilities come from /sys/bus/event_source/devices (ProbePerfCaps). A
+// request the machine cannot serve (no `cpu`/`cpu_core` PMU: no hardware
+// counters, PEBS or BTS; no `intel_bts`: no BTS) fails before any syscall
+// with -EOPNOTSUPP and "... not supported on this machine (...)". Errors
+// from the kernel are passed up as its negative errno with one sentence
+// (e.g. -ENOSPC for a fifth breakpoint on a task: x86 has 4 debug
+// registers).
+//
+// Every Open* returns 0 and fills its out-parameter, or a negative errno
+// with `*out` untouched. Objects own their fd (and mapping); Close() and the
+// destructor release them and are safe twice. A PerfEvent may be read from
+// any thread; a PerfSampler's Read() from one thread at a time.
+#ifndef PFM_KERNEL_DRIVERS_PERF_PERF_EVENTS_H_
+#define PFM_KERNEL_DRIVERS_PERF_PERF_EVENTS_H_
+
+#include <linux/perf_event.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kernel/drivers/perf/perf_ring.h"
+#include "kernel/uapi/pfm_error.h"
+
+namespace pfm {
+
+constexpr char kPerfDevicesDir[] = "/sys/bus/event_source/devices";
+
+struct PerfCaps {
+  std::string devices_dir;   // where this was read
+  bool cpu_pmu = false;      // `cpu` or `cpu_core` (hybrid) present
+  std::string cpu_pmu_name;  // "cpu" / "cpu_core" / ""
+  bool intel_bts = false;    // the AUX BTS PMU
+  int max_precise = 0;       // cpu/caps/max_precise: PEBS when > 0
+  bool software = false;
+  bool breakpoint = false;
+};
+
+// Reads `devices_dir` (normally kPerfDevicesDir; tests pass a fake tree).
+// -ENOENT when the directory does not exist (no perf_events at all).
+int ProbePerfCaps(const std::string& devices_dir, PerfCaps* out,
+                  ErrorDetail* d);
+
+// What an event watches: a task (pid >= 0, cpu = -1 for any CPU, or a given
+// CPU), or a whole CPU (pid = -1, cpu >= 0).
+struct PerfTarget {
+  pid_t pid = -1;
+  int cpu = -1;
+  static PerfTarget Task(pid_t pid) { return PerfTarget{pid, -1}; }
+  static PerfTarget Cpu(int cpu) { return PerfTarget{-1, cpu}; }
+};
+
+// read() with PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING.
+struct PerfCount {
+  uint64_t value = 0;
+  uint64_t time_enabled = 0;  // ns
+  uint64_t time_running = 0;  // ns; < time_enabled when multiplexed
+};
+
+class PerfEvent {
+ public:
+  PerfEvent() = default;
+  ~PerfEvent() { Close(); }
+  PerfEvent(PerfEvent&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  PerfEvent& operator=(PerfEvent&& o) noexcept;
+  PerfEvent(const PerfEvent&) = delete;
+  PerfEvent& operator=(const PerfEvent&) = delete;
+
+  bool is_open() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  int Read(PerfCount* out, ErrorDetail* d) const;
+  int Enable(ErrorDetail* d);
+  int Disable(ErrorDetail* d);
+  void Close();
+
+ private:
+  friend int OpenPerfEvent(const perf_event_attr&, PerfTarget, const char*,
+                           PerfEvent*, ErrorDetail*);
+  int fd_ = -1;
+};
+
+// perf_event_open with pfm's defaults filled in (size, read_format,
+// CLOEXEC); `what` names the request in error messages. -EINVAL for a target
+// that is neither a task nor a CPU; otherwise the kernel's errno.
+int OpenPerfEvent(const perf_event_attr& attr, PerfTarget target,
+                  const char* what, PerfEvent* out, ErrorDetail* d);
+
+// "task-clock", "cpu-clock", "context-switches"/"cs", "cpu-migrations"/
+// "migrations", "page-faults"/"faults", "minor-faults", "major-faults",
+// "alignment-faults", "emulation-faults", "dummy" -> PERF_COUNT_SW_*.
+// -ENOENT for other names.
+int SoftwareEventByName(const std::string& name, uint64_t* config);
+
+int OpenSoftwareCounter(PerfTarget target, uint64_t config, PerfEvent* out,
+                        ErrorDetail* d);
+// PERF_TYPE_HARDWARE (`config` = PERF_COUNT_HW_*) or PERF_TYPE_RAW.
+int OpenHardwareCounter(const PerfCaps& caps, PerfTarget target,
+                        uint32_t type, uint64_t config, PerfEvent* out,
+                        ErrorDetail* d);
+// PERF_TYPE_BREAKPOINT. `bp_type` is HW_BREAKPOINT_R/W/RW/X; `len` 1, 2, 4
+// or 8 (X: must be sizeof(long), as the kernel requires). Pinned: a
+// breakpoint is never multiplexed by the kernel.
+int OpenBreakpoint(const PerfCaps& caps, PerfTarget target, uint64_t addr,
+                   uint32_t len, uint32_t bp_type, PerfEvent* out,
+                   ErrorDetail* d);
+
+// A sampling event with its mmap ring.
+class PerfSampler {
+ public:
+  ~PerfSampler();
+  PerfSampler(const PerfSampler&) = delete;
+  PerfSampler& operator=(const PerfSampler&) = delete;
+
+  // A dummy software event with context_switch = 1 (and sample_id_all with
+  // TID|TIME|CPU, times on CLOCK_MONOTONIC): PERF_RECORD_SWITCH for a task,
+  // PERF_RECORD_SWITCH_CPU_WIDE for a CPU. `data_pages` must be a power of
+  // two.
+  static int OpenSwitchWatcher(PerfTarget target, uint32_t data_pages,
+                               std::unique_ptr<PerfSampler>* out,
+                               ErrorDetail* d);
+  // PEBS: a hardware event sampled every `period` with precise_ip
+  // (1..3, capped by cpu/caps/max_precise) and IP|TID|TIME|ADDR|CPU|
+  // WEIGHT|DATA_SRC; turn samples into pfm_pebs_raw with PebsFromSample.
+  static int OpenPebs(const PerfCaps& caps, PerfTarget target, uint32_t type,
+                      uint64_t config, uint64_t period, int precise_ip,
+                      uint32_t data_pages, std::unique_ptr<PerfSampler>* out,
+                      ErrorDetail* d);
+  // BTS: branch-instructions with sample_period 1 (which Intel's perf driver
+  // serves from the DS area) and IP|ADDR|TID|TIME|CPU; BtsFromSample turns
+  // a sample into {from = ip, to = addr}.
+  static int OpenBts(const PerfCaps& caps, PerfTarget target, bool user,
+                     bool kernel, uint32_t data_pages,
+                     std::unique_ptr<PerfSampler>* out, ErrorDetail* d);
+
+  // Delivers every record in the ring (see PerfRingReader::Read).
+  int Read(const std::function<void(const PerfRecord&)>& fn, ErrorDetail* d) {
+    return reader_.Read(fn, d);
+  }
+  PerfEvent& event() { return event_; }
+  uint64_t sample_type() const { return sample_type_; }
+
+ private:
+  PerfSampler() = default;
+  static int Open(const perf_event_attr& attr, PerfTarget target,
+                  const char* what, uint32_t data_pages,
+                  std::unique_ptr<PerfSampler>* out, ErrorDetail* d);
+
+  PerfEvent event_;
+  void* map_ = nullptr;
+  size_t map_len_ = 0;
+  uint64_t sample_type_ = 0;
+  PerfRingReader reader_;
+};
+
+}  // namespace pfm
+
+#endif  // PFM_KERNEL_DRIVERS_PERF_PERF_EVENTS_H_

@@ -1,0 +1,333 @@
+// perf_event_open on this machine (as root). Tests that need a permission
+// the process does not have skip with the reason; tests that need hardware
+// this machine does not have check the refusal instead, and skip when the
+// machine does have it.
+#include "kernel/drivers/perf/perf_events.h"
+
+#include <linux/hw_breakpoint.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pfm {
+namespace {
+
+// A forked child that runs `body` once released, then exits 0.
+class Child {
+ public:
+  explicit Child(const std::function<void()>& body) {
+    if (pipe(fds_) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(fds_[1]);
+      char c;
+      if (read(fds_[0], &c, 1) != 1) _exit(1);
+      body();
+      _exit(0);
+    }
+    close(fds_[0]);
+  }
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      Wait();
+    }
+    if (fds_[1] >= 0) close(fds_[1]);
+  }
+  pid_t pid() const { return pid_; }
+  void Release() {
+    ASSERT_EQ(write(fds_[1], "g", 1), 1);
+    close(fds_[1]);
+    fds_[1] = -1;
+  }
+  int Wait() {
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    reaped_ = true;
+    return st;
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+void Spin(long n) {
+  volatile long x = 0;
+  for (long i = 0; i < n; ++i) x = x + i;
+}
+
+void PinToCpu0() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(0, &set);
+  sched_setaffinity(0, sizeof(set), &set);
+}
+
+bool NotPermitted(int rc) { return rc == -EACCES || rc == -EPERM; }
+
+PerfCaps HostCaps() {
+  PerfCaps caps;
+  ErrorDetail d;
+  EXPECT_EQ(ProbePerfCaps(kPerfDevicesDir, &caps, &d), 0) << d.message;
+  return caps;
+}
+
+volatile uint64_t g_watch[8];
+
+TEST(PerfCaps, ReadsCapabilitiesFromADevicesTree) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = std::string(tmp ? tmp : "/tmp") + "/fake_devices";
+  mkdir(root.c_str(), 0755);
+  mkdir((root + "/software").c_str(), 0755);
+  mkdir((root + "/breakpoint").c_str(), 0755);
+  PerfCaps caps;
+  ErrorDetail d;
+  ASSERT_EQ(ProbePerfCaps(root, &caps, &d), 0);
+  EXPECT_FALSE(caps.cpu_pmu);
+  EXPECT_TRUE(caps.software);
+  EXPECT_TRUE(caps.breakpoint);
+  EXPECT_FALSE(caps.intel_bts);
+
+  mkdir((root + "/cpu_core").c_str(), 0755);
+  mkdir((root + "/cpu_core/caps").c_str(), 0755);
+  FILE* f = fopen((root + "/cpu_core/caps/max_precise").c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("3\n", f);
+  fclose(f);
+  mkdir((root + "/intel_bts").c_str(), 0755);
+  ASSERT_EQ(ProbePerfCaps(root, &caps, &d), 0);
+  EXPECT_TRUE(caps.cpu_pmu);
+  EXPECT_EQ(caps.cpu_pmu_name, "cpu_core");
+  EXPECT_EQ(caps.max_precise, 3);
+  EXPECT_TRUE(caps.intel_bts);
+
+  EXPECT_EQ(ProbePerfCaps(root + "/nonexistent", &caps, &d), -ENOENT);
+}
+
+TEST(PerfEvents, CountsTaskClockAndContextSwitchesOfARealChild) {
+  constexpr int kSleeps = 20;
+  Child child([] {
+    Spin(20 * 1000 * 1000);
+    for (int i = 0; i < kSleeps; ++i) usleep(1000);
+  });
+  ASSERT_GT(child.pid(), 0);
+  PerfEvent clock, cs, faults;
+  ErrorDetail d;
+  int rc = OpenSoftwareCounter(PerfTarget::Task(child.pid()),
+                               PERF_COUNT_SW_TASK_CLOCK, &clock, &d);
+  if (NotPermitted(rc)) GTEST_SKIP() << d.message;
+  ASSERT_EQ(rc, 0) << d.message;
+  uint64_t config = 0;
+  ASSERT_EQ(SoftwareEventByName("context-switches", &config), 0);
+  ASSERT_EQ(OpenSoftwareCounter(PerfTarget::Task(child.pid()), config, &cs, &d), 0)
+      << d.message;
+  ASSERT_EQ(SoftwareEventByName("page-faults", &config), 0);
+  ASSERT_EQ(OpenSoftwareCounter(PerfTarget::Task(child.pid()), config, &faults, &d), 0);
+  child.Release();
+  const int st = child.Wait();
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+  PerfCount c;
+  ASSERT_EQ(clock.Read(&c, &d), 0) << d.message;
+  EXPECT_GT(c.value, 1000000u);  // 20M loop iterations take well over 1 ms
+  EXPECT_GT(c.time_enabled, 0u);
+  EXPECT_GT(c.time_running, 0u);
+  EXPECT_LE(c.time_running, c.time_enabled);
+  ASSERT_EQ(cs.Read(&c, &d), 0);
+  EXPECT_GE(c.value, static_cast<uint64_t>(kSleeps));
+  EXPECT_GT(c.time_running, 0u);
+  ASSERT_EQ(faults.Read(&c, &d), 0);
+  EXPECT_GT(c.value, 0u);  // copy-on-write after fork at least
+}
+
+TEST(PerfEvents, CountsACpuWideSoftwareEvent) {
+  PerfEvent ev;
+  ErrorDetail d;
+  const int rc = OpenSoftwareCounter(PerfTarget::Cpu(0), PERF_COUNT_SW_CPU_CLOCK,
+                                     &ev, &d);
+  if (NotPermitted(rc)) GTEST_SKIP() << d.message;
+  ASSERT_EQ(rc, 0) << d.message;
+  Spin(1000 * 1000);
+  PerfCount c;
+  ASSERT_EQ(ev.Read(&c, &d), 0);
+  EXPECT_GT(c.value, 0u);
+  EXPECT_GT(c.time_enabled, 0u);
+}
+
+TEST(PerfEvents, SwitchWatcherSeesVoluntaryOutAndInRecords) {
+  constexpr int kSleeps = 10;
+  Child child([] {
+    for (int i = 0; i < kSleeps; ++i) usleep(1000);
+  });
+  std::unique_ptr<PerfSampler> w;
+  ErrorDetail d;
+  const int rc = PerfSampler::OpenSwitchWatcher(PerfTarget::Task(child.pid()), 8, &w, &d);
+  if (NotPermitted(rc)) GTEST_SKIP() << d.message;
+  ASSERT_EQ(rc, 0) << d.message;
+  child.Release();
+  ASSERT_TRUE(WIFEXITED(child.Wait()));
+  int outs = 0, ins = 0, voluntary_outs = 0, other_task = 0;
+  uint64_t last_time = 0;
+  bool ordered = true;
+  ASSERT_GE(w->Read([&](const PerfRecord& r) {
+              if (r.type != PERF_RECORD_SWITCH) return;
+              if (r.sample_id.pid != static_cast<uint32_t>(child.pid())) ++other_task;
+              if (r.sample_id.time < last_time) ordered = false;
+              last_time = r.sample_id.time;
+              if (r.switch_out) {
+                ++outs;
+                if (!r.switch_preempt) ++voluntary_outs;
+              } else {
+                ++ins;
+              }
+            }, &d), 0)
+      << d.message;
+  EXPECT_GE(voluntary_outs, kSleeps);
+  EXPECT_GE(ins, kSleeps);
+  EXPECT_EQ(other_task, 0);
+  EXPECT_TRUE(ordered);
+  // Times are CLOCK_MONOTONIC: not in the future.
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  EXPECT_LE(last_time, uint64_t(now.tv_sec) * 1000000000ull + now.tv_nsec);
+}
+
+TEST(PerfEvents, SwitchWatcherFlagsPreemptionByACompetingTask) {
+  // Two CPU-bound tasks on one CPU: the scheduler must preempt the watched
+  // one (count work: the watched task spins a fixed number of iterations).
+  Child competitor([] {
+    PinToCpu0();
+    for (;;) Spin(1000000);
+  });
+  Child child([] {
+    PinToCpu0();
+    Spin(300 * 1000 * 1000);
+  });
+  std::unique_ptr<PerfSampler> w;
+  ErrorDetail d;
+  const int rc = PerfSampler::OpenSwitchWatcher(PerfTarget::Task(child.pid()), 16, &w, &d);
+  if (NotPermitted(rc)) GTEST_SKIP() << d.message;
+  ASSERT_EQ(rc, 0) << d.message;
+  competitor.Release();
+  child.Release();
+  ASSERT_TRUE(WIFEXITED(child.Wait()));
+  int preempt_outs = 0;
+  ASSERT_GE(w->Read([&](const PerfRecord& r) {
+              if (r.type == PERF_RECORD_SWITCH && r.switch_out && r.switch_preempt)
+                ++preempt_outs;
+            }, &d), 0);
+  EXPECT_GE(preempt_outs, 1);
+}
+
+TEST(PerfEvents, FourBreakpointsOpenOnATaskAndTheFifthGetsENOSPC) {
+  const PerfCaps caps = HostCaps();
+  if (!caps.breakpoint) GTEST_SKIP() << "no breakpoint PMU";
+  Child child([] {});
+  const PerfTarget t = PerfTarget::Task(child.pid());
+  PerfEvent bp[5];
+  ErrorDetail d;
+  for (int i = 0; i < 4; ++i) {
+    const int rc = OpenBreakpoint(caps, t, reinterpret_cast<uint64_t>(&g_watch[i]),
+                                  8, HW_BREAKPOINT_W, &bp[i], &d);
+    if (NotPermitted(rc)) GTEST_SKIP() << d.message;
+    ASSERT_EQ(rc, 0) << i << ": " << d.message;
+  }
+  EXPECT_EQ(OpenBreakpoint(caps, t, reinterpret_cast<uint64_t>(&g_watch[4]), 8,
+                           HW_BREAKPOINT_RW, &bp[4], &d),
+            -ENOSPC);
+  EXPECT_NE(std::strstr(d.message, "debug registers"), nullptr) << d.message;
+  EXPECT_FALSE(bp[4].is_open());
+  // Release one: the fifth is admitted.
+  bp[1].Close();
+  bp[1].Close();  // safe twice
+  EXPECT_EQ(OpenBreakpoint(caps, t, reinterpret_cast<uint64_t>(&g_watch[4]), 8,
+                           HW_BREAKPOINT_RW, &bp[4], &d),
+            0)
+      << d.message;
+}
+
+TEST(PerfEvents, RefusesMalformedBreakpointsBeforeTheKernel) {
+  const PerfCaps caps = HostCaps();
+  const PerfTarget t = PerfTarget::Task(getpid());
+  PerfEvent bp;
+  ErrorDetail d;
+  const uint64_t a = reinterpret_cast<uint64_t>(&g_watch[0]);
+  EXPECT_EQ(OpenBreakpoint(caps, t, a, 3, HW_BREAKPOINT_W, &bp, &d), -EINVAL);
+  EXPECT_EQ(OpenBreakpoint(caps, t, a + 1, 4, HW_BREAKPOINT_W, &bp, &d), -EINVAL);
+  EXPECT_EQ(OpenBreakpoint(caps, t, a, 4, HW_BREAKPOINT_X, &bp, &d), -EINVAL);
+  EXPECT_EQ(OpenBreakpoint(caps, t, a, 4, HW_BREAKPOINT_R, &bp, &d), -EINVAL);
+  EXPECT_EQ(OpenBreakpoint(caps, t, a, 4, 0, &bp, &d), -EINVAL);
+  PerfCaps none = caps;
+  none.breakpoint = false;
+  EXPECT_EQ(OpenBreakpoint(none, t, a, 4, HW_BREAKPOINT_W, &bp, &d), -EOPNOTSUPP);
+  EXPECT_FALSE(bp.is_open());
+}
+
+TEST(PerfEvents, HardwarePebsAndBtsAreNotSupportedOnThisMachine) {
+  const PerfCaps caps = HostCaps();
+  if (caps.cpu_pmu)
+    GTEST_SKIP() << "this machine has a '" << caps.cpu_pmu_name
+                 << "' PMU: hardware requests are expected to work here";
+  const PerfTarget t = PerfTarget::Task(getpid());
+  ErrorDetail d;
+  PerfEvent ev;
+  EXPECT_EQ(OpenHardwareCounter(caps, t, PERF_TYPE_HARDWARE,
+                                PERF_COUNT_HW_INSTRUCTIONS, &ev, &d),
+            -EOPNOTSUPP);
+  EXPECT_NE(std::strstr(d.message, "not supported on this machine (no 'cpu' PMU in "
+                                   "/sys/bus/event_source/devices)"),
+            nullptr)
+      << d.message;
+  std::unique_ptr<PerfSampler> s;
+  EXPECT_EQ(PerfSampler::OpenPebs(caps, t, PERF_TYPE_HARDWARE,
+                                  PERF_COUNT_HW_CPU_CYCLES, 10007, 2, 8, &s, &d),
+            -EOPNOTSUPP);
+  EXPECT_NE(std::strstr(d.message, "PEBS not supported on this machine"), nullptr)
+      << d.message;
+  EXPECT_EQ(PerfSampler::OpenBts(caps, t, true, false, 8, &s, &d), -EOPNOTSUPP);
+  EXPECT_NE(std::strstr(d.message, "BTS not supported on this machine"), nullptr)
+      << d.message;
+  EXPECT_EQ(s, nullptr);
+  EXPECT_FALSE(ev.is_open());
+}
+
+TEST(PerfEvents, PassesKernelErrorsUpWithASentence) {
+  ErrorDetail d;
+  PerfEvent ev;
+  // A reaped child's pid is free.
+  Child child([] {});
+  child.Release();
+  child.Wait();
+  int rc = OpenSoftwareCounter(PerfTarget::Task(child.pid()),
+                               PERF_COUNT_SW_TASK_CLOCK, &ev, &d);
+  if (NotPermitted(rc)) GTEST_SKIP() << d.message;
+  EXPECT_EQ(rc, -ESRCH);
+  EXPECT_NE(std::strstr(d.message, "no such task"), nullptr) << d.message;
+  EXPECT_EQ(OpenSoftwareCounter(PerfTarget{}, PERF_COUNT_SW_TASK_CLOCK, &ev, &d),
+            -EINVAL);
+  EXPECT_EQ(OpenSoftwareCounter(PerfTarget::Task(getpid()), PERF_COUNT_SW_MAX,
+                                &ev, &d),
+            -EINVAL);
+  uint64_t config;
+  EXPECT_EQ(SoftwareEventByName("cycles", &config), -ENOENT);
+  std::unique_ptr<PerfSampler> s;
+  EXPECT_EQ(PerfSampler::OpenSwitchWatcher(PerfTarget::Task(getpid()), 3, &s, &d),
+            -EINVAL);
+  PerfCount c;
+  EXPECT_EQ(ev.Read(&c, &d), -EBADF);
+}
+
+}  // namespace
+}  // namespace pfm

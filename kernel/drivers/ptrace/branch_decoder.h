@@ -1,0 +1,66 @@
+// x86-64 instruction length and control-transfer classification, for soft
+// BTS: given the bytes at an address (up to 15), say whether the instruction
+// transfers control and how long it is, so a single-step tracer can tell a
+// taken branch from a fall-through by comparing the next RIP with
+// rip + length.
+//
+// Source: Intel SDM Vol. 2, Appendix A (opcode maps) and Vol. 2 ch. 2
+// (instruction format: legacy prefixes, REX, ModR/M, SIB, displacement,
+// immediate; VEX/EVEX). Only 64-bit mode is decoded.
+//
+// Syscalls: `syscall`, `sysenter`, `int n`, `int3`, `int1` and `into` are
+// classified kTrap. A trap normally returns to the next instruction and is
+// then not a branch; when it does not (rt_sigreturn, signal delivery on the
+// way out) the tracer records it as a taken branch {from = the trap
+// instruction, to = where user mode resumed}. Kernel addresses are never
+// visible to a ptrace tracer, so no record has a kernel `to`.
+//
+// Pure functions over a byte span; thread-safe; no allocation.
+#ifndef PFM_KERNEL_DRIVERS_PTRACE_BRANCH_DECODER_H_
+#define PFM_KERNEL_DRIVERS_PTRACE_BRANCH_DECODER_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pfm {
+
+enum class BranchKind : uint8_t {
+  kNone = 0,     // not a control transfer
+  kCondRel,      // jcc rel8/rel32, loop/loope/loopne, jrcxz: may fall through
+  kJmpRel,       // jmp rel8/rel32
+  kCallRel,      // call rel32
+  kJmpInd,       // FF /4
+  kCallInd,      // FF /2
+  kFarJmpInd,    // FF /5
+  kFarCallInd,   // FF /3
+  kRet,          // C3, C2 iw
+  kFarRet,       // CB, CA iw
+  kIret,         // CF (iretq with REX.W)
+  kTrap,         // syscall, sysenter, int n, int3, int1, into: see above
+};
+
+struct DecodedInsn {
+  uint8_t length = 0;   // 1..15 once decoded
+  BranchKind kind = BranchKind::kNone;
+  int32_t rel = 0;      // displacement of kCondRel/kJmpRel/kCallRel
+};
+
+// Decodes the instruction starting at code[0]; `avail` bytes are readable.
+// Returns its length (1..15) and fills *out, or -EINVAL for an opcode that is
+// invalid in 64-bit mode or longer than 15 bytes, or -ENODATA when `avail`
+// ends before the instruction does.
+int DecodeInsn(const uint8_t* code, size_t avail, DecodedInsn* out);
+
+// Whether executing `insn` at `rip` and arriving at `next_rip` was a taken
+// branch: always for unconditional transfers, never for kNone, and for
+// kCondRel/kTrap when next_rip != rip + length.
+bool BranchTaken(const DecodedInsn& insn, uint64_t rip, uint64_t next_rip);
+
+// True for kinds that may fall through (kCondRel, kTrap).
+bool MayFallThrough(BranchKind kind);
+
+const char* BranchKindName(BranchKind kind);
+
+}  // namespace pfm
+
+#endif  // PFM_KERNEL_DRIVERS_PTRACE_BRANCH_DECODER_H_

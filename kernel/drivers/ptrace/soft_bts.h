@@ -1,0 +1,176 @@
+// Soft BTS: branch tracing of a real process by ptrace single-stepping, for
+// machines without BTS (VMs, AMD). Every step the tracer reads the tracee's
+// RIP, classifies the instruction it just executed (branch_decoder) and, for
+// a taken branch, writes a raw BTS record {from, to, flags = 0} into its own
+// DsArea exactly as the CPU would; the sink drains that area.
+//
+// Threading: Start() creates one tracer thread; every ptrace and wait call
+// happens on it (ptrace ties a tracee to the tracer *thread*). Sink callbacks
+// come from that thread, one at a time. stats(), maps(), done() and Stop()
+// may be called from any thread.
+//
+// Scope: the thread `pid` names (the main thread of a process) is traced;
+// threads it creates later run untraced (no PTRACE_O_TRACECLONE) — one
+// tracer thread steps one task, which keeps attribution and DS draining
+// per-task exact.
+//
+// Reaping: when the tracer runs in the tracee's parent process (e.g. after
+// SpawnStopped), the tracer thread's wait reaps the tracee, so the caller's
+// own waitpid() gets ECHILD; the wait status arrives through
+// SoftBtsSink::Exited().
+//
+// Wake signal: Stop() interrupts a tracer blocked in waitpid() (the tracee
+// sits in a blocking syscall) with kSoftBtsWakeSignal sent to the tracer
+// thread; Start() installs a no-op handler for it (without SA_RESTART). A
+// process using soft BTS must leave that signal alone.
+#ifndef PFM_KERNEL_DRIVERS_PTRACE_SOFT_BTS_H_
+#define PFM_KERNEL_DRIVERS_PTRACE_SOFT_BTS_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernel/drivers/driver.h"
+#include "kernel/ds/ds_area.h"
+#include "kernel/uapi/pfm_error.h"
+
+namespace pfm {
+
+// One executable mapping of /proc/PID/maps, for symbolization.
+struct TraceeMapping {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  uint64_t offset = 0;
+  std::string path;  // empty for anonymous mappings; "[vdso]" etc.
+};
+
+// Parses the text of /proc/PID/maps, keeping executable mappings only.
+// Malformed lines are skipped.
+std::vector<TraceeMapping> ParseExecutableMaps(const std::string& text);
+
+class SoftBtsSink {  // implemented by the core facade; called from the tracer's thread
+ public:
+  virtual ~SoftBtsSink() = default;
+  // The tracer's DS area reached its threshold, or the tracer drains before a
+  // stop/exit/signal/CPU change: translate and fan out `area`'s records for
+  // `task` on `cpu`, then reset the area (the tracer resets it again after
+  // the call, so forgetting is harmless).
+  virtual void Drain(DsArea& area, TaskId task, int cpu, uint64_t now_ns) = 0;
+  // Hold the tracee (don't step it) while this is true. Asked before every
+  // step, so it must be cheap.
+  virtual bool Held(TaskId task) = 0;
+  // The tracee's CPU changed (prev = task, next = idle on the old CPU, then
+  // prev = idle, next = task on the new one), or it started being traced.
+  virtual void Switch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
+                      bool preempt) = 0;
+  // The tracee is gone; `wait_status` as from waitpid(), or -1 when someone
+  // else reaped it first and the status is unknown.
+  virtual void Exited(TaskId task, uint64_t now_ns, int64_t wait_status) = 0;
+  // A fatal-looking signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) is
+  // about to be delivered; the area was drained just before, so the history
+  // is complete up to the faulting instruction.
+  virtual void Signaled(TaskId task, uint64_t now_ns, int signo) = 0;
+};
+
+struct SoftBtsOptions {
+  uint32_t ds_records = 8192;            // DS area size; threshold = full
+  bool try_singleblock = true;           // probe PTRACE_SINGLEBLOCK once
+  uint32_t decode_cache_entries = 1u << 16;  // rounded up to a power of two
+  uint32_t cpu_poll_steps = 4096;        // read /proc/PID/stat every N steps
+};
+
+// The signal Stop() uses to interrupt the tracer thread's waitpid().
+int SoftBtsWakeSignal();
+
+class SoftBtsTracer {
+ public:
+  // Starts a tracer thread that attaches to `pid` (PTRACE_SEIZE with
+  // PTRACE_O_TRACEEXEC, then PTRACE_INTERRUPT) and returns once attached (0)
+  // or failed: -EINVAL (bad arguments), -EPERM (not allowed to trace), -ESRCH
+  // (no such process, or it exited while attaching), other ptrace errnos.
+  // On success the tracer has reported Switch(idle -> task) and captured the
+  // executable maps. `sink` must outlive the tracer.
+  static int Start(pid_t pid, const SoftBtsOptions& opt, SoftBtsSink* sink,
+                   std::unique_ptr<SoftBtsTracer>* out, ErrorDetail* d);
+
+  ~SoftBtsTracer();
+  SoftBtsTracer(const SoftBtsTracer&) = delete;
+  SoftBtsTracer& operator=(const SoftBtsTracer&) = delete;
+
+  // Drains, detaches (the tracee continues untraced, with any signal that
+  // was about to be delivered) and joins the tracer thread. Safe twice, and
+  // after the tracee exited. Not to be called from a sink callback.
+  void Stop();
+  // The tracee exited or the tracer stopped.
+  bool done() const { return done_.load(std::memory_order_acquire); }
+
+  struct Stats {
+    uint64_t steps = 0;     // step stops processed
+    uint64_t branches = 0;  // taken branches recorded
+    bool singleblock_honoured = false;
+  };
+  Stats stats() const;
+
+  // Executable mappings of the tracee, captured at attach, after every exec
+  // (PTRACE_EVENT_EXEC) and after every mmap/mprotect syscall asking for
+  // PROT_EXEC (seen as a `syscall` instruction about to run with that
+  // number and protection in its registers — no extra syscall stops). The
+  // decode cache is flushed at the same moments.
+  std::vector<TraceeMapping> maps() const;
+
+ private:
+  SoftBtsTracer(pid_t pid, const SoftBtsOptions& opt, SoftBtsSink* sink);
+  void Run();
+  void ReportStarted(int rc);
+
+  const pid_t pid_;
+  const SoftBtsOptions opt_;
+  SoftBtsSink* const sink_;
+  std::thread thread_;
+
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> done_{false};
+  std::atomic<uint64_t> steps_{0};
+  std::atomic<uint64_t> branches_{0};
+  std::atomic<bool> singleblock_{false};
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  bool started_ = false;
+  int start_rc_ = 0;
+  ErrorDetail start_detail_;
+  bool thread_exited_ = false;
+  std::vector<TraceeMapping> maps_;
+
+  std::mutex stop_mu_;  // serializes Stop()
+
+  friend class SoftBtsRun;
+};
+
+// Forks a child that blocks before exec, so a tracer can attach before the
+// program's first instruction. Protocol: the child blocks in read() on a
+// close-on-exec AF_UNIX socket pair; Release(pid) sends one byte 'g' and the
+// child execvp()s argv. If the socket closes without that byte (the parent exits,
+// or Abandon()), the child _exit(126)s; if execvp fails it _exit(127)s.
+// The child is the caller's child: reap it (or let a tracer in this process
+// reap it, see above). Returns 0, -EINVAL for an empty argv, or the errno of
+// socketpair/fork.
+int SpawnStopped(const std::vector<std::string>& argv, pid_t* pid,
+                 ErrorDetail* d);
+// Lets a SpawnStopped child exec. -ENOENT if `pid` is not a waiting child of
+// SpawnStopped (or was already released); -EPIPE if the child is gone.
+int Release(pid_t pid, ErrorDetail* d);
+// Makes a waiting SpawnStopped child exit(126) without running anything.
+int Abandon(pid_t pid, ErrorDetail* d);
+
+}  // namespace pfm
+
+#endif  // PFM_KERNEL_DRIVERS_PTRACE_SOFT_BTS_H_
