@@ -1,12 +1,27 @@
 #include "userspace/pfmctl/commands.h"
 
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <optional>
+#include <csignal>
+#include <cstdlib>
+#include <map>
 #include <iostream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/numbers.h"
+#include "kernel/drivers/ptrace/soft_bts.h"
 #include "libpfm-bts/units.h"
+#include "pfm/record_json.h"
+#include "pfm/ring_reader.h"
 #include "pfm/session_spec.h"
+#include "pfm/symbolizer.h"
+#include "pfm/trace_file.h"
 #include "userspace/pfmctl/render.h"
 
 namespace pfm {
@@ -355,14 +370,14 @@ absl::StatusOr<int> Resources(const CliContext& ctx, const Args& args) {
 }
 
 absl::StatusOr<int> Sim(const CliContext& ctx, const Args& args) {
-  if (args.size() < 2) return Usage("usage: sim pause|resume|run NS|stats [PID]");
+  if (args.size() < 2) return Usage("usage: sim pause|resume|run NS|stats [PID]|exit PID");
   json::object req{{"action", args[1]}};
   if (args[1] == "run") {
     uint64_t ns;
     if (args.size() != 3 || !absl::SimpleAtoi(args[2], &ns))
       return Usage("usage: sim run NS (virtual nanoseconds)");
     req["ns"] = ns;
-  } else if (args[1] == "stats" && args.size() == 3) {
+  } else if ((args[1] == "stats" || args[1] == "exit") && args.size() == 3) {
     absl::StatusOr<int> pid = ParseIntArg("pid", args[2], 1, 0x3fffffff);
     if (!pid.ok()) return pid.status();
     req["pid"] = *pid;
@@ -375,6 +390,424 @@ absl::StatusOr<int> Sim(const CliContext& ctx, const Args& args) {
   if (!r.ok()) return r.status();
   PrintJson(ctx, r->result);
   return 0;
+}
+
+
+// Maps a session's ring (the daemon passes its memfd).
+absl::StatusOr<RingReader> MapRing(Client& c, uint64_t id, bool drain,
+                                   json::object* info) {
+  absl::StatusOr<Client::Reply> r =
+      c.Call("session_ring", {{"id", id}, {"drain", drain}});
+  if (!r.ok()) return r.status();
+  if (r->fds.size() != 1)
+    return absl::DataLossError("pfmd did not pass the ring's file descriptor");
+  if (info) *info = r->result.as_object();
+  return RingReader::Map(std::move(r->fds[0]));
+}
+
+void PrintRecordLine(std::ostream& out, const pfm_record& r) {
+  json::object o = RecordToJson(r);
+  out << absl::StrFormat("%14u cpu%-3u %6u/%-6u %-10s", r.time, r.cpu, r.pid,
+                         r.tid, Str(o.if_contains("type")));
+  switch (r.type) {
+    case PFM_REC_BRANCH:
+      out << Str(o.if_contains("from")) << " -> " << Str(o.if_contains("to"))
+          << ((r.misc & PFM_MISC_BRANCH_PREDICTED) ? "" : "  (mispredicted)");
+      break;
+    case PFM_REC_PEBS:
+      out << "ip " << Str(o.if_contains("ip")) << " addr "
+          << Str(o.if_contains("addr")) << " lat " << r.u.pebs.latency
+          << " event " << r.u.pebs.event;
+      break;
+    case PFM_REC_SWITCH_OUT:
+      out << "-> pid " << r.u.sw.other_pid
+          << ((r.misc & PFM_MISC_SWITCH_PREEMPT) ? " (preempted)" : " (voluntary)");
+      break;
+    case PFM_REC_SWITCH_IN:
+      out << "<- pid " << r.u.sw.other_pid
+          << ((r.misc & PFM_MISC_SWITCH_PREEMPT) ? " (preempted)" : " (voluntary)");
+      break;
+    case PFM_REC_LOST:
+      out << r.u.lost.count << " records lost";
+      break;
+    case PFM_REC_RESIZED:
+      out << FormatSize(r.u.resized.old_bytes) << " -> "
+          << FormatSize(r.u.resized.new_bytes);
+      break;
+    case PFM_REC_EXIT:
+      out << "status " << r.u.exit.status;
+      break;
+    default:
+      break;
+  }
+  out << "\n";
+}
+
+absl::StatusOr<int> Snapshot(const CliContext& ctx, const Args& args) {
+  Flags f(args, 1);
+  absl::StatusOr<std::string> file = f.Take("-o");
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("snapshot");
+  if (!pos.ok()) return pos.status();
+  if (pos->size() != 1) return Usage("usage: snapshot ID [-o FILE]");
+  absl::StatusOr<uint64_t> id = ParseSessionId(pos->front());
+  if (!id.ok()) return id.status();
+  absl::StatusOr<Client> c = Connect(ctx);
+  if (!c.ok()) return c.status();
+  json::object info;
+  absl::StatusOr<RingReader> ring = MapRing(*c, *id, /*drain=*/true, &info);
+  if (!ring.ok()) return ring.status();
+  std::vector<pfm_record> recs;
+  if (absl::Status s = ring->Snapshot(&recs); !s.ok()) return s;
+  if (!file->empty()) {
+    json::object header{{"session", *id}, {"kind", "snapshot"}, {"ring", info}};
+    absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
+    if (!w.ok()) return w.status();
+    if (absl::Status s = w->Append(recs.data(), recs.size()); !s.ok()) return s;
+    if (absl::Status s = w->Finish({{"records", recs.size()},
+                                    {"lost", ring->lost()},
+                                    {"overwritten", ring->overwritten()}});
+        !s.ok())
+      return s;
+  }
+  if (ctx.json) {
+    json::array arr;
+    for (const pfm_record& r : recs) arr.push_back(RecordToJson(r));
+    PrintJson(ctx, json::object{{"session", *id},
+                                {"records", std::move(arr)},
+                                {"lost", ring->lost()},
+                                {"overwritten", ring->overwritten()},
+                                {"ring_records", ring->records()},
+                                {"bytes_written", ring->header().head}});
+    return 0;
+  }
+  if (!file->empty()) {
+    *ctx.out << recs.size() << " records written to " << *file << "\n";
+    return 0;
+  }
+  for (const pfm_record& r : recs) PrintRecordLine(*ctx.out, r);
+  *ctx.out << recs.size() << " records (" << ring->lost() << " lost, "
+           << ring->overwritten() << " overwritten)\n";
+  return 0;
+}
+
+volatile std::sig_atomic_t g_stop_stream = 0;
+void StopStream(int) { g_stop_stream = 1; }
+
+absl::StatusOr<int> Stream(const CliContext& ctx, const Args& args) {
+  Flags f(args, 1);
+  absl::StatusOr<std::string> file = f.Take("-o");
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("stream");
+  if (!pos.ok()) return pos.status();
+  if (pos->size() != 1 || file->empty()) return Usage("usage: stream ID -o FILE");
+  absl::StatusOr<uint64_t> id = ParseSessionId(pos->front());
+  if (!id.ok()) return id.status();
+  absl::StatusOr<Client> c = Connect(ctx);
+  if (!c.ok()) return c.status();
+  json::object info;
+  absl::StatusOr<RingReader> ring = MapRing(*c, *id, /*drain=*/false, &info);
+  if (!ring.ok()) return ring.status();
+  if (ring->header().mode != PFM_RING_LOSSLESS)
+    return Usage(absl::StrCat("session ", *id,
+                              " is not lossless: use snapshot for a history ring"));
+  json::object header{{"session", *id}, {"kind", "stream"}, {"ring", info}};
+  absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
+  if (!w.ok()) return w.status();
+  std::signal(SIGINT, StopStream);
+  std::signal(SIGTERM, StopStream);
+  std::vector<pfm_record> batch;
+  uint64_t lost_records = 0;
+  for (;;) {
+    // Read ended before consuming: records written before the end flag are
+    // then all visible to this Consume.
+    const bool ended = ring->ended();
+    batch.clear();
+    ring->Consume(&batch, 1 << 16);
+    for (const pfm_record& r : batch)
+      if (r.type == PFM_REC_LOST) lost_records += r.u.lost.count;
+    if (!batch.empty()) {
+      if (absl::Status s = w->Append(batch.data(), batch.size()); !s.ok()) return s;
+      continue;
+    }
+    if (ended || g_stop_stream) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  json::object trailer{{"records", w->records()},
+                       {"lost", ring->lost()},
+                       {"lost_records_in_stream", lost_records},
+                       {"ended", ring->ended()},
+                       {"interrupted", g_stop_stream != 0}};
+  if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
+  if (ctx.json) PrintJson(ctx, trailer);
+  else *ctx.out << w->records() << " records written to " << *file << " ("
+                << ring->lost() << " lost)\n";
+  return 0;
+}
+
+
+// The executable mappings a trace header carries (for symbols).
+std::vector<MapEntry> MapsFromHeader(const json::object& header) {
+  std::vector<MapEntry> maps;
+  const json::value* m = header.if_contains("maps");
+  if (m == nullptr || !m->is_array()) return maps;
+  for (const json::value& e : m->as_array()) {
+    if (!e.is_object()) continue;
+    const json::object& o = e.as_object();
+    MapEntry me;
+    auto hex = [&](const char* k) -> uint64_t {
+      const json::value* v = o.if_contains(k);
+      if (v == nullptr) return 0;
+      if (v->is_string()) return std::strtoull(std::string(v->as_string()).c_str(), nullptr, 16);
+      return v->to_number<uint64_t>();
+    };
+    me.start = hex("start");
+    me.end = hex("end");
+    me.offset = hex("offset");
+    if (const json::value* p = o.if_contains("path"); p && p->is_string())
+      me.path = std::string(p->as_string());
+    if (me.end > me.start && !me.path.empty()) maps.push_back(me);
+  }
+  return maps;
+}
+
+absl::StatusOr<int> Report(const CliContext& ctx, const Args& args) {
+  Flags f(args, 1);
+  absl::StatusOr<std::string> limit_s = f.Take("--limit", "");
+  if (!limit_s.ok()) return limit_s.status();
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("report");
+  if (!pos.ok()) return pos.status();
+  if (pos->size() != 1) return Usage("usage: report FILE [--limit N]");
+  size_t limit = ctx.json ? SIZE_MAX : 20;
+  if (!limit_s->empty()) {
+    absl::StatusOr<int> n = ParseIntArg("--limit", *limit_s, 0, 1 << 30);
+    if (!n.ok()) return n.status();
+    limit = static_cast<size_t>(*n);
+  }
+  absl::StatusOr<Trace> t = ReadTrace(pos->front());
+  if (!t.ok()) return t.status();
+  std::vector<MapEntry> maps = MapsFromHeader(t->trailer);
+  if (maps.empty()) maps = MapsFromHeader(t->header);
+  Symbolizer sym(std::move(maps));
+  std::map<std::string, uint64_t> by_type;
+  std::map<std::string, uint64_t> hot;  // branches by source function
+  std::vector<const pfm_record*> branches;
+  uint64_t lost = 0;
+  for (const pfm_record& r : t->records) {
+    ++by_type[RecordTypeName(r.type)];
+    if (r.type == PFM_REC_LOST) lost += r.u.lost.count;
+    if (r.type == PFM_REC_BRANCH) branches.push_back(&r);
+  }
+  auto fn_of = [&](uint64_t addr) {
+    std::string s = sym.Symbolize(addr);
+    const size_t plus = s.rfind('+');
+    return plus == std::string::npos ? s : s.substr(0, plus);
+  };
+  for (const pfm_record* b : branches) {
+    std::string fn = fn_of(b->u.branch.from);
+    ++hot[fn.empty() ? Hex(b->u.branch.from) : fn];
+  }
+  std::vector<std::pair<uint64_t, std::string>> hot_sorted;
+  for (const auto& [fn, n] : hot) hot_sorted.emplace_back(n, fn);
+  std::sort(hot_sorted.rbegin(), hot_sorted.rend());
+  const json::value* counters = t->trailer.if_contains("counters");
+  if (ctx.json) {
+    json::array recs;
+    size_t first = t->records.size() > limit ? t->records.size() - limit : 0;
+    for (size_t i = first; i < t->records.size(); ++i) {
+      const pfm_record& r = t->records[i];
+      json::object o = RecordToJson(r);
+      if (r.type == PFM_REC_BRANCH) {
+        o["from_sym"] = sym.Symbolize(r.u.branch.from);
+        o["to_sym"] = sym.Symbolize(r.u.branch.to);
+      } else if (r.type == PFM_REC_PEBS) {
+        o["ip_sym"] = sym.Symbolize(r.u.pebs.ip);
+      }
+      recs.push_back(std::move(o));
+    }
+    json::object types;
+    for (const auto& [k, v] : by_type) types[k] = v;
+    json::array hot_json;
+    for (size_t i = 0; i < hot_sorted.size() && i < 20; ++i)
+      hot_json.push_back(json::object{{"function", hot_sorted[i].second},
+                                      {"branches", hot_sorted[i].first}});
+    PrintJson(ctx, json::object{{"complete", t->complete},
+                                {"cut_reason", t->cut_reason},
+                                {"header", t->header},
+                                {"trailer", t->trailer},
+                                {"summary", json::object{{"records", t->records.size()},
+                                                         {"by_type", std::move(types)},
+                                                         {"lost", lost}}},
+                                {"hot_functions", std::move(hot_json)},
+                                {"counters", counters ? *counters : json::array{}},
+                                {"records", std::move(recs)}});
+    return 0;
+  }
+  std::ostream& out = *ctx.out;
+  out << pos->front() << ": " << t->records.size() << " records";
+  for (const auto& [k, v] : by_type) out << ", " << v << " " << k;
+  out << "\n";
+  if (!t->complete) out << "warning: trace cut short (" << t->cut_reason << ")\n";
+  if (const json::value* c = t->header.if_contains("command"))
+    out << "command: " << Str(c) << "\n";
+  if (const json::value* s = t->trailer.if_contains("exit"))
+    out << "exit: " << Str(s) << "\n";
+  if (const json::value* s = t->trailer.if_contains("steps"))
+    out << "soft-BTS steps: " << Str(s) << "\n";
+  if (lost) out << "lost: " << lost << " records\n";
+  if (!hot_sorted.empty()) {
+    out << "\nbranches by source function:\n";
+    for (size_t i = 0; i < hot_sorted.size() && i < 15; ++i)
+      out << absl::StrFormat("  %10u  %s\n", hot_sorted[i].first, hot_sorted[i].second);
+  }
+  if (counters && counters->is_array() && !counters->as_array().empty()) {
+    out << "\ncounters:\n";
+    for (const json::value& cv : counters->as_array()) {
+      const json::object& co = cv.as_object();
+      out << absl::StrFormat("  %-24s %16s  running %s\n", Str(co.if_contains("event")),
+                             Str(co.if_contains("value")), Ratio(co.if_contains("ratio")));
+    }
+  }
+  if (!branches.empty() && limit > 0) {
+    const size_t n = std::min(limit, branches.size());
+    out << "\nlast " << n << " branches:\n";
+    for (size_t i = branches.size() - n; i < branches.size(); ++i) {
+      const pfm_record& r = *branches[i];
+      out << absl::StrFormat("  %-18s %-40s -> %-18s %s\n", Hex(r.u.branch.from),
+                             sym.Symbolize(r.u.branch.from), Hex(r.u.branch.to),
+                             sym.Symbolize(r.u.branch.to));
+    }
+  }
+  return 0;
+}
+
+
+// record: runs CMD as this process's child, held before exec while the
+// daemon attaches (SpawnStopped/Release: kernel/drivers/ptrace/soft_bts.h),
+// streams a lossless ring to FILE while it runs (or snapshots a history ring
+// when it ends), and exits with CMD's status. The session is tied to this
+// connection (not detached): if pfmctl dies, the daemon ends it.
+absl::StatusOr<int> Record(const CliContext& ctx, const Args& args) {
+  Flags f(args, 1);
+  absl::StatusOr<SessionSpec> spec = ParseSessionFlags(f);
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<std::string> file = f.Take("-o");
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("record");
+  if (!pos.ok()) return pos.status();
+  if (file->empty() || pos->empty() || pos->front() != "--" || pos->size() < 2)
+    return Usage("usage: record [session flags] -o FILE -- CMD ARGS...");
+  const std::vector<std::string> argv(pos->begin() + 1, pos->end());
+  spec->detached = false;
+  if (spec->pid >= 0 || spec->cpu >= 0)
+    return Usage("record traces the command it runs: no --pid or --cpu");
+  if (spec->bts == "off" && spec->counters.empty() && spec->pebs_event.empty() &&
+      spec->breakpoints.empty())
+    spec->bts = "lossless";
+  absl::StatusOr<Client> c = Connect(ctx);
+  if (!c.ok()) return c.status();
+  absl::StatusOr<Client::Reply> st = c->Call("status");
+  if (!st.ok()) return st.status();
+  if (st->result.at("driver").as_string() != "host")
+    return absl::FailedPreconditionError(
+        "record runs a real command: it needs a pfmd with --driver host");
+  pid_t pid = -1;
+  ErrorDetail d;
+  if (int err = SpawnStopped(argv, &pid, &d); err < 0)
+    return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message));
+  spec->pid = pid;
+  absl::StatusOr<SessionSpec> valid = Validate(*spec);
+  absl::StatusOr<Client::Reply> cr =
+      valid.ok() ? c->Call("session_create", {{"spec", valid->ToJson()}})
+                 : absl::StatusOr<Client::Reply>(valid.status());
+  auto abandon = [&](absl::Status s) {
+    Abandon(pid, nullptr);
+    int ws;
+    ::waitpid(pid, &ws, 0);
+    return s;
+  };
+  if (!cr.ok()) return abandon(cr.status());
+  const uint64_t id = cr->result.at("id").to_number<uint64_t>();
+  json::object info;
+  std::optional<RingReader> ring;
+  if (spec->bts != "off" || !spec->pebs_event.empty()) {
+    absl::StatusOr<RingReader> r = MapRing(*c, id, false, &info);
+    if (!r.ok()) return abandon(r.status());
+    ring.emplace(std::move(*r));
+  }
+  std::string command;
+  for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;
+  json::object header{{"session", id}, {"kind", "record"}, {"command", command},
+                      {"pid", pid}, {"spec", valid->ToJson()}, {"ring", info}};
+  absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
+  if (!w.ok()) return abandon(w.status());
+  if (int err = Release(pid, &d); err < 0)
+    return abandon(absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message)));
+  int wstatus = 0;
+  bool reaped = false;
+  std::vector<pfm_record> batch;
+  const bool lossless = ring && ring->mode() == PFM_RING_LOSSLESS;
+  auto reap = [&] {
+    if (!reaped && ::waitpid(pid, &wstatus, WNOHANG) == pid) reaped = true;
+  };
+  int after_exit_ms = 0;
+  for (;;) {
+    reap();
+    if (!lossless) {
+      if (reaped) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    const bool ended = ring->ended();
+    batch.clear();
+    ring->Consume(&batch, 1 << 16);
+    if (!batch.empty()) {
+      if (absl::Status s = w->Append(batch.data(), batch.size()); !s.ok()) return s;
+      continue;
+    }
+    if (ended) break;
+    // The ring ends when the daemon sees the exit; don't wait forever if it
+    // never does (e.g. the daemon went away).
+    if (reaped && (after_exit_ms += 5) > 5000) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  while (!reaped) {
+    if (::waitpid(pid, &wstatus, 0) == pid) reaped = true;
+    else if (errno != EINTR) break;
+  }
+  if (ring && !lossless) {
+    // History: the newest records, up to the exit (or the crash).
+    for (int i = 0; i < 500 && !ring->ended(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    batch.clear();
+    if (absl::Status s = ring->Snapshot(&batch); !s.ok()) return s;
+    if (absl::Status s = w->Append(batch.data(), batch.size()); !s.ok()) return s;
+  }
+  json::object trailer{{"records", w->records()}};
+  if (ring) trailer["lost"] = ring->lost();
+  if (WIFEXITED(wstatus)) trailer["exit"] = absl::StrCat("exit ", WEXITSTATUS(wstatus));
+  if (WIFSIGNALED(wstatus)) trailer["exit"] = absl::StrCat("killed by signal ", WTERMSIG(wstatus));
+  trailer["wait_status"] = wstatus;
+  absl::StatusOr<Client::Reply> show = c->Call("session_show", {{"id", id}});
+  if (show.ok()) {
+    const json::object& so = show->result.as_object();
+    for (const char* k : {"counters", "breakpoints", "maps"})
+      if (const json::value* v = so.if_contains(k)) trailer[k] = *v;
+    if (const json::value* v = so.if_contains("soft_bts")) {
+      trailer["steps"] = v->at("steps");
+      trailer["soft_bts"] = *v;
+    }
+    if (const json::value* v = so.if_contains("fatal_signal")) trailer["fatal_signal"] = *v;
+  }
+  (void)c->Call("session_kill", {{"id", id}});
+  if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
+  if (ctx.json) PrintJson(ctx, trailer);
+  else
+    *ctx.err << "pfmctl: recorded " << w->records() << " records of '" << command
+             << "' to " << *file << " (" << Str(trailer.if_contains("exit")) << ")\n";
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return 1;
 }
 
 }  // namespace
@@ -394,8 +827,8 @@ commands:
   resources                   who holds which counter, debug register, BTS/PEBS
   record [session flags] -o FILE -- CMD ARGS...
                               run CMD traced; exit with CMD's status
-  report FILE                 branches (symbolized), samples, switches, counters
-  sim pause|resume|run NS|stats [PID]
+  report FILE [--limit N]     branches (symbolized), samples, switches, counters
+  sim pause|resume|run NS|stats [PID]|exit PID
                               control the simulated machine (--driver sim)
   shutdown                    stop the daemon (the embedded one by default)
 global flags:
@@ -415,6 +848,10 @@ absl::StatusOr<int> RunCommand(const CliContext& ctx, const Args& args) {
   if (cmd == "session") return Session(ctx, args);
   if (cmd == "resources") return Resources(ctx, args);
   if (cmd == "sim") return Sim(ctx, args);
+  if (cmd == "snapshot") return Snapshot(ctx, args);
+  if (cmd == "stream") return Stream(ctx, args);
+  if (cmd == "report") return Report(ctx, args);
+  if (cmd == "record") return Record(ctx, args);
   return Usage(absl::StrCat("unknown command '", cmd, "' (see pfmctl help)"));
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernel/drivers/machine.h"
 #include "pfm/client.h"
+#include "pfm/events.h"
 #include "pfm/wire.h"
 #include "userspace/pfmd/auth.h"
 #include "userspace/pfmd/errno_status.h"
@@ -176,6 +177,15 @@ void Server::Stop() {
 int RunPfmd(const PfmdConfig& config, int ready_fd) {
   MachineInfo machine;
   ErrorDetail detail;
+  if (config.driver == "sim") {
+    // Event names of the simulated PMU encode with libpfm4's tables for it
+    // (LIBPFM_FORCE_PMU); must precede libpfm4's first initialisation.
+    if (absl::Status s = ForcePmu(config.sim_pmu); !s.ok()) {
+      std::cerr << "pfmd: " << StatusCodeName(s.code()) << ": " << s.message()
+                << "\n";
+      return 1;
+    }
+  }
   int err = config.driver == "sim"
                 ? DescribeSimMachine(config.sim_pmu, config.sim_cpus, &machine,
                                      &detail)

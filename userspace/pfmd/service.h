@@ -10,14 +10,19 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/json.hpp>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "kernel/drivers/driver.h"
+#include "kernel/drivers/perf/perf_events.h"
+#include "pfm/session_spec.h"
 #include "pfm/unique_fd.h"
+#include "userspace/pfmd/accounting.h"
 #include "userspace/pfmd/config.h"
 
 namespace pfm {
@@ -40,8 +45,14 @@ struct ServiceReply {
   std::vector<UniqueFd> fds;  // sent with the reply, closed after
 };
 
+class Kernel;
+class SimMachine;
+class SoftBtsTracer;
+
 class Service {
  public:
+  // Builds the kernel core for `machine` and, for --driver sim, the simulated
+  // machine and the thread that runs it in (scaled) real time.
   Service(PfmdConfig config, MachineInfo machine);
   ~Service();
   Service(const Service&) = delete;
@@ -61,17 +72,68 @@ class Service {
   }
 
  private:
+  struct Session;
   using Handler = ServiceReply (Service::*)(ConnectionId, const Peer&,
                                             const boost::json::object&);
   ServiceReply Status(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply Ping(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply Shutdown(ConnectionId, const Peer&, const boost::json::object&);
+  ServiceReply SessionCreate(ConnectionId, const Peer&,
+                             const boost::json::object&);
+  ServiceReply SessionList(ConnectionId, const Peer&,
+                           const boost::json::object&);
+  ServiceReply SessionShow(ConnectionId, const Peer&,
+                           const boost::json::object&);
+  ServiceReply SessionKill(ConnectionId, const Peer&,
+                           const boost::json::object&);
+  ServiceReply SessionRing(ConnectionId, const Peer&,
+                           const boost::json::object&);
+  ServiceReply Resources(ConnectionId, const Peer&,
+                         const boost::json::object&);
+  ServiceReply Sim(ConnectionId, const Peer&, const boost::json::object&);
+
+  uint64_t NowLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The session `id` if `peer` may see it; NOT_FOUND otherwise (a session of
+  // another uid is not revealed to exist).
+  absl::StatusOr<Session*> FindLocked(const Peer& peer,
+                                      const boost::json::object& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckTargetLocked(const Peer& peer, const SessionSpec& spec,
+                                 UniqueFd* pidfd)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases everything a session holds (consumer, requests, charges).
+  // Never fails; safe on a half-built session.
+  void ReleaseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  boost::json::object SessionJsonLocked(const Session& s, bool detail) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SimLoop();
+  // Host driver: soft-BTS tracers are started and stopped outside the kernel
+  // lock (their threads take it in the sink); see kernel/pfm_kernel.h.
+  absl::Status StartTracer(int32_t pid) ABSL_LOCKS_EXCLUDED(mu_);
+  void RetireTracerIfUnusedLocked(int32_t pid, const Session* leaving)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReapTracers() ABSL_LOCKS_EXCLUDED(mu_);
+  class HostSink;
 
   const PfmdConfig config_;
   const MachineInfo machine_;
   std::map<std::string, Handler> handlers_;
   std::function<void()> shutdown_hook_;
-  mutable absl::Mutex mu_;
+  mutable absl::Mutex mu_;  // "the kernel lock": see kernel/pfm_kernel.h
+  std::unique_ptr<Kernel> kernel_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<SimMachine> sim_ ABSL_GUARDED_BY(mu_);
+  bool sim_paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  MemoryAccountant accountant_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  std::thread sim_thread_;
+  std::unique_ptr<HostSink> sink_;
+  PerfCaps perf_caps_;  // host: what /sys/bus/event_source/devices offers
+  std::map<int32_t, std::unique_ptr<SoftBtsTracer>> tracers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<SoftBtsTracer>> retired_ ABSL_GUARDED_BY(mu_);
+  std::map<int32_t, int64_t> exit_status_ ABSL_GUARDED_BY(mu_);  // host tracees
+  std::map<int32_t, int> fatal_signal_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pfm

@@ -43,7 +43,7 @@ struct SessionSpec {
 };
 
 // Sizes and limits of the spec (named so a refusal can quote them).
-inline constexpr uint64_t kMinRingBytes = 4096;
+inline constexpr uint64_t kMinRingBytes = 64;  // one fixed record (history)
 inline constexpr uint64_t kMaxRingBytes = 1ull << 30;
 inline constexpr uint64_t kDefaultHistoryRingBytes = 64 * 64;    // 64 records
 inline constexpr uint64_t kDefaultLosslessRingBytes = 4ull << 20;
