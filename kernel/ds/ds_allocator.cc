@@ -500,7 +500,9 @@ void DsAllocator::TaskExit(TaskId task, uint64_t now, int64_t status) {
   rec.tid = static_cast<uint32_t>(task.tid);
   rec.u.exit.status = status;
   for (Consumer* c : ctx->consumers) {
-    Deliver(c, rec);
+    // A history ring's N slots are for the newest N branches ("how did I get
+    // here"); its end is the ring's ENDED flag, the status is in the session.
+    if (c->p.req.bts != PFM_BTS_HISTORY) Deliver(c, rec);
     c->ring->End();
     c->frozen = true;
   }

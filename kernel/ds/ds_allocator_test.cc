@@ -334,6 +334,9 @@ TEST(DsAllocator, AttachAndDetachWhileRecordsFlow) {
 TEST(DsAllocator, ExitEndsRingsWithRecordsReadable) {
   DsAllocator ds(1, DsLimits{});
   const int id = ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 0, nullptr);
+  ConsumerParams hp = Task(1000, PFM_BTS_HISTORY);
+  hp.history_records = 4;
+  const int hist = ds.Attach(hp, 0, nullptr);
   Driver drv(&ds);
   ds.Switch(0, 1, TaskId{0, 0}, TaskId{1000, 1000}, false);
   for (int i = 0; i < 10; ++i) drv.Branch(0, kUser + i, kUser, 2 + i);
@@ -343,6 +346,11 @@ TEST(DsAllocator, ExitEndsRingsWithRecordsReadable) {
   ASSERT_FALSE(r.empty());
   EXPECT_EQ(r.back().type, PFM_REC_EXIT);
   EXPECT_EQ(Records(ds, id, PFM_REC_BRANCH).size(), 10u);
+  // The history keeps its newest branches: the exit takes none of its slots.
+  std::vector<pfm_record> h = Records(ds, hist);
+  ASSERT_EQ(h.size(), 4u);
+  EXPECT_EQ(h.back().type, PFM_REC_BRANCH);
+  EXPECT_EQ(h.back().u.branch.from, kUser + 9);
   ErrorDetail d;
   EXPECT_EQ(ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 22, &d), -ESRCH);
 }

@@ -1,0 +1,222 @@
+// End to end, issue 5: the host driver on this machine — soft BTS over
+// ptrace on real processes, real perf_event_open counters, and clear
+// refusals for what this machine lacks. Runs the real pfmd and pfmctl.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing/harness.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+using testing::Daemon;
+using testing::Pfmctl;
+using testing::PfmctlJson;
+
+uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
+
+bool HasCpuPmu() {
+  return access("/sys/bus/event_source/devices/cpu", F_OK) == 0 ||
+         access("/sys/bus/event_source/devices/cpu_core", F_OK) == 0;
+}
+
+class HostE2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root: ptrace and perf_event_open on any process";
+    d_ = std::make_unique<Daemon>(std::vector<std::string>{"--driver", "host"});
+    ASSERT_TRUE(d_->started());
+    dir_ = testing::MakeTempDir("host");
+  }
+  json::value Report(const std::string& file) {
+    return PfmctlJson(d_->socket(), {"report", file});
+  }
+  std::unique_ptr<Daemon> d_;
+  std::string dir_;
+};
+
+TEST_F(HostE2e, RecordTrueShowsThousandsOfSymbolizedBranches) {
+  const std::string file = dir_ + "/true.trace";
+  testing::Result r = Pfmctl(d_->socket(), {"--json", "record", "--bts", "lossless",
+                                            "--buffer", "16MiB", "-o", file, "--", "/bin/true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json::value rep = Report(file);
+  EXPECT_TRUE(rep.at("complete").as_bool());
+  const uint64_t branches = Num(rep.at("summary").at("by_type").at("branch"));
+  EXPECT_GT(branches, 2000u);
+  const uint64_t steps = Num(rep.at("trailer").at("steps"));
+  // Every recorded branch is one single step; the rest are straight-line.
+  EXPECT_GE(steps, branches);
+  EXPECT_LT(branches, steps / 2);
+  EXPECT_EQ(Num(rep.at("summary").at("lost")), 0u);
+  // Symbolized into the dynamic loader and libc.
+  uint64_t in_ld = 0, in_libc = 0, symbolized = 0;
+  std::ifstream maps_check;
+  for (const json::value& rec : rep.at("records").as_array()) {
+    if (rec.at("type").as_string() != "branch") continue;
+    const std::string sym(rec.at("from_sym").as_string());
+    if (!sym.empty() && sym[0] != '[') ++symbolized;
+    if (sym.rfind("_dl_", 0) == 0 || sym.rfind("dl_main", 0) == 0) ++in_ld;
+    if (sym.rfind("_IO_", 0) == 0 || sym.rfind("__libc_", 0) == 0 || sym.rfind("exit", 0) == 0)
+      ++in_libc;
+  }
+  EXPECT_GT(in_ld, 100u);
+  EXPECT_GT(in_libc, 5u);
+  EXPECT_GT(symbolized, branches * 9 / 10);
+  // The command's exit status is pfmctl's.
+  EXPECT_EQ(Pfmctl(d_->socket(), {"record", "-o", file, "--", "/bin/false"}).exit_code, 1);
+}
+
+TEST_F(HostE2e, CrashHistoryHoldsTheBranchesLeadingToTheFault) {
+  constexpr int kHistory = 16;
+  const std::string file = dir_ + "/crash.trace", addr_file = dir_ + "/addr";
+  testing::Result r = Pfmctl(
+      d_->socket(),
+      {"record", "--role", "debugger", "--bts", "history", "--buffer",
+       std::to_string(kHistory * 64), "-o", file, "--",
+       testing::Runfile("kernel/drivers/ptrace/testdata_crash_bin"), addr_file});
+  EXPECT_EQ(r.exit_code, 128 + SIGSEGV) << r.err;
+  json::value rep = Report(file);
+  std::vector<json::object> branches;
+  for (const json::value& rec : rep.at("records").as_array())
+    if (rec.at("type").as_string() == "branch") branches.push_back(rec.as_object());
+  ASSERT_EQ(branches.size(), static_cast<size_t>(kHistory));
+  // The last branch reaches the faulting function.
+  EXPECT_EQ(std::string(branches.back().at("to_sym").as_string()).rfind("crash_here", 0), 0u)
+      << json::serialize(branches.back());
+  EXPECT_EQ(Num(rep.at("trailer").at("fatal_signal")), static_cast<uint64_t>(SIGSEGV));
+  for (size_t i = 1; i < branches.size(); ++i)
+    EXPECT_GE(Num(branches[i].at("time")), Num(branches[i - 1].at("time")));
+}
+
+TEST_F(HostE2e, SoftwareCountersCountRealValues) {
+  pid_t child = fork();
+  if (child == 0) {
+    // Busy, then sleepy: task-clock and voluntary switches both grow.
+    for (;;) {
+      for (volatile int i = 0; i < 2000000; ++i) {}
+      usleep(1000);
+    }
+  }
+  testing::Result c = Pfmctl(d_->socket(), {"--json", "session", "create", "--pid",
+                                            std::to_string(child), "--counter", "task-clock",
+                                            "--counter", "context-switches"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const uint64_t id = Num(json::parse(c.out).at("id"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  json::value show = PfmctlJson(d_->socket(), {"session", "show", std::to_string(id)});
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  const json::array& counters = show.at("counters").as_array();
+  ASSERT_EQ(counters.size(), 2u);
+  EXPECT_GT(Num(counters[0].at("value")), 10000000u) << "task-clock ns";
+  EXPECT_GT(Num(counters[1].at("value")), 10u) << "context switches";
+  EXPECT_GT(Num(counters[0].at("time_enabled")), 0u);
+  EXPECT_DOUBLE_EQ(counters[0].at("ratio").to_number<double>(), 1.0);
+  EXPECT_EQ(show.at("state").as_string(), "running");
+  ASSERT_EQ(Pfmctl(d_->socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+}
+
+TEST_F(HostE2e, PebsAndHardwareCountersAreNotSupportedHereAndChangeNothing) {
+  if (HasCpuPmu()) GTEST_SKIP() << "this machine has a CPU PMU";
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  const std::string pid = std::to_string(child);
+  testing::Result r = Pfmctl(d_->socket(), {"session", "create", "--pid", pid, "--pebs",
+                                            "MEM_LOAD_RETIRED.L3_MISS"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("UNIMPLEMENTED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not supported on this machine"), std::string::npos) << r.err;
+  r = Pfmctl(d_->socket(), {"session", "create", "--pid", pid, "--counter", "cycles"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("not supported on this machine"), std::string::npos) << r.err;
+  json::value st = PfmctlJson(d_->socket(), {"status"});
+  EXPECT_EQ(Num(st.at("sessions")), 0u);
+  EXPECT_TRUE(st.at("memory").at("charged").as_array().empty());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+}
+
+TEST_F(HostE2e, DebuggerAndProfilerTraceOneRealProcessAtOnce) {
+  // A process that loops until told to stop (a file appears), then exits.
+  const std::string stop = dir_ + "/stop";
+  pid_t child = fork();
+  if (child == 0) {
+    while (access(stop.c_str(), F_OK) != 0) {
+      for (volatile int i = 0; i < 200; ++i) {}
+    }
+    _exit(0);
+  }
+  const std::string pid = std::to_string(child);
+  testing::Result dbg = Pfmctl(d_->socket(), {"--json", "session", "create", "--role", "debugger",
+                                              "--pid", pid, "--bts", "history", "--buffer", "2KiB",
+                                              "--breakpoint", "0x401000:8:w"});
+  ASSERT_EQ(dbg.exit_code, 0) << dbg.err;
+  testing::Result prof = Pfmctl(d_->socket(), {"--json", "session", "create", "--role", "profiler",
+                                               "--pid", pid, "--bts", "lossless", "--counter",
+                                               "task-clock"});
+  ASSERT_EQ(prof.exit_code, 0) << prof.err;
+  const uint64_t d_id = Num(json::parse(dbg.out).at("id"));
+  const uint64_t p_id = Num(json::parse(prof.out).at("id"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  json::value res = PfmctlJson(d_->socket(), {"resources"});
+  const std::string rs = json::serialize(res);
+  EXPECT_NE(rs.find("debug register"), std::string::npos) << rs;
+  EXPECT_NE(rs.find("debugger history"), std::string::npos) << rs;
+  EXPECT_NE(rs.find("profiler lossless"), std::string::npos) << rs;
+  json::value snap = PfmctlJson(d_->socket(), {"snapshot", std::to_string(d_id)});
+  EXPECT_EQ(snap.at("records").as_array().size(), 32u);
+  { std::ofstream(stop.c_str()) << "stop\n"; }
+  int ws = 0;
+  waitpid(child, &ws, 0);
+  const std::string file = dir_ + "/prof.trace";
+  testing::Result s = Pfmctl(d_->socket(), {"stream", std::to_string(p_id), "-o", file});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  json::value rep = Report(file);
+  EXPECT_GT(Num(rep.at("summary").at("by_type").at("branch")), 1000u);
+  EXPECT_EQ(Num(rep.at("summary").at("by_type").at("exit")), 1u);
+  json::value show = PfmctlJson(d_->socket(), {"session", "show", std::to_string(p_id)});
+  EXPECT_EQ(show.at("state").as_string(), "exited");
+  for (uint64_t id : {d_id, p_id})
+    EXPECT_EQ(Pfmctl(d_->socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+  json::value st = PfmctlJson(d_->socket(), {"status"});
+  EXPECT_TRUE(st.at("memory").at("charged").as_array().empty());
+}
+
+TEST_F(HostE2e, FifthBreakpointIsRefusedByTheArbiterBeforeTheKernel) {
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  std::vector<std::string> f = {"--json", "session", "create", "--role", "debugger",
+                                "--pid", std::to_string(child)};
+  for (int i = 0; i < 4; ++i) {
+    f.push_back("--breakpoint");
+    f.push_back("0x4010" + std::to_string(i) + "0:8:w");
+  }
+  testing::Result ok = Pfmctl(d_->socket(), f);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  testing::Result r = Pfmctl(d_->socket(), {"session", "create", "--role", "debugger", "--pid",
+                                            std::to_string(child), "--breakpoint", "0x402000:8:w"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("RESOURCE_EXHAUSTED: debug registers"), std::string::npos) << r.err;
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+}
+
+}  // namespace
+}  // namespace pfm
