@@ -1,14 +1,95 @@
 #!/usr/bin/env bash
-# The main job: builds pfm and shows it at work on this machine.
+# The main job: builds pfm and shows it at work on this machine: a debugger
+# and a profiler tracing the same real process at once, who holds what while
+# they share it, the outcome, a crash history, and (on the simulated Skylake)
+# the BTS + PEBS mix this VM's hardware cannot do.
 # pfmctl brings up an embedded pfmd on a private socket when none runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
-bazel build -c opt //userspace/pfmd:pfmd //userspace/pfmctl:pfmctl 2>&1 \
+bazel build -c opt //userspace/pfmd:pfmd //userspace/pfmctl:pfmctl //tools/demo:workload 2>&1 \
   | grep -vE '^[0-9]+\.[0-9]+: src/main/tools/' | tail -n 2
 PFMCTL=bazel-bin/userspace/pfmctl/pfmctl
-export PFMD_SOCKET=   # use the running daemon or start an embedded one
+PFMD=bazel-bin/userspace/pfmd/pfmd
+WORKLOAD=bazel-bin/tools/demo/workload_bin
+unset PFMD_SOCKET   # use the running daemon, or start an embedded one
+TMP=$(mktemp -d /tmp/pfm-demo.XXXXXX)
+SIMPID=""
+cleanup() {
+  [ -n "$SIMPID" ] && kill "$SIMPID" 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+id_of() { sed -n 's/.*"id":\([0-9]*\).*/\1/p'; }
 
 say "pfmctl status (this machine, host driver; embedded pfmd started on demand)"
 "$PFMCTL" status
+
+say "a real process: $WORKLOAD 40 (computes, sleeps, repeats)"
+"$WORKLOAD" 40 >"$TMP/workload.out" &
+WPID=$!
+for _ in $(seq 50); do [ -s "$TMP/workload.out" ] && break; sleep 0.05; done
+cat "$TMP/workload.out"
+WORK=$(sed -n 's/.*work() at \(0x[0-9a-f]*\).*/\1/p' "$TMP/workload.out")
+
+say "debugger: a 32-branch history ring and a pinned breakpoint on work() ($WORK)"
+DBG=$("$PFMCTL" --json session create --role debugger --pid "$WPID" --bts history \
+        --buffer 2KiB --breakpoint "$WORK:1:x" | id_of)
+echo "session $DBG"
+say "profiler on the same process: lossless branch stream + counters"
+PROF=$("$PFMCTL" --json session create --role profiler --pid "$WPID" --bts lossless \
+        --buffer 16MiB --counter task-clock --counter context-switches \
+        --counter page-faults | id_of)
+echo "session $PROF"
+"$PFMCTL" stream "$PROF" -o "$TMP/profile.trace" &
+SPID=$!
+sleep 1.5
+
+say "pfmctl resources: who is using the PMU while they share the task?"
+"$PFMCTL" resources
+say "pfmctl session list"
+"$PFMCTL" session list
+say "pfmctl snapshot $DBG: the debugger's newest branches (last 10 of 32)"
+"$PFMCTL" snapshot "$DBG" | tail -n 11
+
+wait "$WPID" || true
+wait "$SPID" || true
+say "the process exited; the profiler's counters (session show $PROF)"
+"$PFMCTL" session show "$PROF"
+say "pfmctl report: the profiler's lossless trace, symbolized"
+"$PFMCTL" report "$TMP/profile.trace" --limit 8
+"$PFMCTL" session kill "$DBG"
+"$PFMCTL" session kill "$PROF"
+
+say "a crash: pfmctl record --role debugger --bts history -- $WORKLOAD 2 crash"
+set +e
+"$PFMCTL" record --role debugger --bts history --buffer 1KiB -o "$TMP/crash.trace" \
+  -- "$WORKLOAD" 2 crash >/dev/null
+echo "exit status $? (128 + SIGSEGV)"
+set -e
+"$PFMCTL" report "$TMP/crash.trace" --limit 6
+
+say "what this machine cannot do is refused, and changes nothing"
+"$PFMCTL" session create --pid $$ --pebs MEM_LOAD_RETIRED.L3_MISS || true
+"$PFMCTL" session create --pid $$ --counter cycles || true
+
+say "the simulated Skylake (pfmd --driver sim): BTS and PEBS mixed in one stream"
+"$PFMD" --driver sim --sim-pmu skl --sim-cpus 4 --sim-tasks 6 --sim-paused \
+  --socket "$TMP/sim.sock" &
+SIMPID=$!
+for _ in $(seq 50); do [ -S "$TMP/sim.sock" ] && break; sleep 0.05; done
+SIM=("$PFMCTL" --socket "$TMP/sim.sock")
+"${SIM[@]}" session create --role debugger --pid 1000 --bts history --buffer 1KiB \
+  --breakpoint 0x601000:8:w --breakpoint 0x601040:8:w >/dev/null
+"${SIM[@]}" session create --role profiler --pid 1000 --bts lossless --format compact \
+  --pebs MEM_LOAD_RETIRED.L3_MISS:2000 --counter cycles --counter L2_RQSTS.MISS \
+  --breakpoint 0x700000:8:w --breakpoint 0x700040:8:w --breakpoint 0x700080:8:w >/dev/null
+"${SIM[@]}" sim run 200000000 >/dev/null
+"${SIM[@]}" resources
+"${SIM[@]}" session show 2
+"${SIM[@]}" snapshot 2 | grep -m1 -B3 -A3 ' pebs '
+
+say "status: every byte charged is returned when sessions end"
+"$PFMCTL" status | sed -n '/^sessions/,$p'
+"$PFMCTL" shutdown >/dev/null 2>&1 || true

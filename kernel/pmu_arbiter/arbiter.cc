@@ -87,6 +87,7 @@ struct PmuArbiter::Request {
   uint64_t on_since = 0;
   int on_cpu = -1;
   int slot = -1;  // counter index (GP i / 32+i) or debug register
+  uint64_t placed_stamp = 0;  // == its pool's stamp: placed in the last deal
 
   // Flexible: ring of the session's requests in this context and class.
   SessionQueue* sq = nullptr;
@@ -139,6 +140,10 @@ struct PmuArbiter::Context {
   int on_cpu = -1;
   bool shared = false;  // another CPU may run this pid while on_cpu has it
   int nreq = 0;
+  // Rotation progress is the context's own: its flexible requests rotate
+  // once per mux interval of *its* clock (a task's run time), wherever it
+  // runs. Context clock at the last rotation (or while not oversubscribed).
+  uint64_t rotated_at = 0;
   Demand pinned_demand;
   std::vector<Request*> pinned[kClasses];
   Pool pools[kClasses];
@@ -154,8 +159,6 @@ struct PmuArbiter::Cpu {
   int32_t pid = 0;              // running task, 0 = idle / switched out
   Context* task = nullptr;      // its context when it is installed here
   bool dirty = false;           // contexts changed: refill at next Tick
-  bool oversubscribed = false;  // some flexible request is waiting
-  uint64_t last_rotation = 0;
 };
 
 PmuArbiter::PmuArbiter(const MachineInfo& m, uint64_t mux_interval_ns)
@@ -752,6 +755,7 @@ void PmuArbiter::DealClass(int cpu_index, int cls, uint64_t now) {
         continue;
       }
       PutOn(cpu, cpu_index, r, slot, now);
+      r->placed_stamp = pools[i]->stamp;
       r->sq->resume = r->next;
       pools[i]->last_served = r->sq;
       ++placed[i];
@@ -767,22 +771,82 @@ void PmuArbiter::DealClass(int cpu_index, int cls, uint64_t now) {
     }
     p->spliced.clear();
     p->left_waiting = placed[i] < p->total;
-    if (p->left_waiting) cpu.oversubscribed = true;
   }
 }
 
-// Continues the round where the last deal stopped: the next round starts at
-// the session after the last one served, and each served session at the
-// request after the last one it placed. Requests visited but not placed (no
-// free counter fit their constraint) keep their place in line.
+// Starts the next round after the last deal. In each session visited, the
+// requests that were placed move to the back of its rotation order, in the
+// order they were placed; the ones visited but left waiting (no free counter
+// fit them: e.g. GP counters were full while a fixed counter was still free
+// for a later fixed-eligible request) keep their place at the front, then
+// come the ones not visited. So every request waits at most as many rounds
+// as there are requests ahead of it. The session ring starts after the last
+// session served, so the sessions take turns for any odd leftover slot.
+// Work: the requests visited by the deal (bounded by the slots).
 void PmuArbiter::Rotate(Pool& p) {
   if (!p.deal_valid || !p.left_waiting || p.last_served == nullptr) return;
   for (SessionQueue* s : p.dealt) {
-    ++work_units_;
-    if (s->resume != nullptr) s->start = s->resume;
+    if (s->resume == nullptr) continue;  // placed nothing: keeps its order
+    // The new start: the first request visited but not placed, else the
+    // first not visited. The requests visited before it were all placed and
+    // already sit just before it, at the back.
+    Request* new_start = s->pos;
+    Request* r = s->start;
+    int k = 0;
+    for (; k < s->visited; ++k, r = r->next) {
+      ++work_units_;
+      if (r->placed_stamp != p.stamp) {
+        new_start = r;
+        break;
+      }
+    }
+    if (k == s->visited) {  // all visited were placed
+      s->start = new_start;   // (== start if it visited all: no change)
+      continue;
+    }
+    // Those placed after it move to the back (just before it), in order.
+    // Inserting behind new_start never touches the part still to walk.
+    r = new_start->next;
+    for (++k; k < s->visited; ++k) {
+      ++work_units_;
+      Request* next = r->next;
+      if (r->placed_stamp == p.stamp) {
+        r->prev->next = r->next;
+        r->next->prev = r->prev;
+        r->next = new_start;
+        r->prev = new_start->prev;
+        r->prev->next = r;
+        new_start->prev = r;
+      }
+      r = next;
+    }
+    s->start = new_start;
   }
   p.cursor = p.last_served->next;
   p.deal_valid = false;
+}
+
+// Rotates the flexible requests of `c` if it is oversubscribed and a mux
+// interval of its own clock has passed since its last rotation. Returns
+// whether it rotated (the CPU must then be re-dealt).
+bool PmuArbiter::MaybeRotate(Context* c, uint64_t now) {
+  if (c == nullptr) return false;
+  const uint64_t t = CtxNow(*c, now);
+  bool waiting = false;
+  for (Pool& p : c->pools) waiting |= p.total > 0 && p.left_waiting;
+  if (!waiting) {
+    c->rotated_at = t;  // the interval starts when requests start waiting
+    return false;
+  }
+  if (SatSub(t, c->rotated_at) < mux_interval_ns_) return false;
+  bool rotated = false;
+  for (Pool& p : c->pools) {
+    if (!p.deal_valid) continue;  // re-dealt first; rotates at the next check
+    rotated |= p.left_waiting && p.last_served != nullptr;
+    Rotate(p);
+  }
+  if (rotated) c->rotated_at = t;
+  return rotated;
 }
 
 void PmuArbiter::Rebuild(int cpu_index, uint64_t now) {
@@ -793,7 +857,6 @@ void PmuArbiter::Rebuild(int cpu_index, uint64_t now) {
     if (cpu.fixed[i] != nullptr) TakeOff(cpu.fixed[i], now);
   for (int i = 0; i < n_dr_; ++i)
     if (cpu.dr[i] != nullptr) TakeOff(cpu.dr[i], now);
-  cpu.oversubscribed = false;
   InstallPinned(cpu_index, now);
   DealClass(cpu_index, kCounters, now);
   DealClass(cpu_index, kBreakpoints, now);
@@ -854,31 +917,23 @@ void PmuArbiter::SwitchIn(int cpu_index, TaskId task, uint64_t now) {
       cpu.task = t;
     }
   }
+  // Resumes the round each context had on hardware when it was last
+  // switched out (dealing from unchanged cursors), or the next one if its
+  // clock passed a mux interval since its last rotation.
+  MaybeRotate(cpu_ctx_[cpu_index].get(), now);
+  MaybeRotate(cpu.task, now);
   Rebuild(cpu_index, now);
 }
 
 void PmuArbiter::Tick(int cpu_index, uint64_t now) {
   if (cpu_index < 0 || cpu_index >= cpus_) return;
   Cpu& cpu = *cpu_[cpu_index];
-  if (cpu.oversubscribed &&
-      SatSub(now, cpu.last_rotation) >= mux_interval_ns_) {
-    Context* ctxs[2] = {cpu_ctx_[cpu_index].get(), cpu.task};
-    // An Add/Remove since the last deal invalidated what rotation continues
-    // from; re-deal the current round first (same cursors, same start).
-    bool stale = false;
-    for (Context* c : ctxs)
-      if (c != nullptr)
-        for (Pool& p : c->pools) stale |= p.total > 0 && !p.deal_valid;
-    if (stale) Rebuild(cpu_index, now);
-    for (Context* c : ctxs) {
-      if (c == nullptr) continue;
-      for (Pool& p : c->pools) Rotate(p);
-    }
-    cpu.last_rotation = now;
-    Rebuild(cpu_index, now);
-  } else if (cpu.dirty) {
-    Rebuild(cpu_index, now);
-  }
+  // An Add/Remove since the last deal: refill first, so rotation continues
+  // from the round actually on hardware.
+  if (cpu.dirty) Rebuild(cpu_index, now);
+  bool rotated = MaybeRotate(cpu_ctx_[cpu_index].get(), now);
+  rotated |= MaybeRotate(cpu.task, now);
+  if (rotated) Rebuild(cpu_index, now);
 }
 
 int PmuArbiter::Scheduled(int cpu_index, ScheduledCounter* out, int max) const {

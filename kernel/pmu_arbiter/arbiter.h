@@ -11,8 +11,9 @@
 //   message naming the resource and its holders, and changes nothing.
 // - Flexible requests are always admitted and multiplexed: free slots are
 //   dealt round-robin across sessions (max-min fair between sessions, not
-//   between events), rotating at most once per mux interval per CPU and only
-//   when oversubscribed. Breakpoints are multiplexed too, beyond the debug
+//   between events), rotating once per mux interval of the context's own
+//   clock (a task's run time, wherever it runs) and only when
+//   oversubscribed; a switched-in task resumes its round. Breakpoints are multiplexed too, beyond the debug
 //   registers pinned ones leave free.
 // - Every request reports value, time_enabled, time_running and a scaled
 //   estimate; a request that never ran is "not counted", never 0.
@@ -89,9 +90,10 @@ class PmuArbiter {
   // current flexible round of the CPU context and the task context. Implies
   // SwitchOut of a task still switched in.
   void SwitchIn(int cpu, TaskId task, uint64_t now);
-  // The mux timer: if this CPU is oversubscribed and a mux interval passed
-  // since its last rotation, rotates flexible requests; if requests were
-  // added/removed for its contexts, refills its slots.
+  // The mux timer: if requests were added/removed for this CPU's contexts,
+  // refills its slots; then each context here that is oversubscribed and
+  // whose own clock advanced a mux interval since its last rotation rotates
+  // its flexible requests.
   void Tick(int cpu, uint64_t now);
 
   // Counters on the hardware of `cpu` now (fixed first, then GP, by index);
@@ -170,6 +172,7 @@ class PmuArbiter {
   void DealClass(int cpu_index, int cls, uint64_t now);
   Request* NextCandidate(Pool& p);
   void Rotate(Pool& p);
+  bool MaybeRotate(Context* c, uint64_t now);
 
   int cpus_;
   int n_gp_;

@@ -816,6 +816,7 @@ struct SimStats {
   std::map<RequestId, uint64_t> on_hw;   // ns on hardware, as seen by driver
   std::map<RequestId, uint64_t> truth;   // events that really happened
   uint64_t max_running_sum_excess = 0;   // over (slots x run time), ns
+  int set_changes = 0;  // times kSimPid's set of counters on hardware changed
 };
 
 constexpr int32_t kSimPid = 1001;
@@ -871,6 +872,13 @@ void SimulateScheduler(PmuArbiter& a, uint64_t end, uint64_t seed,
     ASSERT_TRUE(std::adjacent_find(all.begin(), all.end()) == all.end())
         << "a request is on two slots at t " << t;
   };
+  std::vector<RequestId> last_set;
+  auto note_set = [&](int c) {
+    if (running[c] != kSimPid) return;
+    std::vector<RequestId> ids = OnHardware(a, c);
+    if (!last_set.empty() && ids != last_set) ++st->set_changes;
+    last_set = ids;
+  };
   auto run_now = [&](uint64_t t) {
     uint64_t run = st->run_ns;
     if (running[0] == kSimPid || running[1] == kSimPid) run += t - run_since;
@@ -890,12 +898,14 @@ void SimulateScheduler(PmuArbiter& a, uint64_t end, uint64_t seed,
         a.SwitchIn(c, TaskId{running[c], running[c]}, t);
         slice_end[c] = t + (50 + rnd(451)) * kUs;
         check(t);
+        note_set(c);
       }
       if (next_tick[c] == t) {
         credit(c, t);
         a.Tick(c, t);
         next_tick[c] = t + 10 * kUs;
         check(t);
+        note_set(c);
       }
     }
     // Running time can't exceed what the GP counters offer the context.
@@ -910,6 +920,15 @@ void SimulateScheduler(PmuArbiter& a, uint64_t end, uint64_t seed,
     st->run_ns += end - run_since;
   for (const auto& [id, rate] : rate_per_us)
     st->truth[id] = rate * st->run_ns / kUs;
+}
+
+// The task's flexible set rotates once per mux interval of its run time:
+// not faster because it migrates, not slower because its slices are short.
+void ExpectRotationsFollowRunTime(const SimStats& st) {
+  const double expect =
+      static_cast<double>(st.run_ns) / static_cast<double>(kDefaultMuxIntervalNs);
+  EXPECT_GE(st.set_changes, expect * 0.97 - 1);
+  EXPECT_LE(st.set_changes, expect + 1);
 }
 
 // Checks one request's reading against what the simulated driver saw.
@@ -953,6 +972,7 @@ TEST(PmuArbiterTest, MigratingTaskShortSlicesSharesGpCountersFairly) {
     if (HasFatalFailure()) return;
     EXPECT_GT(st.run_ns, end / 2);
     EXPECT_LE(st.max_running_sum_excess, 1000u);
+    ExpectRotationsFollowRunTime(st);
     EXPECT_DOUBLE_EQ(MustRead(a, fixed, end).ratio, 1.0);
     ExpectConsistent(a, fixed, end, st);
     double sum = 0;
@@ -988,6 +1008,7 @@ TEST(PmuArbiterTest, MigratingTaskShortSlicesSharesFairlyBetweenSessions) {
   SimulateScheduler(a, end, 99, rate, all, &st);
   if (HasFatalFailure()) return;
   EXPECT_LE(st.max_running_sum_excess, 1000u);
+  ExpectRotationsFollowRunTime(st);
   EXPECT_DOUBLE_EQ(MustRead(a, small, end).ratio, 1.0);
   ExpectConsistent(a, small, end, st);
   for (RequestId id : big) {
