@@ -14,7 +14,7 @@ namespace {
 // Vol. 1, "Canonical Addressing"; Linux maps the kernel there).
 constexpr uint64_t kKernelSpaceStart = 0xffff800000000000ull;
 
-bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+[[maybe_unused]] bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 uint64_t RoundUpPow2(uint64_t v) {
   uint64_t p = 1;

@@ -560,7 +560,10 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
       // its own refusal (ENOSPC) is passed on. bp_kind values are the
       // kernel's HW_BREAKPOINT_R/W/RW/X.
       auto pe = std::make_unique<PerfEvent>();
-      const int err = OpenBreakpoint(perf_caps_, target, bp.addr, bp.len,
+      // An execute breakpoint is 1 byte in DR7 (the spec's length), but
+      // perf's ABI wants bp_len = sizeof(long) for HW_BREAKPOINT_X on x86.
+      const uint32_t len = r.bp_kind == PFM_BP_X ? sizeof(long) : bp.len;
+      const int err = OpenBreakpoint(perf_caps_, target, bp.addr, len,
                                      r.bp_kind, pe.get(), &d);
       if (err < 0) {
         kernel_->arbiter().Remove(q.id, now);
