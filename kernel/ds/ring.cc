@@ -237,6 +237,10 @@ void Ring::State::Commit(const Placement& p) {
     if (dropped) {
       __atomic_store_n(&hdr->tail, s.tail, __ATOMIC_RELEASE);
       __atomic_store_n(&hdr->overwritten, s.overwritten, __ATOMIC_RELEASE);
+      // Seqlock order: a release *store* only keeps earlier writes before
+      // it; this fence keeps the overwriting memcpy below after the new
+      // tail (pairs with the reader's acquire fence before it re-reads tail).
+      __atomic_thread_fence(__ATOMIC_RELEASE);
     }
   }
   const uint64_t mask = config.data_bytes - 1;

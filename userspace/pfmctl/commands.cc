@@ -1,6 +1,10 @@
 #include "userspace/pfmctl/commands.h"
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -411,8 +415,10 @@ void PrintRecordLine(std::ostream& out, const pfm_record& r) {
                          r.tid, Str(o.if_contains("type")));
   switch (r.type) {
     case PFM_REC_BRANCH:
+      // Prediction is only known from hardware BTS (flags bit 4); soft BTS
+      // leaves flags 0, so print the bit only where a mix shows it matters.
       out << Str(o.if_contains("from")) << " -> " << Str(o.if_contains("to"))
-          << ((r.misc & PFM_MISC_BRANCH_PREDICTED) ? "" : "  (mispredicted)");
+          << ((r.misc & PFM_MISC_BRANCH_KERNEL_FROM) ? "  (kernel)" : "");
       break;
     case PFM_REC_PEBS:
       out << "ip " << Str(o.if_contains("ip")) << " addr "
@@ -511,6 +517,19 @@ absl::StatusOr<int> Stream(const CliContext& ctx, const Args& args) {
   if (ring->header().mode != PFM_RING_LOSSLESS)
     return Usage(absl::StrCat("session ", *id,
                               " is not lossless: use snapshot for a history ring"));
+  // The connection stays open only so a dead pfmd is noticed (it hangs up);
+  // otherwise a ring whose writer died never ends and this loop would poll it
+  // forever. The daemon's pidfd (taken now, while its pid cannot be reused)
+  // tells a pfmd that is still exiting from one that is gone: a SIGTERMed
+  // pfmd closes connections first and ends the rings afterwards.
+  UniqueFd daemon;
+  {
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(c->fd(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+        cred.pid > 0)
+      daemon = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0)));
+  }
   json::object header{{"session", *id}, {"kind", "stream"}, {"ring", info}};
   absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
   if (!w.ok()) return w.status();
@@ -518,6 +537,7 @@ absl::StatusOr<int> Stream(const CliContext& ctx, const Args& args) {
   std::signal(SIGTERM, StopStream);
   std::vector<pfm_record> batch;
   uint64_t lost_records = 0;
+  bool hung_up = false;
   for (;;) {
     // Read ended before consuming: records written before the end flag are
     // then all visible to this Consume.
@@ -530,14 +550,39 @@ absl::StatusOr<int> Stream(const CliContext& ctx, const Args& args) {
       if (absl::Status s = w->Append(batch.data(), batch.size()); !s.ok()) return s;
       continue;
     }
-    if (ended || g_stop_stream) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (ended || g_stop_stream || hung_up || !ring->status().ok()) break;
+    // pfmd sends nothing unsolicited: any event on the connection is the
+    // hang-up (or garbage, which is as final).
+    pollfd pc{c->fd(), POLLIN | POLLRDHUP, 0};
+    if (::poll(&pc, 1, 2) > 0 && pc.revents != 0) {
+      hung_up = true;
+      if (daemon.valid()) {
+        // Bounded: a pfmd that hung up but lives on is treated as gone.
+        pollfd pd{daemon.get(), POLLIN, 0};
+        for (int i = 0; i < 100 && !g_stop_stream; ++i)
+          if (::poll(&pd, 1, 100) != 0) break;
+      }
+      // One more pass drains what the writer published before it went.
+    }
+  }
+  if (!ring->status().ok())
+    return absl::DataLossError(absl::StrCat(
+        ring->status().message(), "; ", w->records(), " records written to ",
+        *file, " without a trailer (trace cut short)"));
+  if (hung_up && !ring->ended() && !g_stop_stream) {
+    // No trailer: the file says it was cut short (pfm/trace_file.h), and the
+    // records flushed so far stay readable.
+    return absl::UnavailableError(absl::StrCat(
+        "pfmd went away before session ", *id, "'s ring ended; ",
+        w->records(), " records written to ", *file,
+        " without a trailer (trace cut short)"));
   }
   json::object trailer{{"records", w->records()},
                        {"lost", ring->lost()},
                        {"lost_records_in_stream", lost_records},
                        {"ended", ring->ended()},
-                       {"interrupted", g_stop_stream != 0}};
+                       {"interrupted", g_stop_stream != 0},
+                       {"daemon_exited", hung_up}};
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (ctx.json) PrintJson(ctx, trailer);
   else *ctx.out << w->records() << " records written to " << *file << " ("
