@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -115,6 +116,39 @@ TEST_F(DsE2e, LosslessFallingBehindCountsLossesNeverSilentlyFewer) {
   EXPECT_GT(in_ring, 0u);
   EXPECT_GE(in_ring + lost, Num(st.at("bts_user")));
   EXPECT_LT(in_ring, Num(st.at("bts_user")));
+}
+
+TEST_F(DsE2e, BlockModeHoldsTheTaskInsteadOfLosing) {
+  const uint64_t id = Create({"--pid", "1000", "--bts", "lossless", "--block",
+                              "--buffer", "512KiB"});
+  // Nobody reads yet: the task must be held, not lose records.
+  Run(30000000);
+  json::object st = TaskStats(1000);
+  EXPECT_GT(Num(st.at("held_ns")), 0u) << "the sim held the task";
+  EXPECT_EQ(Num(Show(id).at("lost")), 0u);
+  // A reader drains it while the task runs on, then the task exits.
+  const std::string file = testing::MakeTempDir("block") + "/t.trace";
+  testing::Result sr;
+  std::thread reader([&] {
+    sr = Pfmctl(d_->socket(), {"stream", std::to_string(id), "-o", file});
+  });
+  for (int i = 0; i < 20; ++i) {
+    Run(5000000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "exit", "1000"}).exit_code, 0);
+  reader.join();
+  ASSERT_EQ(sr.exit_code, 0) << sr.err;
+  absl::StatusOr<Trace> t = ReadTrace(file);
+  ASSERT_TRUE(t.ok()) << t.status();
+  uint64_t branches = 0;
+  for (const pfm_record& r : t->records) {
+    EXPECT_NE(r.type, PFM_REC_LOST);
+    branches += r.type == PFM_REC_BRANCH;
+  }
+  st = TaskStats(1000);
+  EXPECT_EQ(branches, Num(st.at("bts_user"))) << "every branch, none lost";
+  EXPECT_GT(branches, 8192u) << "more than the ring holds: the reader made room";
 }
 
 TEST_F(DsE2e, UserOnlyConsumerNeverSeesKernelBranches) {

@@ -246,7 +246,13 @@ void Service::Disconnected(ConnectionId conn) {
 absl::Status Service::StartTracer(int32_t pid) {
   {
     absl::MutexLock l(&mu_);
-    if (tracers_.count(pid)) return absl::OkStatus();
+    auto it = tracers_.find(pid);
+    if (it != tracers_.end()) {
+      if (!it->second->done()) return absl::OkStatus();
+      // The pid's earlier process is gone (pid reuse): a new tracer.
+      retired_.push_back(std::move(it->second));
+      tracers_.erase(it);
+    }
   }
   std::unique_ptr<SoftBtsTracer> t;
   ErrorDetail d;
