@@ -178,9 +178,12 @@ absl::Status RingReader::Snapshot(std::vector<pfm_record>* out) const {
   // Copy to the same offsets, so the cursor walks the copy like the ring.
   std::vector<uint8_t> copy(data_bytes_);
   const uint64_t mask = data_bytes_ - 1;
-  for (uint64_t p = base; p < head0; p += kChunk) {
+  // Advance by the bytes copied, never past head0: p += kChunk would wrap for
+  // a head near 2^64 (a hostile header; found by fuzz/ring_fuzz.cc).
+  for (uint64_t p = base; p < head0;) {
     const uint64_t n = head0 - p < kChunk ? head0 - p : kChunk;
     memcpy(copy.data() + (p & mask), data_ + (p & mask), n);
+    p += n;
   }
   // Order the copy before re-reading tail (the seqlock pattern): anything
   // the writer overwrote while we copied lies below the tail it published

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, runs every test with Bazel and
-# prints "N passed, M failed" alone on the last line. Exit status non-zero on
+# prints "N passed, M failed" alone on the last line (the fuzz run, see
+# below, counts as one test). Exit status non-zero on
 # any failure. Extra arguments go to `bazel test` (e.g. --config=asan).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +19,17 @@ if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
   failed=1
 fi
 rm -f "$log"
+# The libFuzzer targets (fuzz/), PFM_FUZZ_SECONDS each (default 30, seed PFM_FUZZ_SEED or 1; 0 skips),
+# counted as one test. Their stored inputs also replay in
+# //fuzz:fuzz_regression_test above.
+fuzz_s=${PFM_FUZZ_SECONDS:-30}
+if [ "$fuzz_s" -gt 0 ]; then
+  if tools/fuzz.sh "$fuzz_s"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    rc=1
+  fi
+fi
 echo "${passed} passed, ${failed} failed"
 [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -308,7 +308,9 @@ int RingCursor::Next(const uint8_t* data, uint64_t data_bytes,
     if (n == 0) {
       // The writer publishes a PAD together with the record that starts the
       // next chunk, so a PAD whose chunk end is not below `end` is bogus.
-      if (pos + room >= end) return -EINVAL;
+      // (Compared as a distance: pos + room wraps for positions near 2^64,
+      // which a hostile ring header can claim; found by fuzz/ring_fuzz.cc.)
+      if (room >= end - pos) return -EINVAL;
       pos += room;
       continue;
     }

@@ -1,10 +1,18 @@
 #include "userspace/pfmd/config.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "libpfm-bts/units.h"
 #include "pfm/client.h"
 
@@ -31,6 +39,8 @@ absl::Status ParseInt(const std::string& flag, const std::string& v, T lo,
 
 std::string PfmdUsage() {
   return R"(usage: pfmd [flags]
+  --config FILE              'key = value' settings (keys: the flags below with '_'
+                             for '-', e.g. mem_limit_per_uid = 16MiB); flags win
   --socket PATH              Unix socket (default $PFMD_SOCKET or /run/pfmd.sock)
   --socket-mode OCTAL        permissions of the socket file (default 0666)
   --driver host|sim          host = perf_event_open + ptrace (default); sim = simulated PMU
@@ -47,10 +57,127 @@ std::string PfmdUsage() {
 )";
 }
 
+namespace {
+
+// The valued flags; a config file's keys are these without "--" and with
+// '_' for '-' (idle-exit-s excepted: it is for pfmctl's embedded daemon).
+constexpr const char* kValued[] = {
+    "--socket",   "--socket-mode",      "--driver",          "--sim-pmu",
+    "--sim-cpus", "--sim-tasks",        "--sim-seed",        "--sim-speed",
+    "--mem-limit-per-uid", "--mem-limit-total", "--mux-interval-ms",
+    "--idle-exit-s"};
+
+bool IsValued(const std::string& flag) {
+  for (const char* k : kValued)
+    if (flag == k) return true;
+  return false;
+}
+
+// Sets what `flag` names to `value`; the one place values are checked.
+absl::Status Apply(const std::string& flag, const std::string& value,
+                   PfmdConfig* c) {
+  if (flag == "--sim-paused") {
+    if (value != "true" && value != "false")
+      return BadValue(flag, value, "expected true or false");
+    c->sim_paused = value == "true";
+    return absl::OkStatus();
+  }
+  if (flag == "--socket") {
+    if (value.empty()) return BadValue(flag, "''", "must not be empty");
+    c->socket = value;
+  } else if (flag == "--socket-mode") {
+    char* end = nullptr;
+    unsigned long m = std::strtoul(value.c_str(), &end, 8);
+    if (value.empty() || *end != '\0' || m > 0777)
+      return BadValue(flag, value, "expected octal permissions like 0660");
+    c->socket_mode = static_cast<uint32_t>(m);
+  } else if (flag == "--driver") {
+    if (value != "host" && value != "sim")
+      return BadValue(flag, value, "expected host or sim");
+    c->driver = value;
+  } else if (flag == "--sim-pmu") {
+    c->sim_pmu = value;
+  } else if (flag == "--sim-cpus") {
+    return ParseInt(flag, value, 1, 1024, &c->sim_cpus);
+  } else if (flag == "--sim-tasks") {
+    return ParseInt(flag, value, 0, 100000, &c->sim_tasks);
+  } else if (flag == "--sim-seed") {
+    return ParseInt<uint64_t>(flag, value, 0, UINT64_MAX, &c->sim_seed);
+  } else if (flag == "--sim-speed") {
+    return ParseInt<uint64_t>(flag, value, 1, uint64_t{1} << 40, &c->sim_speed);
+  } else if (flag == "--mux-interval-ms") {
+    return ParseInt(flag, value, 1, 10000, &c->mux_interval_ms);
+  } else if (flag == "--idle-exit-s") {
+    return ParseInt(flag, value, 0, 86400 * 365, &c->idle_exit_s);
+  } else if (flag == "--mem-limit-per-uid" || flag == "--mem-limit-total") {
+    absl::StatusOr<uint64_t> size = ParseSize(value);
+    if (!size.ok()) return BadValue(flag, value, std::string(size.status().message()));
+    (flag == "--mem-limit-per-uid" ? c->mem_limit_per_uid : c->mem_limit_total) = *size;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParsePfmdConfigText(const std::string& text,
+                                 const std::string& source, PfmdConfig* c) {
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    const std::string where = absl::StrCat(source, ":", line_no, ": ");
+    if (size_t hash = line.find('#'); hash != absl::string_view::npos)
+      line = line.substr(0, hash);
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty()) continue;
+    const size_t eq = line.find('=');
+    if (eq == absl::string_view::npos)
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "expected 'key = value', got '", line, "'"));
+    const std::string key(absl::StripAsciiWhitespace(line.substr(0, eq)));
+    const std::string value(absl::StripAsciiWhitespace(line.substr(eq + 1)));
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const bool known = key.find('-') == std::string::npos &&
+                       flag != "--idle-exit-s" &&
+                       (IsValued(flag) || flag == "--sim-paused");
+    if (!known)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "unknown key '", key,
+          "' (known: socket, socket_mode, driver, mem_limit_per_uid, "
+          "mem_limit_total, mux_interval_ms, sim_pmu, sim_cpus, sim_tasks, "
+          "sim_seed, sim_speed, sim_paused)"));
+    if (absl::Status s = Apply(flag, value, c); !s.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, key, " = ", value, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PfmdConfig> ParsePfmdFlags(const std::vector<std::string>& args,
                                           bool* help) {
   PfmdConfig c;
   *help = false;
+  // The file first, wherever --config stands: flags override it.
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string file;
+    if (args[i] == "--config") {
+      if (i + 1 >= args.size())
+        return absl::InvalidArgumentError("--config needs a value");
+      file = args[i + 1];
+    } else if (absl::StartsWith(args[i], "--config=")) {
+      file = args[i].substr(9);
+    } else {
+      continue;
+    }
+    std::ifstream in(file);
+    if (!in)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--config ", file, ": cannot read it: ", strerror(errno)));
+    std::stringstream text;
+    text << in.rdbuf();
+    if (absl::Status s = ParsePfmdConfigText(text.str(), file, &c); !s.ok()) return s;
+    c.config_file = file;
+  }
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
     std::string value;
@@ -68,54 +195,18 @@ absl::StatusOr<PfmdConfig> ParsePfmdFlags(const std::vector<std::string>& args,
       c.sim_paused = true;
       continue;
     }
-    static const char* kValued[] = {
-        "--socket",   "--socket-mode",      "--driver",          "--sim-pmu",
-        "--sim-cpus", "--sim-tasks",        "--sim-seed",        "--sim-speed",
-        "--mem-limit-per-uid", "--mem-limit-total", "--mux-interval-ms",
-        "--idle-exit-s"};
-    bool known = false;
-    for (const char* k : kValued) known |= flag == k;
-    if (!known)
+    if (flag == "--config") {
+      if (!has_value) ++i;  // read above
+      continue;
+    }
+    if (!IsValued(flag))
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", args[i], "'"));
     if (!has_value) {
       if (i + 1 >= args.size())
         return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
       value = args[++i];
     }
-    absl::Status s;
-    if (flag == "--socket") {
-      if (value.empty()) return BadValue(flag, "''", "must not be empty");
-      c.socket = value;
-    } else if (flag == "--socket-mode") {
-      char* end = nullptr;
-      unsigned long m = std::strtoul(value.c_str(), &end, 8);
-      if (value.empty() || *end != '\0' || m > 0777)
-        return BadValue(flag, value, "expected octal permissions like 0660");
-      c.socket_mode = static_cast<uint32_t>(m);
-    } else if (flag == "--driver") {
-      if (value != "host" && value != "sim")
-        return BadValue(flag, value, "expected host or sim");
-      c.driver = value;
-    } else if (flag == "--sim-pmu") {
-      c.sim_pmu = value;
-    } else if (flag == "--sim-cpus") {
-      s = ParseInt(flag, value, 1, 1024, &c.sim_cpus);
-    } else if (flag == "--sim-tasks") {
-      s = ParseInt(flag, value, 0, 100000, &c.sim_tasks);
-    } else if (flag == "--sim-seed") {
-      s = ParseInt<uint64_t>(flag, value, 0, UINT64_MAX, &c.sim_seed);
-    } else if (flag == "--sim-speed") {
-      s = ParseInt<uint64_t>(flag, value, 1, uint64_t{1} << 40, &c.sim_speed);
-    } else if (flag == "--mux-interval-ms") {
-      s = ParseInt(flag, value, 1, 10000, &c.mux_interval_ms);
-    } else if (flag == "--idle-exit-s") {
-      s = ParseInt(flag, value, 0, 86400 * 365, &c.idle_exit_s);
-    } else if (flag == "--mem-limit-per-uid" || flag == "--mem-limit-total") {
-      absl::StatusOr<uint64_t> size = ParseSize(value);
-      if (!size.ok()) return BadValue(flag, value, std::string(size.status().message()));
-      (flag == "--mem-limit-per-uid" ? c.mem_limit_per_uid : c.mem_limit_total) = *size;
-    }
-    if (!s.ok()) return s;
+    if (absl::Status s = Apply(flag, value, &c); !s.ok()) return s;
   }
   return c;
 }

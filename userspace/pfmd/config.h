@@ -27,6 +27,7 @@ struct PfmdConfig {
   // Exit after this many seconds with no session and no connection
   // (0 = never). pfmctl's embedded daemon sets it.
   int idle_exit_s = 0;
+  std::string config_file;  // the --config file read, if any
 };
 
 // Parses pfmd's flags ("--flag value" or "--flag=value"). An unknown flag or
@@ -35,6 +36,16 @@ struct PfmdConfig {
 absl::StatusOr<PfmdConfig> ParsePfmdFlags(const std::vector<std::string>& args,
                                           bool* help);
 std::string PfmdUsage();
+
+// `--config FILE`: one `key = value` per line; '#' starts a comment. Keys
+// are the valued flags' names with '_' for '-' (socket, socket_mode, driver,
+// mem_limit_per_uid, mem_limit_total, mux_interval_ms, sim_pmu, sim_cpus,
+// sim_tasks, sim_seed, sim_speed) and sim_paused = true|false. An unknown
+// key, a line without '=', or a bad value is INVALID_ARGUMENT naming
+// "SOURCE:LINE". ParsePfmdFlags reads the file before the flags, so flags
+// override it; *c is partly updated on error.
+absl::Status ParsePfmdConfigText(const std::string& text,
+                                 const std::string& source, PfmdConfig* c);
 
 // The socket path to use: the flag, else $PFMD_SOCKET, else the default.
 std::string ResolveSocketPath(const std::string& flag);

@@ -1,5 +1,10 @@
 #include "userspace/pfmd/config.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 namespace pfm {
@@ -40,6 +45,92 @@ TEST(PfmdFlags, RefusesBadValues) {
   EXPECT_FALSE(Parse({"--mem-limit-per-uid", "lots"}).ok());
   EXPECT_FALSE(Parse({"--mux-interval-ms"}).ok());
   EXPECT_FALSE(Parse({"--socket-mode", "999"}).ok());
+}
+
+std::string WriteConfig(const std::string& text) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  std::string path = std::string(dir ? dir : "/tmp") + "/pfmd-config-XXXXXX";
+  const int fd = ::mkstemp(path.data());
+  EXPECT_GE(fd, 0);
+  ::close(fd);
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(PfmdConfigFile, ReadsEveryKeyWithCommentsAndBlankLines) {
+  const std::string path = WriteConfig(
+      "# pfmd settings\n"
+      "\n"
+      "socket = /run/test.sock\n"
+      "socket_mode = 0660   # group only\n"
+      "driver=sim\n"
+      "mem_limit_per_uid = 16MiB\n"
+      "mem_limit_total = 256MiB\n"
+      "mux_interval_ms = 8\n"
+      "sim_pmu = icl\n"
+      "sim_cpus = 2\n"
+      "sim_tasks = 3\n"
+      "sim_seed = 9\n"
+      "sim_speed = 1000\n"
+      "sim_paused = true\n");
+  auto c = Parse({"--config", path});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->config_file, path);
+  EXPECT_EQ(c->socket, "/run/test.sock");
+  EXPECT_EQ(c->socket_mode, 0660u);
+  EXPECT_EQ(c->driver, "sim");
+  EXPECT_EQ(c->mem_limit_per_uid, 16u << 20);
+  EXPECT_EQ(c->mem_limit_total, 256u << 20);
+  EXPECT_EQ(c->mux_interval_ms, 8);
+  EXPECT_EQ(c->sim_pmu, "icl");
+  EXPECT_EQ(c->sim_cpus, 2);
+  EXPECT_EQ(c->sim_tasks, 3);
+  EXPECT_EQ(c->sim_seed, 9u);
+  EXPECT_EQ(c->sim_speed, 1000u);
+  EXPECT_TRUE(c->sim_paused);
+}
+
+TEST(PfmdConfigFile, FlagsOverrideTheFileWhereverTheyStand) {
+  const std::string path =
+      WriteConfig("mem_limit_per_uid = 16MiB\nsim_cpus = 2\ndriver = sim\n");
+  auto c = Parse({"--mem-limit-per-uid", "1MiB", "--config=" + path});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->mem_limit_per_uid, 1u << 20);
+  EXPECT_EQ(c->sim_cpus, 2);  // from the file: no flag says otherwise
+  EXPECT_EQ(c->driver, "sim");
+}
+
+TEST(PfmdConfigFile, RefusesUnknownKeyNamingTheLine) {
+  const std::string path = WriteConfig("driver = sim\n\nmem_limit = 1MiB\n");
+  auto c = Parse({"--config", path});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find(path + ":3: unknown key 'mem_limit'"),
+            std::string::npos)
+      << c.status();
+  // Flag-only and flag-spelled keys are not config keys.
+  PfmdConfig cfg;
+  EXPECT_FALSE(ParsePfmdConfigText("idle_exit_s = 5", "f", &cfg).ok());
+  EXPECT_FALSE(ParsePfmdConfigText("sim-cpus = 5", "f", &cfg).ok());
+  EXPECT_FALSE(ParsePfmdConfigText("--socket = /x", "f", &cfg).ok());
+}
+
+TEST(PfmdConfigFile, RefusesBadLinesAndValuesNamingTheLine) {
+  PfmdConfig c;
+  absl::Status s = ParsePfmdConfigText("driver = sim\nsim_cpus 4\n", "cfg", &c);
+  EXPECT_NE(s.message().find("cfg:2: expected 'key = value'"), std::string::npos) << s;
+  s = ParsePfmdConfigText("sim_cpus = 0\n", "cfg", &c);
+  EXPECT_NE(s.message().find("cfg:1: sim_cpus = 0: --sim-cpus 0: expected an integer"),
+            std::string::npos)
+      << s;
+  s = ParsePfmdConfigText("sim_paused = yes\n", "cfg", &c);
+  EXPECT_FALSE(s.ok());
+  s = ParsePfmdConfigText("mem_limit_total = lots\n", "cfg", &c);
+  EXPECT_NE(s.message().find("cfg:1:"), std::string::npos) << s;
+  auto missing = Parse({"--config", "/nonexistent/pfmd.conf"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/pfmd.conf"), std::string::npos);
+  EXPECT_FALSE(Parse({"--config"}).ok());
 }
 
 TEST(ResolveSocketPath, FlagThenEnvironmentThenDefault) {

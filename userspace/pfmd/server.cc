@@ -1,5 +1,6 @@
 #include "userspace/pfmd/server.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -7,6 +8,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 
@@ -115,7 +117,40 @@ Server::~Server() { Stop(); }
 
 size_t Server::connections() const { return conns_.size(); }
 
+namespace {
+
+// systemd socket activation (sd_listen_fds(3)): LISTEN_PID names this
+// process and LISTEN_FDS >= 1 means fd 3 is a listening socket already bound
+// by the .socket unit, which owns its path and mode.
+int InheritedListenFd() {
+  const char* pid = std::getenv("LISTEN_PID");
+  const char* fds = std::getenv("LISTEN_FDS");
+  if (pid == nullptr || fds == nullptr) return -1;
+  if (std::strtol(pid, nullptr, 10) != ::getpid() || std::strtol(fds, nullptr, 10) < 1)
+    return -1;
+  int type = 0;
+  socklen_t len = sizeof(type);
+  if (::getsockopt(3, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
+    return -1;
+  return 3;
+}
+
+}  // namespace
+
 absl::Status Server::Listen(const std::string& path, uint32_t mode) {
+  if (const int fd = InheritedListenFd(); fd >= 0) {
+    ::unsetenv("LISTEN_PID");  // not for our children
+    ::unsetenv("LISTEN_FDS");
+    ::unsetenv("LISTEN_FDNAMES");
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    boost::system::error_code ec;
+    acceptor_.assign(stream_protocol(), fd, ec);
+    if (ec)
+      return absl::UnavailableError(
+          absl::StrCat("cannot use the inherited socket (fd 3): ", ec.message()));
+    Accept();  // path_ stays empty: the socket file is systemd's
+    return absl::OkStatus();
+  }
   if (path.empty() || path.size() >= sizeof(sockaddr_un{}.sun_path))
     return absl::InvalidArgumentError(absl::StrCat(
         "socket path '", path, "' is empty or longer than ",

@@ -786,6 +786,27 @@ ServiceReply Service::SessionKill(ConnectionId, const Peer& peer,
 
 ServiceReply Service::SessionRing(ConnectionId, const Peer& peer,
                                   const boost::json::object& req) {
+  const json::value* drain_v = req.if_contains("drain");
+  const bool drain = drain_v && drain_v->is_bool() && drain_v->as_bool();
+  if (drain) {
+    // A soft-BTS tracer holds up to a DS area of branches on its own
+    // thread: ask it to drain, and wait for it without the kernel lock (its
+    // drain takes that lock). Tracers are only destroyed on this thread.
+    SoftBtsTracer* tracer = nullptr;
+    {
+      absl::MutexLock l(&mu_);
+      absl::StatusOr<Session*> s = FindLocked(peer, req);
+      if (s.ok() && (*s)->host_bts) {
+        auto it = tracers_.find((*s)->pid);
+        if (it != tracers_.end() && !it->second->done()) tracer = it->second.get();
+      }
+    }
+    if (tracer != nullptr) {
+      const uint64_t ticket = tracer->RequestDrain();
+      for (int i = 0; i < 200 && !tracer->DrainServed(ticket) && !tracer->done(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   absl::MutexLock l(&mu_);
   absl::StatusOr<Session*> s = FindLocked(peer, req);
   if (!s.ok()) return Error(s.status());
@@ -794,8 +815,7 @@ ServiceReply Service::SessionRing(ConnectionId, const Peer& peer,
     return Error(absl::FailedPreconditionError(absl::StrCat(
         "session ", (*s)->id, " has no record stream (no --bts or --pebs)")));
   // Bring the ring up to date: drain the CPU the target runs on.
-  if (const json::value* drain = req.if_contains("drain");
-      drain && drain->is_bool() && drain->as_bool()) {
+  if (drain) {
     for (int cpu = 0; cpu < machine_.cpus; ++cpu) {
       TaskId t = kernel_->Running(cpu);
       if ((*s)->cpu == cpu || ((*s)->pid > 0 && t.pid == (*s)->pid))

@@ -222,6 +222,12 @@ class SoftBtsRun {
     t_->sink_->Drain(area_, task_, cpu_, now);
     area_.ResetBts();
   }
+  // A drain asked for from another thread (RequestDrain).
+  void ServeDrainRequest() {
+    if (!t_->drain_requested_.exchange(false, std::memory_order_acq_rel)) return;
+    Drain(NowNs());
+    t_->drains_served_.fetch_add(1, std::memory_order_release);
+  }
   void Record(uint64_t from, uint64_t to) {
     pfm_bts_raw r{from, to, 0};
     t_->branches_.fetch_add(1, std::memory_order_relaxed);
@@ -471,6 +477,7 @@ void SoftBtsRun::Run() {
       DetachFromStop(st, pending_sig);
       return;
     }
+    ServeDrainRequest();
     if (t->sink_->Held(task_)) {
       const timespec ms = {0, 1000000};
       nanosleep(&ms, nullptr);
@@ -493,6 +500,9 @@ void SoftBtsRun::Run() {
           StopWhileRunning();
           return;
         }
+        // The tracee runs (e.g. blocked in a syscall); only this thread
+        // writes the area, so draining it now is safe.
+        ServeDrainRequest();
         continue;
       }
       Finish(-1);  // ECHILD: reaped elsewhere; the status is unknown
@@ -606,6 +616,15 @@ int SoftBtsTracer::Start(pid_t pid, const SoftBtsOptions& opt,
   }
   *out = std::move(t);
   return 0;
+}
+
+uint64_t SoftBtsTracer::RequestDrain() {
+  const uint64_t ticket = drains_served_.load(std::memory_order_acquire);
+  drain_requested_.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (thread_.joinable() && !thread_exited_)
+    pthread_kill(thread_.native_handle(), SoftBtsWakeSignal());
+  return ticket;
 }
 
 void SoftBtsTracer::Stop() {

@@ -119,6 +119,16 @@ class SoftBtsTracer {
   };
   Stats stats() const;
 
+  // Asks the tracer thread to drain its DS area into the sink now (a
+  // snapshot on demand), waking it if it waits for a tracee blocked in a
+  // syscall. Returns a ticket; DrainServed(ticket) turns true once a drain
+  // after the request happened. Thread-safe; never call it holding a lock
+  // the sink takes, and don't wait for the answer with it held.
+  uint64_t RequestDrain();
+  bool DrainServed(uint64_t ticket) const {
+    return drains_served_.load(std::memory_order_acquire) > ticket;
+  }
+
   // Executable mappings of the tracee, captured at attach, after every exec
   // (PTRACE_EVENT_EXEC) and after every mmap/mprotect syscall asking for
   // PROT_EXEC (seen as a `syscall` instruction about to run with that
@@ -140,6 +150,8 @@ class SoftBtsTracer {
   std::atomic<bool> done_{false};
   std::atomic<uint64_t> steps_{0};
   std::atomic<uint64_t> branches_{0};
+  std::atomic<bool> drain_requested_{false};
+  std::atomic<uint64_t> drains_served_{0};
   std::atomic<bool> singleblock_{false};
 
   mutable std::mutex mu_;  // guards everything below

@@ -1,0 +1,80 @@
+#include "bench/soft_bts_run.h"
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "bench/bench_util.h"
+
+namespace pfm::bench {
+
+void DsSink::Drain(DsArea& area, TaskId task, int cpu, uint64_t now_ns) {
+  std::lock_guard<std::mutex> l(mu_);
+  ds_->DrainForeign(area, task, cpu, now_ns);
+}
+
+bool DsSink::Held(TaskId task) {
+  std::lock_guard<std::mutex> l(mu_);
+  return ds_->Held(task);
+}
+
+void DsSink::Switch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
+                    bool preempt) {
+  std::lock_guard<std::mutex> l(mu_);
+  ds_->Switch(cpu, now_ns, prev, next, preempt);
+}
+
+void DsSink::Exited(TaskId task, uint64_t now_ns, int64_t wait_status) {
+  std::lock_guard<std::mutex> l(mu_);
+  ds_->TaskExit(task, now_ns, wait_status);
+  exit_status_ = wait_status;
+}
+
+void DsSink::Signaled(TaskId task, uint64_t now_ns, int signo) {
+  std::lock_guard<std::mutex> l(mu_);
+  ds_->TaskCrashed(task, now_ns, signo);
+}
+
+int64_t DsSink::exit_status() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return exit_status_;
+}
+
+int SpawnForTrace(const std::vector<std::string>& argv, pid_t* pid) {
+  ErrorDetail d;
+  if (int rc = SpawnStopped(argv, pid, &d); rc != 0) {
+    std::fprintf(stderr, "SpawnStopped: %s\n", d.message);
+    return rc;
+  }
+  return 0;
+}
+
+int TraceSpawned(pid_t pid, DsAllocator* ds, SoftBtsRunResult* out) {
+  DsSink sink(ds);
+  SoftBtsOptions opt;
+  std::unique_ptr<SoftBtsTracer> tracer;
+  ErrorDetail d;
+  if (int rc = SoftBtsTracer::Start(pid, opt, &sink, &tracer, &d); rc != 0) {
+    std::fprintf(stderr, "SoftBtsTracer::Start: %s\n", d.message);
+    Abandon(pid, nullptr);
+    return rc;
+  }
+  const uint64_t t0 = NowNs();
+  if (int rc = Release(pid, &d); rc != 0) {
+    std::fprintf(stderr, "Release: %s\n", d.message);
+    tracer->Stop();
+    return rc;
+  }
+  while (!tracer->done())
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  out->seconds = (NowNs() - t0) / 1e9;
+  tracer->Stop();
+  out->stats = tracer->stats();
+  out->exit_status = sink.exit_status();
+  return 0;
+}
+
+}  // namespace pfm::bench

@@ -1,0 +1,69 @@
+// Runs a real program under the soft-BTS tracer with its branches drained
+// into a DsAllocator, the way pfmd's host driver does (bench-only glue).
+//
+// The sink forwards every tracer callback to the allocator under one mutex
+// (the tracer thread is the only caller while the trace runs; the mutex
+// makes the hand-over to the caller's thread explicit). Needs permission to
+// ptrace the child (root here).
+#ifndef PFM_BENCH_SOFT_BTS_RUN_H_
+#define PFM_BENCH_SOFT_BTS_RUN_H_
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernel/drivers/ptrace/soft_bts.h"
+#include "kernel/ds/ds_allocator.h"
+
+namespace pfm::bench {
+
+class DsSink : public SoftBtsSink {
+ public:
+  explicit DsSink(DsAllocator* ds) : ds_(ds) {}
+  void Drain(DsArea& area, TaskId task, int cpu, uint64_t now_ns) override;
+  bool Held(TaskId task) override;
+  void Switch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
+              bool preempt) override;
+  void Exited(TaskId task, uint64_t now_ns, int64_t wait_status) override;
+  void Signaled(TaskId task, uint64_t now_ns, int signo) override;
+  int64_t exit_status() const;
+
+ private:
+  DsAllocator* const ds_;
+  mutable std::mutex mu_;
+  int64_t exit_status_ = -1;
+};
+
+struct SoftBtsRunResult {
+  double seconds = 0;  // Release to tracee exit
+  SoftBtsTracer::Stats stats;
+  int64_t exit_status = -1;
+};
+
+// Spawns `argv` stopped, attaches consumers built by `attach(pid)` (called
+// before the program runs; returns 0 or -errno), traces it to its exit and
+// fills *out. Returns 0 or a negative errno with a message on stderr.
+template <typename AttachFn>
+int TraceProgram(const std::vector<std::string>& argv, DsAllocator* ds,
+                 AttachFn attach, SoftBtsRunResult* out);
+
+// Non-template part of TraceProgram.
+int TraceSpawned(pid_t pid, DsAllocator* ds, SoftBtsRunResult* out);
+int SpawnForTrace(const std::vector<std::string>& argv, pid_t* pid);
+
+template <typename AttachFn>
+int TraceProgram(const std::vector<std::string>& argv, DsAllocator* ds,
+                 AttachFn attach, SoftBtsRunResult* out) {
+  pid_t pid = -1;
+  if (int rc = SpawnForTrace(argv, &pid); rc != 0) return rc;
+  if (int rc = attach(pid); rc != 0) {
+    Abandon(pid, nullptr);
+    return rc;
+  }
+  return TraceSpawned(pid, ds, out);
+}
+
+}  // namespace pfm::bench
+
+#endif  // PFM_BENCH_SOFT_BTS_RUN_H_

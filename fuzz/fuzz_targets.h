@@ -1,0 +1,39 @@
+// Fuzz entry points shared by the libFuzzer binaries (tools/fuzz.sh builds
+// them with clang -fsanitize=fuzzer,address,undefined) and by
+// fuzz_regression_test (Bazel, gcc), which replays every file under
+// fuzz/corpus/ and fuzz/crashers/ through the same functions, so a crash
+// found once stays a regression test.
+//
+// Each entry takes arbitrary bytes, must never crash, leak or hang on them,
+// and returns 0 (libFuzzer's convention). Inputs that violate a documented
+// contract of the code under test abort (assert-style), which the fuzzer
+// reports as a crash. Thread-compatible: one call at a time per process is
+// not required, but the ring entry creates a memfd per call.
+#ifndef PFM_FUZZ_FUZZ_TARGETS_H_
+#define PFM_FUZZ_FUZZ_TARGETS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pfm::fuzz {
+
+// The daemon's request path: FrameDecoder fed in pieces (the split points
+// come from the input), every complete body parsed as JSON and, when it is a
+// request object with a "spec", validated with SessionSpec::FromJson; plus
+// the encode/decode round trip of each body.
+int FuzzWireDecoder(const uint8_t* data, size_t size);
+
+// The compact codec: DecodeRecord over the input (its contract: consumed
+// bytes within avail, state untouched on failure, decoded records re-encode
+// and decode to the same record), then RingCursor over the input laid out as
+// a two-chunk data area in both formats.
+int FuzzCompactDecoder(const uint8_t* data, size_t size);
+
+// A hostile writer: a ring memfd whose header and data come from the input
+// (first byte chooses verbatim header or a valid template with fuzzed
+// positions/counters), sealed, then RingReader::Map, Snapshot and Consume.
+int FuzzRingReader(const uint8_t* data, size_t size);
+
+}  // namespace pfm::fuzz
+
+#endif  // PFM_FUZZ_FUZZ_TARGETS_H_

@@ -1,0 +1,250 @@
+// End to end, issue 6: fair memory accounting (DESIGN §6) through the real
+// pfmd on the simulated machine. Root and uid 65534 attach to one task's
+// BTS: the task's DS buffer is split between them, each also pays its own
+// ring; a uid that leaves hands the whole buffer to the other, or the buffer
+// shrinks (RESIZED record) if that would exceed the remaining uid's limit.
+//
+// Sizes are derived from the uapi layouts and pfmd's defaults: a task's DS
+// buffer holds DsLimits' 2048 BTS + 64 PEBS records; a lossless ring of N
+// bytes maps a header page + N (N a power of two >= 2 chunks).
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "kernel/uapi/pfm_uapi.h"
+#include "pfm/client.h"
+#include "tests/testing/harness.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+using testing::Daemon;
+using testing::Pfmctl;
+using testing::PfmctlJson;
+
+constexpr uid_t kNobody = 65534;
+// A task context's shared DS buffer at its default size.
+constexpr uint64_t kTaskBuffer =
+    2048 * sizeof(pfm_bts_raw) + 64 * sizeof(pfm_pebs_raw);
+constexpr uint64_t kRootBuffer = 8 << 10;      // root's lossless ring data
+constexpr uint64_t kNobodyBuffer = 128 << 10;  // 65534's
+constexpr uint64_t kRootRing = PFM_RING_HEADER_BYTES + kRootBuffer;
+constexpr uint64_t kNobodyRing = PFM_RING_HEADER_BYTES + kNobodyBuffer;
+static_assert(kTaskBuffer % 2 == 0, "the split below assumes no leftover byte");
+
+uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
+
+// Runs `fn` in a forked child with uid/gid `uid` and returns what it returned
+// ({"child_failed": ...} if the child could not drop privileges or died).
+json::object AsUid(uid_t uid, const std::function<json::object()>& fn) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return {{"child_failed", "pipe"}};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0)
+      ::_exit(3);
+    const std::string out = json::serialize(fn());
+    if (::write(p[1], out.data(), out.size()) != static_cast<ssize_t>(out.size()))
+      ::_exit(4);
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(p[0], buf, sizeof(buf))) > 0;) text.append(buf, n);
+  ::close(p[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  if (ec || !v.is_object())
+    return {{"child_failed", absl::StrCat("status ", status, ", output '", text, "'")}};
+  return v.as_object();
+}
+
+class AccountingE2e : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> extra = {}) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
+    std::vector<std::string> flags = {"--driver", "sim", "--sim-pmu", "skl",
+                                      "--sim-cpus", "2", "--sim-tasks", "4",
+                                      "--sim-paused"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    d_ = std::make_unique<Daemon>(flags);
+    ASSERT_TRUE(d_->started());
+    const std::string dir = d_->socket().substr(0, d_->socket().rfind('/'));
+    ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  }
+  // A detached lossless BTS session on pid 1000, created by `uid`.
+  uint64_t Join(uid_t uid, uint64_t buffer) {
+    const std::string socket = d_->socket();
+    json::object got = AsUid(uid, [&]() -> json::object {
+      absl::StatusOr<Client> c = Client::Connect(socket);
+      if (!c.ok()) return {{"error", std::string(c.status().message())}};
+      absl::StatusOr<Client::Reply> r = c->Call(
+          "session_create",
+          {{"spec", json::object{{"pid", 1000}, {"bts", "lossless"},
+                                 {"buffer_bytes", buffer}, {"detached", true}}}});
+      if (!r.ok())
+        return {{"error", absl::StrCat(StatusCodeName(r.status().code()), ": ",
+                                       r.status().message())}};
+      return {{"id", r->result.at("id")}};
+    });
+    EXPECT_TRUE(got.contains("id")) << got;
+    return got.contains("id") ? Num(got.at("id")) : 0;
+  }
+  json::object Status() {
+    return PfmctlJson(d_->socket(), {"status"}).at("memory").as_object();
+  }
+  // uid -> bytes, from status.memory.charged.
+  std::map<uint64_t, uint64_t> Charged() {
+    std::map<uint64_t, uint64_t> out;
+    const json::object m = Status();
+    for (const json::value& c : m.at("charged").as_array())
+      out[Num(c.at("uid"))] = Num(c.at("bytes"));
+    return out;
+  }
+  uint64_t SessionCharge(uint64_t id) {
+    return Num(PfmctlJson(d_->socket(), {"session", "show", std::to_string(id)})
+                   .at("charged_bytes"));
+  }
+  void Kill(uint64_t id) {
+    testing::Result r = Pfmctl(d_->socket(), {"session", "kill", std::to_string(id)});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  // Charges always sum to the bytes allocated.
+  void ExpectChargesSumToAllocated() {
+    json::object m = Status();
+    uint64_t sum = 0;
+    for (const json::value& c : m.at("charged").as_array()) sum += Num(c.at("bytes"));
+    EXPECT_EQ(sum, Num(m.at("allocated"))) << m;
+  }
+  std::unique_ptr<Daemon> d_;
+};
+
+TEST_F(AccountingE2e, TwoUidsSplitTheTaskBufferAndTheLastOnePaysItAll) {
+  Start();
+  const uint64_t root = Join(0, kRootBuffer);
+  ASSERT_NE(root, 0u);
+  EXPECT_EQ(Charged(), (std::map<uint64_t, uint64_t>{{0, kRootRing + kTaskBuffer}}));
+  const uint64_t nobody = Join(kNobody, kNobodyBuffer);
+  ASSERT_NE(nobody, 0u);
+  // One buffer, two uids: half each, plus each one's own ring.
+  EXPECT_EQ(Charged(), (std::map<uint64_t, uint64_t>{
+                           {0, kRootRing + kTaskBuffer / 2},
+                           {kNobody, kNobodyRing + kTaskBuffer / 2}}));
+  EXPECT_EQ(SessionCharge(root), kRootRing + kTaskBuffer / 2);
+  EXPECT_EQ(SessionCharge(nobody), kNobodyRing + kTaskBuffer / 2);
+  EXPECT_EQ(Num(Status().at("allocated")), kRootRing + kNobodyRing + kTaskBuffer);
+  ExpectChargesSumToAllocated();
+  // Root leaves: 65534 now pays for the whole buffer, which keeps its size.
+  Kill(root);
+  EXPECT_EQ(Charged(),
+            (std::map<uint64_t, uint64_t>{{kNobody, kNobodyRing + kTaskBuffer}}));
+  EXPECT_EQ(SessionCharge(nobody), kNobodyRing + kTaskBuffer);
+  ExpectChargesSumToAllocated();
+  Kill(nobody);
+  EXPECT_TRUE(Charged().empty());
+  EXPECT_EQ(Num(Status().at("allocated")), 0u);
+}
+
+TEST_F(AccountingE2e, BufferShrinksWithResizedNoticeWhenTheRemainingUidWouldExceedItsLimit) {
+  // Room for 65534's ring + 3/4 of the buffer: half fits, the whole does not.
+  const uint64_t limit = kNobodyRing + kTaskBuffer / 2 + kTaskBuffer / 4;
+  static_assert(kRootRing + kTaskBuffer <= kNobodyRing + kTaskBuffer * 3 / 4,
+                "root alone must fit the limit");
+  Start({"--mem-limit-per-uid", std::to_string(limit)});
+  const uint64_t root = Join(0, kRootBuffer);
+  const uint64_t nobody = Join(kNobody, kNobodyBuffer);
+  ASSERT_NE(root, 0u);
+  ASSERT_NE(nobody, 0u);
+  ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "run", "2000000"}).exit_code, 0);
+  Kill(root);  // leaving never fails, even though the whole buffer won't fit
+  const uint64_t shrunk = limit - kNobodyRing;
+  EXPECT_EQ(Charged(), (std::map<uint64_t, uint64_t>{{kNobody, limit}}));
+  EXPECT_EQ(SessionCharge(nobody), limit);
+  ExpectChargesSumToAllocated();
+  // The remaining consumer is told, in its own stream.
+  json::value snap = PfmctlJson(d_->socket(), {"snapshot", std::to_string(nobody)});
+  std::vector<json::object> resized;
+  for (const json::value& r : snap.at("records").as_array())
+    if (r.at("type").as_string() == "resized") resized.push_back(r.as_object());
+  ASSERT_EQ(resized.size(), 1u) << snap;
+  EXPECT_EQ(Num(resized[0].at("old_bytes")), kTaskBuffer);
+  // The area holds whole BTS records: at most the charged size.
+  EXPECT_LE(Num(resized[0].at("new_bytes")), shrunk);
+  EXPECT_GT(Num(resized[0].at("new_bytes")), shrunk - sizeof(pfm_bts_raw));
+  // Tracing goes on into the smaller buffer.
+  const uint64_t before = Num(snap.at("ring_records"));
+  ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "run", "2000000"}).exit_code, 0);
+  snap = PfmctlJson(d_->socket(), {"snapshot", std::to_string(nobody)});
+  EXPECT_GT(Num(snap.at("ring_records")), before);
+}
+
+TEST_F(AccountingE2e, RequestOverThePerUidLimitIsRefusedStatingLimitUsageAndRequest) {
+  Start({"--mem-limit-per-uid", "1MiB"});
+  json::value first = PfmctlJson(d_->socket(), {"session", "create", "--pid", "1001",
+                                                "--bts", "lossless", "--buffer", "256KiB"});
+  ASSERT_TRUE(first.as_object().contains("id"));
+  const json::value before = PfmctlJson(d_->socket(), {"status"});
+  testing::Result r = Pfmctl(d_->socket(), {"session", "create", "--pid", "1002",
+                                            "--bts", "lossless", "--buffer", "1MiB"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << r.err;
+  // The limit, what the uid uses, and what the request needs.
+  const uint64_t usage = PFM_RING_HEADER_BYTES + (256 << 10) + kTaskBuffer;
+  constexpr uint64_t request = PFM_RING_HEADER_BYTES + (1 << 20) + kTaskBuffer;
+  EXPECT_NE(r.err.find("of 1MiB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(absl::StrCat("uses ", usage / 1024.0, "KiB")), std::string::npos)
+      << r.err << " (usage " << usage << ")";
+  // 1MiB of data + the header page, and the new task's whole buffer.
+  static_assert(request > (1 << 20) + (1 << 16), "request rounds to 1.1MiB");
+  EXPECT_NE(r.err.find("needs 1.1MiB more (ring 1028KiB + its share"), std::string::npos)
+      << r.err << " (request " << request << ")";
+  // Nothing changed.
+  EXPECT_EQ(json::serialize(PfmctlJson(d_->socket(), {"status"})),
+            json::serialize(before));
+  EXPECT_EQ(PfmctlJson(d_->socket(), {"session", "list"}).as_array().size(), 1u);
+}
+
+TEST_F(AccountingE2e, RequestOverTheDaemonLimitIsRefusedForAnyUid) {
+  Start({"--mem-limit-total", "512KiB"});
+  ASSERT_NE(Join(0, 256 << 10), 0u);
+  const json::value before = PfmctlJson(d_->socket(), {"status"});
+  const std::string socket = d_->socket();
+  json::object got = AsUid(kNobody, [&]() -> json::object {
+    absl::StatusOr<Client> c = Client::Connect(socket);
+    if (!c.ok()) return {{"error", std::string(c.status().message())}};
+    absl::StatusOr<Client::Reply> r = c->Call(
+        "session_create",
+        {{"spec", json::object{{"pid", 1000}, {"bts", "lossless"},
+                               {"buffer_bytes", 256 << 10}}}});
+    if (r.ok()) return {{"id", r->result.at("id")}};
+    return {{"code", StatusCodeName(r.status().code())},
+            {"message", std::string(r.status().message())}};
+  });
+  EXPECT_EQ(json::serialize(got.at("code")), "\"RESOURCE_EXHAUSTED\"") << got;
+  EXPECT_NE(std::string(got.at("message").as_string()).find("daemon memory limit"),
+            std::string::npos)
+      << got;
+  EXPECT_NE(std::string(got.at("message").as_string()).find("of 512KiB"),
+            std::string::npos)
+      << got;
+  EXPECT_EQ(json::serialize(PfmctlJson(d_->socket(), {"status"})),
+            json::serialize(before));
+}
+
+}  // namespace
+}  // namespace pfm
