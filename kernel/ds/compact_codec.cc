@@ -13,6 +13,15 @@ constexpr uint8_t kCpuBit = 1u << 4;
 constexpr uint8_t kPidBit = 1u << 5;
 constexpr uint8_t kTidBit = 1u << 6;
 constexpr uint8_t kMiscBit = 1u << 7;
+constexpr uint8_t kShortBranch = 0x0e;  // low nibble of a short-branch lead
+constexpr uint8_t kTimeSameBit = 1u << 4;
+constexpr uint8_t kToCachedBit = 1u << 5;
+constexpr uint8_t kShortReserved = 0xc0;
+
+size_t ToSlot(uint64_t from) {
+  return static_cast<size_t>((from * 0x9e3779b97f4a7c15ull) >> 60) %
+         kToCacheEntries;
+}
 
 constexpr size_t kMaxVarint64 = 10;
 constexpr size_t kMaxVarint32 = 5;
@@ -25,6 +34,8 @@ static_assert(kEscapeBytes == kMaxCompactRecordBytes,
               "the escape form is the worst case");
 static_assert(kMaxCompactRecordBytes <= 64, "at most the fixed size");
 static_assert(PFM_REC_TYPE_MAX <= kEscape, "types fit the lead nibble");
+static_assert(PFM_REC_TYPE_MAX <= kShortBranch && kShortBranch != kEscape,
+              "the short-branch nibble is no record type");
 
 // Delta form worst case (PEBS): lead, time, cpu, pid, tid, misc, then
 // ip/addr/latency/data_src and event/counter. The scratch buffer holds it.
@@ -99,8 +110,28 @@ struct In {
   }
 };
 
-// Encodes the delta form into `buf` (kMaxDeltaBytes) and returns its size.
-size_t EncodeDelta(const pfm_record& r, const CodecState& st, uint8_t* buf) {
+// The short branch form (see the header), or 0 when `r` is not eligible.
+size_t EncodeShortBranch(const pfm_record& r, const CodecState& st,
+                         uint8_t* buf) {
+  if (r.type != PFM_REC_BRANCH || r.cpu != st.cpu || r.pid != st.pid ||
+      r.tid != st.tid || r.misc != st.branch_misc ||
+      r.u.branch.flags != st.branch_flags)
+    return 0;
+  const uint64_t delta = r.time - st.time;
+  uint8_t lead = kShortBranch;
+  if (delta == st.time_delta) lead |= kTimeSameBit;
+  if (r.u.branch.to == st.to_cache[ToSlot(r.u.branch.from)]) lead |= kToCachedBit;
+  Out o{buf};
+  *o.p++ = lead;
+  if (!(lead & kTimeSameBit)) o.Varint(ZigZag(delta - st.time_delta));
+  o.Varint(ZigZag(r.u.branch.from - st.branch_to));
+  if (!(lead & kToCachedBit)) o.Varint(ZigZag(r.u.branch.to - r.u.branch.from));
+  return static_cast<size_t>(o.p - buf);
+}
+
+// Encodes the long delta form into `buf` (kMaxDeltaBytes) and returns its
+// size.
+size_t EncodeLong(const pfm_record& r, const CodecState& st, uint8_t* buf) {
   uint8_t lead = static_cast<uint8_t>(r.type);
   if (r.cpu != st.cpu) lead |= kCpuBit;
   if (r.pid != st.pid) lead |= kPidBit;
@@ -159,7 +190,18 @@ size_t EncodeDelta(const pfm_record& r, const CodecState& st, uint8_t* buf) {
   return n;
 }
 
+// The shorter of the two delta forms.
+size_t EncodeDelta(const pfm_record& r, const CodecState& st, uint8_t* buf) {
+  const size_t n = EncodeLong(r, st, buf);
+  uint8_t shorter[kMaxDeltaBytes];
+  const size_t m = EncodeShortBranch(r, st, shorter);
+  if (m == 0 || m >= n) return n;
+  memcpy(buf, shorter, m);
+  return m;
+}
+
 void Advance(const pfm_record& r, CodecState* st) {
+  st->time_delta = r.time - st->time;
   st->time = r.time;
   st->cpu = r.cpu;
   st->pid = r.pid;
@@ -168,6 +210,7 @@ void Advance(const pfm_record& r, CodecState* st) {
     st->branch_to = r.u.branch.to;
     st->branch_flags = r.u.branch.flags;
     st->branch_misc = r.misc;
+    st->to_cache[ToSlot(r.u.branch.from)] = r.u.branch.to;
   }
 }
 
@@ -223,6 +266,29 @@ int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
     Advance(r, st);
     *out = r;
     return static_cast<int>(kEscapeBytes);
+  }
+
+  if ((lead & kTypeMask) == kShortBranch) {
+    if (lead & kShortReserved) return -EINVAL;
+    In i{in + 1, in + avail};
+    r.type = PFM_REC_BRANCH;
+    const uint64_t delta = (lead & kTimeSameBit)
+                               ? st->time_delta
+                               : st->time_delta + UnZigZag(i.Varint());
+    r.time = st->time + delta;
+    r.cpu = st->cpu;
+    r.pid = st->pid;
+    r.tid = st->tid;
+    r.misc = st->branch_misc;
+    r.u.branch.from = st->branch_to + UnZigZag(i.Varint());
+    r.u.branch.to = (lead & kToCachedBit)
+                        ? st->to_cache[ToSlot(r.u.branch.from)]
+                        : r.u.branch.from + UnZigZag(i.Varint());
+    r.u.branch.flags = st->branch_flags;
+    if (!i.ok) return -EINVAL;
+    Advance(r, st);
+    *out = r;
+    return static_cast<int>(i.p - in);
   }
 
   r.type = lead & kTypeMask;

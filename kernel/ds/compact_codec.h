@@ -20,6 +20,18 @@
 //     RESIZED   old_bytes, new_bytes
 //     EXIT      zz(status)
 //
+// Short branch form (lead nibble 0xE), used for a BRANCH whose cpu, pid,
+// tid, misc and flags equal the previous branch's, when it is not longer
+// than the form above:
+//   lead: 0xE | bit 4 "time delta equals the previous delta" | bit 5 "`to`
+//         equals the predictor's entry for `from`" (bits 6-7 zero)
+//   [zz(time delta - previous delta)]  unless bit 4
+//   zz(from - previous branch's to)
+//   [zz(to - from)]                    unless bit 5
+// The predictor is a direct-mapped table of the last `to` per `from` slot,
+// reset with the rest of the state at every chunk (loops and hot branches
+// repeat their targets; interpolated BTS times repeat their deltas).
+//
 // cpu/pid/tid are sent only when they differ from the previous record in the
 // chunk; BRANCH misc/flags only when they differ from the previous branch's;
 // other types send misc only when it is non-zero.
@@ -49,8 +61,13 @@ inline constexpr size_t kMaxCompactRecordBytes = 63;
 
 // The delta state of one chunk. Reset() at every chunk start: the writer
 // before the first record of a chunk, a reader before decoding one.
+// Entries of the per-chunk `to` predictor (direct-mapped by `from`).
+inline constexpr size_t kToCacheEntries = 16;
+
 struct CodecState {
   uint64_t time = 0;
+  uint64_t time_delta = 0;  // previous record's time - the one before it
+  uint64_t to_cache[kToCacheEntries] = {};  // last `to` seen per `from` slot
   uint64_t branch_to = 0;     // previous BRANCH's `to`
   uint64_t branch_flags = 0;  // previous BRANCH's flags
   uint32_t branch_misc = 0;   // previous BRANCH's misc

@@ -337,3 +337,60 @@ TEST(CompactCodec, TypicalBranchStreamIsWellUnderAThirdOfFixed) {
 
 }  // namespace
 }  // namespace pfm
+
+namespace pfm {
+namespace {
+
+// A loop's branches: the same few (from, to) pairs over and over, at evenly
+// interpolated times (as a drain stamps BTS records).
+std::vector<pfm_record> LoopStream(size_t n) {
+  std::vector<pfm_record> out;
+  const uint64_t pairs[3][2] = {{0x401627, 0x401649}, {0x401660, 0x401615},
+                                {0x401665, 0x40164c}};
+  for (size_t i = 0; i < n; ++i) {
+    pfm_record r{};
+    r.type = PFM_REC_BRANCH;
+    r.cpu = 1;
+    r.pid = r.tid = 4242;
+    r.time = 1000000 + i * 333 + (i * 1000 / 3) % 2;  // deltas 333/334
+    r.u.branch.from = pairs[i % 3][0];
+    r.u.branch.to = pairs[i % 3][1];
+    out.push_back(r);
+  }
+  return out;
+}
+
+TEST(CompactCodecShortBranch, LoopsCostAFewBytesPerBranchAndRoundTrip) {
+  std::vector<pfm_record> in = LoopStream(300);
+  ExpectRoundTrip(in);
+  CodecState st;
+  uint8_t buf[kMaxCompactRecordBytes];
+  size_t total = 0;
+  for (const pfm_record& r : in) total += EncodeRecord(r, &st, buf);
+  const double per = double(total) / in.size();
+  std::cout << "loop stream: " << per << " bytes/branch\n";
+  EXPECT_LE(per, 3.5);  // the long form alone needs about 5.7 here
+}
+
+TEST(CompactCodecShortBranch, AMispredictedTargetFallsBackToItsDelta) {
+  std::vector<pfm_record> in = LoopStream(30);
+  in[20].u.branch.to = 0x500000;  // a different target for a cached `from`
+  in[25].u.branch.flags = 0x10;   // flags change: the long form
+  in[26].cpu = 3;                 // cpu change: the long form
+  ExpectRoundTrip(in);
+}
+
+TEST(CompactCodecShortBranch, ReservedBitsAreRefused) {
+  const uint8_t bad[] = {0x0e | 0x40, 0x00, 0x00};
+  CodecState st;
+  pfm_record r;
+  EXPECT_EQ(DecodeRecord(bad, sizeof(bad), &st, &r), -EINVAL);
+  const uint8_t ok[] = {0x0e, 0x00, 0x02, 0x02};  // dod 0, from +1, to +1
+  EXPECT_EQ(DecodeRecord(ok, sizeof(ok), &st, &r), 4);
+  EXPECT_EQ(r.type, PFM_REC_BRANCH);
+  EXPECT_EQ(r.u.branch.from, 1u);
+  EXPECT_EQ(r.u.branch.to, 2u);
+}
+
+}  // namespace
+}  // namespace pfm
