@@ -85,6 +85,11 @@ struct Ring::State {
   bool Fits(uint64_t end) const;
   // Writes a planned record (and the PAD before it), publishing head.
   void Commit(const Placement& p);
+  // History: drops whole chunks until a record ending at `end` fits.
+  void MakeRoom(uint64_t end);
+  // Fixed format, nothing pending: the record goes straight into its slot
+  // (no planning copy; the fan-out's hot path).
+  Result WriteFixed(const pfm_record& rec);
   void CountLost();
 };
 
@@ -221,13 +226,13 @@ bool Ring::State::Fits(uint64_t end) const {
   return end <= ChunkFloor(t) + config.data_bytes;
 }
 
-void Ring::State::Commit(const Placement& p) {
+void Ring::State::MakeRoom(uint64_t end) {
   State& s = *this;
   if (config.mode == PFM_RING_HISTORY) {
     // Drop whole chunks, publishing the new tail before their bytes are
     // reused so that a concurrent reader can tell what it copied is torn.
     bool dropped = false;
-    while (p.end > s.tail + config.data_bytes) {
+    while (end > s.tail + config.data_bytes) {
       uint32_t& n = s.chunk_records[(s.tail / kChunk) % s.nchunks];
       s.overwritten += n;
       n = 0;
@@ -243,13 +248,42 @@ void Ring::State::Commit(const Placement& p) {
       __atomic_thread_fence(__ATOMIC_RELEASE);
     }
   }
+}
+
+Ring::Result Ring::State::WriteFixed(const pfm_record& rec) {
+  const uint64_t end = head + PFM_RECORD_FIXED_SIZE;
+  if (!Fits(end)) {
+    if (config.block) return kWouldBlock;
+    ++pending_lost;
+    CountLost();
+    return kLost;
+  }
+  MakeRoom(end);
+  // Chunks are 64-byte multiples and the data area is page-aligned, so the
+  // slot is an aligned pfm_record.
+  auto* slot = reinterpret_cast<pfm_record*>(data + (head & (config.data_bytes - 1)));
+  memcpy(slot, &rec, sizeof(rec));
+  NormalizeRecord(slot);
+  uint32_t& n = chunk_records[(head / kChunk) % nchunks];
+  if (head % kChunk == 0) n = 0;
+  ++n;
+  head = end;
+  ++records;
+  __atomic_store_n(&hdr->records, records, __ATOMIC_RELEASE);
+  __atomic_store_n(&hdr->head, head, __ATOMIC_RELEASE);
+  return kWritten;
+}
+
+void Ring::State::Commit(const Placement& p) {
+  State& s = *this;
+  MakeRoom(p.end);
   const uint64_t mask = config.data_bytes - 1;
   if (p.start != s.head) data[s.head & mask] = PFM_REC_PAD;
   memcpy(data + (p.start & mask), p.bytes, p.size);
   uint32_t& n = s.chunk_records[(p.start / kChunk) % s.nchunks];
   if (p.start % kChunk == 0) n = 0;
   ++n;
-  s.codec = p.st;
+  if (config.format == PFM_FORMAT_COMPACT) s.codec = p.st;
   s.head = p.end;
   ++s.records;
   __atomic_store_n(&hdr->records, s.records, __ATOMIC_RELEASE);
@@ -282,6 +316,8 @@ Ring::Result Ring::Write(const pfm_record& rec) {
     s.CountLost();
     return kLost;
   }
+  if (config_.format == PFM_FORMAT_FIXED && s.pending_lost == 0)
+    return s.WriteFixed(rec);
   Placement p;
   if (s.pending_lost > 0) {
     Plan(config_.format, s.head, s.codec, LostRecord(rec, s.pending_lost), &p);
