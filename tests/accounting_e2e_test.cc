@@ -29,6 +29,7 @@ namespace pfm {
 namespace {
 
 namespace json = boost::json;
+using testing::AsUid;
 using testing::Daemon;
 using testing::Pfmctl;
 using testing::PfmctlJson;
@@ -45,34 +46,6 @@ static_assert(kTaskBuffer % 2 == 0, "the split below assumes no leftover byte");
 
 uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
 
-// Runs `fn` in a forked child with uid/gid `uid` and returns what it returned
-// ({"child_failed": ...} if the child could not drop privileges or died).
-json::object AsUid(uid_t uid, const std::function<json::object()>& fn) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return {{"child_failed", "pipe"}};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(p[0]);
-    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0)
-      ::_exit(3);
-    const std::string out = json::serialize(fn());
-    if (::write(p[1], out.data(), out.size()) != static_cast<ssize_t>(out.size()))
-      ::_exit(4);
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(p[0], buf, sizeof(buf))) > 0;) text.append(buf, n);
-  ::close(p[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  boost::system::error_code ec;
-  json::value v = json::parse(text, ec);
-  if (ec || !v.is_object())
-    return {{"child_failed", absl::StrCat("status ", status, ", output '", text, "'")}};
-  return v.as_object();
-}
 
 class AccountingE2e : public ::testing::Test {
  protected:

@@ -29,6 +29,7 @@ namespace pfm {
 namespace {
 
 namespace json = boost::json;
+using testing::AsUid;
 using testing::Daemon;
 using testing::PfmctlJson;
 
@@ -50,43 +51,6 @@ json::object CallJson(Client& c, const std::string& op, json::object args = {}) 
   return {{"ok", true}, {"result", r->result}};
 }
 
-// Runs `fn` in a forked child with uid and gid `uid` and no supplementary
-// groups, and returns the object it produced. A child that fails to drop
-// privileges or dies yields {"child_failed": ...}.
-json::object AsUid(uid_t uid, const std::function<json::object()>& fn) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return {{"child_failed", "pipe"}};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(p[0]);
-    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0)
-      ::_exit(3);
-    const std::string out = json::serialize(fn());
-    size_t off = 0;
-    while (off < out.size()) {
-      const ssize_t n = ::write(p[1], out.data() + off, out.size() - off);
-      if (n <= 0) ::_exit(4);
-      off += static_cast<size_t>(n);
-    }
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(p[0], buf, sizeof(buf))) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(p[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  boost::system::error_code ec;
-  json::value v = json::parse(text, ec);
-  if (ec || !v.is_object())
-    return {{"child_failed", absl::StrCat("status ", status, ", output '", text, "'")}};
-  return v.as_object();
-}
 
 // A child of the calling process that spins until killed.
 pid_t SpawnSpinner() {

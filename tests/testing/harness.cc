@@ -1,6 +1,7 @@
 #include "tests/testing/harness.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -8,12 +9,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
 
 namespace pfm::testing {
 
@@ -120,6 +124,41 @@ boost::json::value PfmctlJson(const std::string& socket,
   boost::json::value v = boost::json::parse(r.out, ec);
   EXPECT_FALSE(ec) << "not JSON: " << r.out;
   return v;
+}
+
+boost::json::object AsUid(uid_t uid, const std::function<boost::json::object()>& fn) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return {{"child_failed", "pipe"}};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0)
+      ::_exit(3);
+    const std::string out = boost::json::serialize(fn());
+    size_t off = 0;
+    while (off < out.size()) {
+      const ssize_t n = ::write(p[1], out.data() + off, out.size() - off);
+      if (n <= 0) ::_exit(4);
+      off += static_cast<size_t>(n);
+    }
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(p[0], buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(p[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(text, ec);
+  if (ec || !v.is_object())
+    return {{"child_failed", absl::StrCat("status ", status, ", output '", text, "'")}};
+  return v.as_object();
 }
 
 int ConnectRaw(const std::string& path) {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -67,6 +68,12 @@ class Daemon {
 
 // Opens a raw connection to a Unix socket (for malformed-input tests).
 int ConnectRaw(const std::string& path);
+
+// Runs `fn` in a forked child with uid and gid `uid` and no supplementary
+// groups, and returns the object it produced. A child that fails to drop
+// privileges or dies yields {"child_failed": ...}.
+boost::json::object AsUid(uid_t uid,
+                          const std::function<boost::json::object()>& fn);
 
 }  // namespace pfm::testing
 
