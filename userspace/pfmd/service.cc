@@ -110,25 +110,25 @@ class Service::HostSink : public SoftBtsSink {
  public:
   explicit HostSink(Service* s) : s_(s) {}
   void Drain(DsArea& area, TaskId task, int cpu, uint64_t now_ns) override {
-    absl::MutexLock l(&s_->mu_);
+    KernelLockGuard l(&s_->mu_);
     s_->kernel_->ds().DrainForeign(area, task, Cpu(cpu), now_ns);
   }
   bool Held(TaskId task) override {
-    absl::MutexLock l(&s_->mu_);
+    KernelLockGuard l(&s_->mu_);
     return s_->kernel_->ds().Held(task);
   }
   void Switch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
               bool preempt) override {
-    absl::MutexLock l(&s_->mu_);
+    KernelLockGuard l(&s_->mu_);
     s_->kernel_->ContextSwitch(Cpu(cpu), now_ns, prev, next, preempt);
   }
   void Exited(TaskId task, uint64_t now_ns, int64_t wait_status) override {
-    absl::MutexLock l(&s_->mu_);
+    KernelLockGuard l(&s_->mu_);
     s_->kernel_->TaskExit(task, now_ns, wait_status);
     s_->exit_status_[task.pid] = wait_status;
   }
   void Signaled(TaskId task, uint64_t now_ns, int signo) override {
-    absl::MutexLock l(&s_->mu_);
+    KernelLockGuard l(&s_->mu_);
     s_->kernel_->ds().TaskCrashed(task, now_ns, signo);
     s_->fatal_signal_[task.pid] = signo;
   }
@@ -156,7 +156,7 @@ Service::Service(PfmdConfig config, MachineInfo machine)
   handlers_["sim"] = &Service::Sim;
   KernelOptions ko;
   ko.mux_interval_ns = uint64_t(config_.mux_interval_ms) * 1000000ull;
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   kernel_ = std::make_unique<Kernel>(machine_, ko);
   if (config_.driver == "sim") {
     SimConfig sc;
@@ -175,14 +175,14 @@ Service::Service(PfmdConfig config, MachineInfo machine)
 
 Service::~Service() {
   {
-    absl::MutexLock l(&mu_);
+    KernelLockGuard l(&mu_);
     stopping_ = true;
   }
   if (sim_thread_.joinable()) sim_thread_.join();
   // Tracers first: their threads call into the kernel.
   std::vector<std::unique_ptr<SoftBtsTracer>> tracers;
   {
-    absl::MutexLock l(&mu_);
+    KernelLockGuard l(&mu_);
     for (auto& [pid, t] : tracers_) tracers.push_back(std::move(t));
     tracers_.clear();
     for (auto& t : retired_) tracers.push_back(std::move(t));
@@ -190,7 +190,7 @@ Service::~Service() {
   }
   for (auto& t : tracers) t->Stop();
   tracers.clear();
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   for (auto& [id, s] : sessions_) ReleaseLocked(*s);
   sessions_.clear();
   sim_.reset();
@@ -203,7 +203,7 @@ void Service::SimLoop() {
   constexpr int kStepMs = 10;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(kStepMs));
-    absl::MutexLock l(&mu_);
+    KernelLockGuard l(&mu_);
     if (stopping_) return;
     if (!sim_paused_) sim_->Run(config_.sim_speed * kStepMs);
   }
@@ -230,7 +230,7 @@ ServiceReply Service::Handle(ConnectionId conn, const Peer& peer,
 
 void Service::Disconnected(ConnectionId conn) {
   {
-    absl::MutexLock l(&mu_);
+    KernelLockGuard l(&mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       if (it->second->conn == conn && !it->second->spec.detached) {
         ReleaseLocked(*it->second);
@@ -245,7 +245,7 @@ void Service::Disconnected(ConnectionId conn) {
 
 absl::Status Service::StartTracer(int32_t pid) {
   {
-    absl::MutexLock l(&mu_);
+    KernelLockGuard l(&mu_);
     auto it = tracers_.find(pid);
     if (it != tracers_.end()) {
       if (!it->second->done()) return absl::OkStatus();
@@ -259,7 +259,7 @@ absl::Status Service::StartTracer(int32_t pid) {
   SoftBtsOptions opt;
   const int err = SoftBtsTracer::Start(pid, opt, sink_.get(), &t, &d);
   if (err < 0) return ErrnoToStatus(err, d);
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   tracers_[pid] = std::move(t);
   return absl::OkStatus();
 }
@@ -276,14 +276,14 @@ void Service::RetireTracerIfUnusedLocked(int32_t pid, const Session* leaving) {
 void Service::ReapTracers() {
   std::vector<std::unique_ptr<SoftBtsTracer>> stop;
   {
-    absl::MutexLock l(&mu_);
+    KernelLockGuard l(&mu_);
     stop.swap(retired_);
   }
   for (auto& t : stop) t->Stop();
 }
 
 bool Service::Idle() const {
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   return sessions_.empty();
 }
 
@@ -321,7 +321,7 @@ ServiceReply Service::Status(ConnectionId, const Peer&,
       {"soft_bts", m.soft_bts},
       {"source", m.source},
   };
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   json::array charged;
   for (const auto& [uid, bytes] : accountant_.Charges())
     charged.push_back(json::object{{"uid", uid}, {"bytes", bytes}});
@@ -446,7 +446,7 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
   uint64_t created = 0;
   const bool need_tracer = !sim_ && sp.bts != "off";
   {
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   auto s = std::make_unique<Session>();
   s->uid = peer.uid;
   s->conn = conn;
@@ -616,7 +616,7 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
   // started without the kernel lock: its thread reports into the kernel.
   if (need_tracer) {
     if (absl::Status st = StartTracer(sp.pid); !st.ok()) {
-      absl::MutexLock l(&mu_);
+      KernelLockGuard l(&mu_);
       auto it = sessions_.find(created);
       if (it != sessions_.end()) {
         ReleaseLocked(*it->second);
@@ -756,7 +756,7 @@ json::object Service::SessionJsonLocked(const Session& s, bool detail) const {
 
 ServiceReply Service::SessionList(ConnectionId, const Peer& peer,
                                   const boost::json::object&) {
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   json::array out;
   for (const auto& [id, s] : sessions_) {
     if (s->uid != peer.uid && !peer.privileged()) continue;
@@ -767,7 +767,7 @@ ServiceReply Service::SessionList(ConnectionId, const Peer& peer,
 
 ServiceReply Service::SessionShow(ConnectionId, const Peer& peer,
                                   const boost::json::object& req) {
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   absl::StatusOr<Session*> s = FindLocked(peer, req);
   if (!s.ok()) return Error(s.status());
   return Ok(SessionJsonLocked(**s, true));
@@ -775,7 +775,7 @@ ServiceReply Service::SessionShow(ConnectionId, const Peer& peer,
 
 ServiceReply Service::SessionKill(ConnectionId, const Peer& peer,
                                   const boost::json::object& req) {
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   absl::StatusOr<Session*> s = FindLocked(peer, req);
   if (!s.ok()) return Error(s.status());
   const uint64_t id = (*s)->id;
@@ -794,7 +794,7 @@ ServiceReply Service::SessionRing(ConnectionId, const Peer& peer,
     // drain takes that lock). Tracers are only destroyed on this thread.
     SoftBtsTracer* tracer = nullptr;
     {
-      absl::MutexLock l(&mu_);
+      KernelLockGuard l(&mu_);
       absl::StatusOr<Session*> s = FindLocked(peer, req);
       if (s.ok() && (*s)->host_bts) {
         auto it = tracers_.find((*s)->pid);
@@ -807,7 +807,7 @@ ServiceReply Service::SessionRing(ConnectionId, const Peer& peer,
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   absl::StatusOr<Session*> s = FindLocked(peer, req);
   if (!s.ok()) return Error(s.status());
   Ring* ring = (*s)->consumer ? kernel_->ds().ring((*s)->consumer) : nullptr;
@@ -838,7 +838,7 @@ ServiceReply Service::SessionRing(ConnectionId, const Peer& peer,
 
 ServiceReply Service::Resources(ConnectionId, const Peer& peer,
                                 const boost::json::object&) {
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   const uint64_t now = NowLocked();
   std::vector<PmuArbiter::Holder> holders;
   kernel_->arbiter().Describe(now, &holders);
@@ -897,7 +897,7 @@ ServiceReply Service::Resources(ConnectionId, const Peer& peer,
 
 ServiceReply Service::Sim(ConnectionId, const Peer& peer,
                           const boost::json::object& req) {
-  absl::MutexLock l(&mu_);
+  KernelLockGuard l(&mu_);
   if (!sim_)
     return Error(absl::FailedPreconditionError(
         "the sim command needs pfmd --driver sim (this one runs the host)"));

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/base/thread_annotations.h"
 #include "kernel/drivers/driver.h"
 #include "kernel/drivers/perf/perf_events.h"
 #include "pfm/session_spec.h"
@@ -28,6 +29,34 @@
 namespace pfm {
 
 using ConnectionId = uint64_t;
+
+// The kernel lock (see kernel/pfm_kernel.h for its rules). A std::mutex,
+// i.e. pthreads, which ThreadSanitizer intercepts, rather than absl::Mutex:
+// Debian's absl is not built with TSan, so TSan could not see absl's
+// ordering and would report false races. Annotated for clang's
+// -Wthread-safety like absl::Mutex.
+class ABSL_LOCKABLE KernelLock {
+ public:
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { m_.lock(); }
+  void Unlock() ABSL_UNLOCK_FUNCTION() { m_.unlock(); }
+
+ private:
+  std::mutex m_;
+};
+
+class ABSL_SCOPED_LOCKABLE KernelLockGuard {
+ public:
+  explicit KernelLockGuard(KernelLock* l) ABSL_EXCLUSIVE_LOCK_FUNCTION(l)
+      : l_(l) {
+    l_->Lock();
+  }
+  ~KernelLockGuard() ABSL_UNLOCK_FUNCTION() { l_->Unlock(); }
+  KernelLockGuard(const KernelLockGuard&) = delete;
+  KernelLockGuard& operator=(const KernelLockGuard&) = delete;
+
+ private:
+  KernelLock* l_;
+};
 
 // Who is asking, from SO_PEERCRED on the connection.
 struct Peer {
@@ -119,7 +148,7 @@ class Service {
   const MachineInfo machine_;
   std::map<std::string, Handler> handlers_;
   std::function<void()> shutdown_hook_;
-  mutable absl::Mutex mu_;  // "the kernel lock": see kernel/pfm_kernel.h
+  mutable KernelLock mu_;  // "the kernel lock": see kernel/pfm_kernel.h
   std::unique_ptr<Kernel> kernel_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<SimMachine> sim_ ABSL_GUARDED_BY(mu_);
   bool sim_paused_ ABSL_GUARDED_BY(mu_) = false;
