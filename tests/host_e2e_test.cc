@@ -188,6 +188,16 @@ TEST_F(HostE2e, DebuggerAndProfilerTraceOneRealProcessAtOnce) {
   json::value rep = Report(file);
   EXPECT_GT(Num(rep.at("summary").at("by_type").at("branch")), 1000u);
   EXPECT_EQ(Num(rep.at("summary").at("by_type").at("exit")), 1u);
+  // The stream's trailer carries the target's mappings: branches symbolize.
+  uint64_t symbolized = 0, branch_count = 0;
+  for (const json::value& rec : rep.at("records").as_array()) {
+    if (rec.at("type").as_string() != "branch") continue;
+    ++branch_count;
+    const std::string sym(rec.at("from_sym").as_string());
+    if (!sym.empty() && sym[0] != '[') ++symbolized;
+  }
+  EXPECT_GT(symbolized, branch_count * 9 / 10) << symbolized << " of " << branch_count;
+  EXPECT_GT(Num(rep.at("trailer").at("steps")), 0u);
   json::value show = PfmctlJson(d_->socket(), {"session", "show", std::to_string(p_id)});
   EXPECT_EQ(show.at("state").as_string(), "exited");
   for (uint64_t id : {d_id, p_id})

@@ -583,6 +583,21 @@ absl::StatusOr<int> Stream(const CliContext& ctx, const Args& args) {
                        {"ended", ring->ended()},
                        {"interrupted", g_stop_stream != 0},
                        {"daemon_exited", hung_up}};
+  // What report needs to symbolize and summarise: the target's executable
+  // mappings (soft BTS on the host) and the session's counters, if the
+  // session is still there to ask.
+  if (!hung_up) {
+    absl::StatusOr<Client::Reply> show = c->Call("session_show", {{"id", *id}});
+    if (show.ok() && show->result.is_object()) {
+      const json::object& so = show->result.as_object();
+      for (const char* k : {"counters", "breakpoints", "maps", "state", "exit_status"})
+        if (const json::value* v = so.if_contains(k)) trailer[k] = *v;
+      if (const json::value* v = so.if_contains("soft_bts")) {
+        trailer["steps"] = v->at("steps");
+        trailer["soft_bts"] = *v;
+      }
+    }
+  }
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (ctx.json) PrintJson(ctx, trailer);
   else *ctx.out << w->records() << " records written to " << *file << " ("
