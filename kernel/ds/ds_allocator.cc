@@ -456,8 +456,11 @@ void DsAllocator::Switch(int cpu, uint64_t now, TaskId prev, TaskId next,
   rec.cpu = static_cast<uint16_t>(cpu);
   rec.time = now;
   rec.misc = preempt ? PFM_MISC_SWITCH_PREEMPT : 0;
-  Context* prev_ctx = cs.running_ctx;
-  if (prev_ctx != nullptr) prev_ctx->running_cpu = -1;
+  if (cs.running_ctx != nullptr) cs.running_ctx->running_cpu = -1;
+  // prev's own context, not the one installed here: on the host, tracers of
+  // different tasks report switches on the same CPU number independently.
+  Context* prev_ctx = prev.pid != 0 ? TaskContext(prev.pid) : nullptr;
+  if (prev_ctx != nullptr && prev_ctx->exited) prev_ctx = nullptr;
   if (prev.pid != 0) {
     rec.type = PFM_REC_SWITCH_OUT;
     rec.pid = static_cast<uint32_t>(prev.pid);

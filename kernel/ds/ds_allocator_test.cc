@@ -387,6 +387,24 @@ TEST(DsAllocator, RefusesConsumerBeyondContextLimitNamingHolders) {
   EXPECT_NE(std::string(d.message).find("sessions 4, 5"), std::string::npos) << d.message;
 }
 
+TEST(DsAllocator, SwitchRecordsGoToTheTaskThatSwitchedNotTheInstalledOne) {
+  // Host tracers of two tasks report on the same CPU number, interleaved.
+  DsAllocator ds(1, DsLimits{});
+  ConsumerParams a = Task(1000, PFM_BTS_LOSSLESS);
+  a.req.flags = PFM_CONSUMER_SWITCHES;
+  ConsumerParams b = Task(2000, PFM_BTS_LOSSLESS);
+  b.req.flags = PFM_CONSUMER_SWITCHES;
+  const int ia = ds.Attach(a, 0, nullptr), ib = ds.Attach(b, 0, nullptr);
+  ds.Switch(0, 10, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  ds.Switch(0, 20, TaskId{0, 0}, TaskId{2000, 2000}, false);
+  ds.Switch(0, 30, TaskId{1000, 1000}, TaskId{0, 0}, false);
+  for (const pfm_record& r : Records(ds, ia)) EXPECT_EQ(r.pid, 1000u);
+  for (const pfm_record& r : Records(ds, ib)) EXPECT_EQ(r.pid, 2000u);
+  EXPECT_EQ(Records(ds, ia, PFM_REC_SWITCH_OUT).size(), 1u);
+  EXPECT_EQ(Records(ds, ib, PFM_REC_SWITCH_OUT).size(), 0u);
+  ExpectInvariant(ds);
+}
+
 TEST(DsAllocator, ResizeWritesResizedNotice) {
   DsAllocator ds(1, DsLimits{});
   const int id = ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 0, nullptr);
