@@ -370,11 +370,18 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
   const pfm_bts_raw* bts = area.bts_records();
   const pfm_pebs_raw* pebs = area.pebs_records();
   const uint64_t span = now - t0;
+  // Record i's time is t0 + floor(span * (i + 1) / nb), kept incrementally
+  // (quotient and remainder) so the loop does no division.
+  const uint64_t step_q = nb ? span / nb : 0, step_r = nb ? span % nb : 0;
+  uint64_t acc_q = step_q, acc_r = step_r;
+  if (nb && acc_r >= nb) {
+    acc_r -= nb;
+    ++acc_q;
+  }
   size_t i = 0, j = 0;
   pfm_record rec;
   while (i < nb || j < np) {
-    const uint64_t tb =
-        i < nb ? t0 + (nb == 0 ? 0 : span * (i + 1) / nb) : UINT64_MAX;
+    const uint64_t tb = i < nb ? t0 + acc_q : UINT64_MAX;
     const uint64_t tp =
         j < np ? std::min<uint64_t>(std::max<uint64_t>(pebs[j].tsc, t0), now) : UINT64_MAX;
     std::memset(&rec, 0, sizeof(rec));
@@ -383,6 +390,12 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
     rec.tid = static_cast<uint32_t>(task.tid);
     if (tb <= tp) {
       const pfm_bts_raw& b = bts[i++];
+      acc_q += step_q;
+      acc_r += step_r;
+      if (acc_r >= nb) {
+        acc_r -= nb;
+        ++acc_q;
+      }
       rec.type = PFM_REC_BRANCH;
       rec.time = tb;
       rec.u.branch.from = b.from;

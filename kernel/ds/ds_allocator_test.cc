@@ -405,6 +405,24 @@ TEST(DsAllocator, SwitchRecordsGoToTheTaskThatSwitchedNotTheInstalledOne) {
   ExpectInvariant(ds);
 }
 
+TEST(DsAllocator, BranchTimesAreSpreadEvenlyOverTheDrainWindow) {
+  DsAllocator ds(1, DsLimits{});
+  const int id = ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 0, nullptr);
+  Driver drv(&ds);
+  ds.Switch(0, 100, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  for (int i = 0; i < 3; ++i) drv.Branch(0, kUser + i, kUser, 0);
+  ds.Drain(0, 110);  // window (100, 110]: floor(10 * k / 3) for k = 1..3
+  for (int i = 0; i < 7; ++i) drv.Branch(0, kUser + i, kUser, 0);
+  ds.Drain(0, 1000110);  // (110, 1000110]: 7 records, uneven steps
+  std::vector<pfm_record> b = Records(ds, id, PFM_REC_BRANCH);
+  ASSERT_EQ(b.size(), 10u);
+  EXPECT_EQ(b[0].time, 103u);
+  EXPECT_EQ(b[1].time, 106u);
+  EXPECT_EQ(b[2].time, 110u);
+  for (int k = 1; k <= 7; ++k)
+    EXPECT_EQ(b[2 + k].time, 110u + 1000000u * k / 7) << k;
+}
+
 TEST(DsAllocator, ResizeWritesResizedNotice) {
   DsAllocator ds(1, DsLimits{});
   const int id = ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 0, nullptr);

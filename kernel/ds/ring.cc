@@ -155,7 +155,8 @@ int Ring::Create(const RingConfig& config, const char* name,
   std::unique_ptr<State> st(new (std::nothrow) State());
   if (ring == nullptr || st == nullptr)
     return SetError(detail, -ENOMEM, "out of memory for a ring");
-  st->nchunks = config.data_bytes / kChunk;
+  st->nchunks = config.data_bytes / kChunk;  // a power of two: indexed by mask
+  assert(IsPowerOfTwo(st->nchunks));
   st->chunk_records.reset(new (std::nothrow) uint32_t[st->nchunks]());
   if (st->chunk_records == nullptr)
     return SetError(detail, -ENOMEM, "out of memory for %llu chunk counters",
@@ -233,7 +234,7 @@ void Ring::State::MakeRoom(uint64_t end) {
     // reused so that a concurrent reader can tell what it copied is torn.
     bool dropped = false;
     while (end > s.tail + config.data_bytes) {
-      uint32_t& n = s.chunk_records[(s.tail / kChunk) % s.nchunks];
+      uint32_t& n = s.chunk_records[(s.tail / kChunk) & (s.nchunks - 1)];
       s.overwritten += n;
       n = 0;
       s.tail += kChunk;
@@ -264,7 +265,7 @@ Ring::Result Ring::State::WriteFixed(const pfm_record& rec) {
   auto* slot = reinterpret_cast<pfm_record*>(data + (head & (config.data_bytes - 1)));
   memcpy(slot, &rec, sizeof(rec));
   NormalizeRecord(slot);
-  uint32_t& n = chunk_records[(head / kChunk) % nchunks];
+  uint32_t& n = chunk_records[(head / kChunk) & (nchunks - 1)];
   if (head % kChunk == 0) n = 0;
   ++n;
   head = end;
@@ -280,7 +281,7 @@ void Ring::State::Commit(const Placement& p) {
   const uint64_t mask = config.data_bytes - 1;
   if (p.start != s.head) data[s.head & mask] = PFM_REC_PAD;
   memcpy(data + (p.start & mask), p.bytes, p.size);
-  uint32_t& n = s.chunk_records[(p.start / kChunk) % s.nchunks];
+  uint32_t& n = s.chunk_records[(p.start / kChunk) & (s.nchunks - 1)];
   if (p.start % kChunk == 0) n = 0;
   ++n;
   if (config.format == PFM_FORMAT_COMPACT) s.codec = p.st;
