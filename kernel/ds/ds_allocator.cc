@@ -67,6 +67,13 @@ struct DsAllocator::CpuState {
   std::vector<Consumer*> consumers;  // catch-all consumers
 };
 
+uint64_t DsAllocator::RingDataBytes(const ConsumerParams& params) {
+  if (params.req.bts == PFM_BTS_HISTORY)
+    return HistoryRingBytes(params.history_records);
+  return std::max<uint64_t>(RoundUpPow2(params.req.ring_bytes),
+                            2 * PFM_RING_CHUNK);
+}
+
 DsAllocator::DsAllocator(int cpus, const DsLimits& limits) : limits_(limits) {
   assert(cpus > 0);
   for (int i = 0; i < cpus; ++i) {
@@ -159,15 +166,14 @@ int DsAllocator::Attach(const ConsumerParams& params, uint64_t now,
                       "record");
     rc.mode = PFM_RING_HISTORY;
     rc.history_records = params.history_records;
-    rc.data_bytes = HistoryRingBytes(params.history_records);
+    rc.data_bytes = RingDataBytes(params);
   } else {
     rc.mode = PFM_RING_LOSSLESS;
     rc.block = block;
     if (r.ring_bytes > (1ull << 30))
       return SetError(detail, -EINVAL, "ring of %llu bytes: at most 1 GiB",
                       static_cast<unsigned long long>(r.ring_bytes));
-    rc.data_bytes = std::max<uint64_t>(RoundUpPow2(r.ring_bytes),
-                                       2 * PFM_RING_CHUNK);
+    rc.data_bytes = RingDataBytes(params);
     if (block) {
       const uint64_t per_drain = limits_.task_bts_records +
                                  limits_.task_pebs_records +

@@ -91,6 +91,11 @@ class DsAllocator {
   // Records per drain a block consumer must always have room for.
   static constexpr uint64_t kBlockReserveSlack = 16;
 
+  // The data bytes of the ring Attach creates for `params` (history: enough
+  // for history_records; lossless: ring_bytes rounded up to a power of two,
+  // at least two chunks), so callers can charge it before it exists.
+  static uint64_t RingDataBytes(const ConsumerParams& params);
+
   DsAllocator(int cpus, const DsLimits& limits);
   ~DsAllocator();
   DsAllocator(const DsAllocator&) = delete;

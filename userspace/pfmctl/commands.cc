@@ -497,6 +497,23 @@ absl::StatusOr<int> Snapshot(const CliContext& ctx, const Args& args) {
   return 0;
 }
 
+// What `report` needs from the daemon to symbolize and summarise a trace:
+// the target's executable mappings (soft BTS on the host), the session's
+// counters and breakpoints, its state, and the tracer's step count. Copied
+// into a trace file's trailer; nothing if the session is gone.
+void AddSessionSummary(Client& c, uint64_t id, json::object* trailer) {
+  absl::StatusOr<Client::Reply> show = c.Call("session_show", {{"id", id}});
+  if (!show.ok() || !show->result.is_object()) return;
+  const json::object& so = show->result.as_object();
+  for (const char* k : {"counters", "breakpoints", "maps", "state", "exit_status",
+                        "fatal_signal"})
+    if (const json::value* v = so.if_contains(k)) (*trailer)[k] = *v;
+  if (const json::value* v = so.if_contains("soft_bts")) {
+    (*trailer)["steps"] = v->at("steps");
+    (*trailer)["soft_bts"] = *v;
+  }
+}
+
 volatile std::sig_atomic_t g_stop_stream = 0;
 void StopStream(int) { g_stop_stream = 1; }
 
@@ -587,16 +604,7 @@ absl::StatusOr<int> Stream(const CliContext& ctx, const Args& args) {
   // mappings (soft BTS on the host) and the session's counters, if the
   // session is still there to ask.
   if (!hung_up) {
-    absl::StatusOr<Client::Reply> show = c->Call("session_show", {{"id", *id}});
-    if (show.ok() && show->result.is_object()) {
-      const json::object& so = show->result.as_object();
-      for (const char* k : {"counters", "breakpoints", "maps", "state", "exit_status"})
-        if (const json::value* v = so.if_contains(k)) trailer[k] = *v;
-      if (const json::value* v = so.if_contains("soft_bts")) {
-        trailer["steps"] = v->at("steps");
-        trailer["soft_bts"] = *v;
-      }
-    }
+    AddSessionSummary(*c, *id, &trailer);
   }
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (ctx.json) PrintJson(ctx, trailer);
@@ -848,17 +856,7 @@ absl::StatusOr<int> Record(const CliContext& ctx, const Args& args) {
   if (WIFEXITED(wstatus)) trailer["exit"] = absl::StrCat("exit ", WEXITSTATUS(wstatus));
   if (WIFSIGNALED(wstatus)) trailer["exit"] = absl::StrCat("killed by signal ", WTERMSIG(wstatus));
   trailer["wait_status"] = wstatus;
-  absl::StatusOr<Client::Reply> show = c->Call("session_show", {{"id", id}});
-  if (show.ok()) {
-    const json::object& so = show->result.as_object();
-    for (const char* k : {"counters", "breakpoints", "maps"})
-      if (const json::value* v = so.if_contains(k)) trailer[k] = *v;
-    if (const json::value* v = so.if_contains("soft_bts")) {
-      trailer["steps"] = v->at("steps");
-      trailer["soft_bts"] = *v;
-    }
-    if (const json::value* v = so.if_contains("fatal_signal")) trailer["fatal_signal"] = *v;
-  }
+  AddSessionSummary(*c, id, &trailer);
   (void)c->Call("session_kill", {{"id", id}});
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (ctx.json) PrintJson(ctx, trailer);

@@ -48,21 +48,6 @@ uint64_t AreaBytes(uint32_t bts, uint32_t pebs) {
          uint64_t{pebs} * sizeof(pfm_pebs_raw);
 }
 
-uint64_t RoundUpPow2(uint64_t v) {
-  uint64_t p = 1;
-  while (p < v) p <<= 1;
-  return p;
-}
-
-// The memory a consumer's ring takes (header page + data), computed before
-// it exists so the charge is checked first.
-uint64_t RingMappedBytes(const SessionSpec& s, uint64_t history_records) {
-  if (s.bts == "history") return PFM_RING_HEADER_BYTES + HistoryRingBytes(history_records);
-  const uint64_t want = s.buffer_bytes ? s.buffer_bytes : kDefaultLosslessRingBytes;
-  return PFM_RING_HEADER_BYTES +
-         std::max<uint64_t>(RoundUpPow2(want), 2 * PFM_RING_CHUNK);
-}
-
 json::value RatioJson(const PmuArbiter::Reading& r) {
   if (!r.counted) return nullptr;
   return r.ratio;
@@ -468,9 +453,21 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
                                                    : kDefaultHistoryRingBytes) /
                                       PFM_RECORD_FIXED_SIZE)
           : 0;
+  ConsumerParams cp;
   if (consumer) {
+    cp.req.ctx_kind = sp.pid >= 0 ? PFM_CTX_TASK : PFM_CTX_CPU;
+    cp.req.pid = sp.pid;
+    cp.req.cpu = sp.cpu;
+    cp.req.bts = sp.bts == "history"    ? PFM_BTS_HISTORY
+                 : sp.bts == "lossless" ? PFM_BTS_LOSSLESS
+                                        : PFM_BTS_OFF;
+    cp.req.ring_bytes = sp.bts == "history"
+                            ? 0
+                            : (sp.buffer_bytes ? sp.buffer_bytes
+                                               : kDefaultLosslessRingBytes);
+    cp.history_records = history_records;
     const DsLimits& lim = kernel_->ds().limits();
-    s->ring_bytes = RingMappedBytes(sp, history_records);
+    s->ring_bytes = PFM_RING_HEADER_BYTES + DsAllocator::RingDataBytes(cp);
     s->buffer_bytes = sp.bts == "history"
                           ? history_records * PFM_RECORD_FIXED_SIZE
                           : s->ring_bytes - PFM_RING_HEADER_BYTES;
@@ -583,13 +580,7 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
 
   // 3. The consumer of the context's Debug Store stream.
   if (consumer) {
-    ConsumerParams p;
-    p.req.ctx_kind = base.ctx_kind;
-    p.req.pid = sp.pid;
-    p.req.cpu = sp.cpu;
-    p.req.bts = sp.bts == "history"    ? PFM_BTS_HISTORY
-                : sp.bts == "lossless" ? PFM_BTS_LOSSLESS
-                                       : PFM_BTS_OFF;
+    ConsumerParams& p = cp;
     p.req.filter = sp.filter == "user"     ? PFM_FILTER_USER
                    : sp.filter == "kernel" ? PFM_FILTER_KERNEL
                                            : PFM_FILTER_ALL;
@@ -600,7 +591,6 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
     if (sp.block) p.req.flags |= PFM_CONSUMER_BLOCK;
     p.req.ring_bytes = s->ring_bytes - PFM_RING_HEADER_BYTES;
     p.session = s->id;
-    p.history_records = history_records;
     p.pebs_request = s->pebs_request;
     p.pebs_period = sp.pebs_period;
     const int id = kernel_->ds().Attach(p, now, &d);
