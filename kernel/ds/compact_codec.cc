@@ -216,10 +216,6 @@ void Advance(const pfm_record& r, CodecState* st) {
 
 }  // namespace
 
-bool IsRecordType(uint32_t type) {
-  return type > PFM_REC_PAD && type < PFM_REC_TYPE_MAX;
-}
-
 void NormalizeRecord(pfm_record* r) {
   const size_t used = UnionBytes(r->type);
   memset(r->u.raw + used, 0, sizeof(r->u.raw) - used);

@@ -79,7 +79,9 @@ struct CodecState {
 };
 
 // True for the types a ring carries (BRANCH..EXIT; not PAD).
-bool IsRecordType(uint32_t type);
+inline bool IsRecordType(uint32_t type) {
+  return type > PFM_REC_PAD && type < PFM_REC_TYPE_MAX;
+}
 
 // Zeroes the union bytes that do not belong to r->type (see above), so the
 // fixed and compact formats deliver identical records.

@@ -29,6 +29,26 @@ uint64_t WorstCaseBytes(uint64_t records) {
   return data + (data / PFM_RING_CHUNK + 1) * PFM_RECORD_FIXED_SIZE;
 }
 
+// One BTS record as a ring record: every byte written, the union bytes a
+// branch does not use zero (normalized). Fields are stored in place: building
+// the record in a local and copying it stalls on store forwarding.
+inline void TranslateBts(const pfm_bts_raw& b, uint64_t time, uint16_t cpu,
+                         uint32_t pid, uint32_t tid, pfm_record* out) {
+  out->type = PFM_REC_BRANCH;
+  out->cpu = cpu;
+  out->misc =
+      ((b.flags & PFM_BTS_RAW_PREDICTED) ? PFM_MISC_BRANCH_PREDICTED : 0u) |
+      (b.from >= kKernelSpaceStart ? PFM_MISC_BRANCH_KERNEL_FROM : 0u);
+  out->time = time;
+  out->pid = pid;
+  out->tid = tid;
+  out->u.branch.from = b.from;
+  out->u.branch.to = b.to;
+  out->u.branch.flags = b.flags;
+  std::memset(out->u.raw + sizeof(out->u.branch), 0,
+              sizeof(out->u.raw) - sizeof(out->u.branch));
+}
+
 }  // namespace
 
 struct DsAllocator::Consumer {
@@ -81,6 +101,7 @@ DsAllocator::DsAllocator(int cpus, const DsLimits& limits) : limits_(limits) {
     cpus_.back()->consumers.reserve(limits_.max_consumers_per_context);
   }
   dummy_ = std::make_unique<DsArea>(-1, 256, 256, 8, 8);
+  batch_.reset(new pfm_record[kFanOutBatch]);
 }
 
 DsAllocator::~DsAllocator() = default;
@@ -384,33 +405,52 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
     acc_r -= nb;
     ++acc_q;
   }
-  size_t i = 0, j = 0;
-  pfm_record rec;
+  size_t i = 0, j = 0, k = 0;
+  const uint16_t cpu16 = static_cast<uint16_t>(cpu);
+  const uint32_t pid = static_cast<uint32_t>(task.pid);
+  const uint32_t tid = static_cast<uint32_t>(task.tid);
+  pfm_record* const out = batch_.get();
+  // Record i's time, then advance to i + 1's.
+  auto next_time = [&] {
+    const uint64_t t = t0 + acc_q;
+    acc_q += step_q;
+    acc_r += step_r;
+    if (acc_r >= nb) {
+      acc_r -= nb;
+      ++acc_q;
+    }
+    return t;
+  };
+  auto flush_if_full = [&] {
+    if (k == kFanOutBatch) {
+      FanOut(task_ctx, cpu, out, k);
+      k = 0;
+    }
+  };
+  if (np == 0) {
+    // The common drain, BTS only: no merge, a tight translation loop.
+    while (i < nb) {
+      const size_t run = std::min(nb - i, kFanOutBatch - k);
+      for (size_t r = 0; r < run; ++r)
+        TranslateBts(bts[i + r], next_time(), cpu16, pid, tid, &out[k + r]);
+      i += run;
+      k += run;
+      flush_if_full();
+    }
+  }
   while (i < nb || j < np) {
     const uint64_t tb = i < nb ? t0 + acc_q : UINT64_MAX;
     const uint64_t tp =
         j < np ? std::min<uint64_t>(std::max<uint64_t>(pebs[j].tsc, t0), now) : UINT64_MAX;
-    std::memset(&rec, 0, sizeof(rec));
-    rec.cpu = static_cast<uint16_t>(cpu);
-    rec.pid = static_cast<uint32_t>(task.pid);
-    rec.tid = static_cast<uint32_t>(task.tid);
     if (tb <= tp) {
-      const pfm_bts_raw& b = bts[i++];
-      acc_q += step_q;
-      acc_r += step_r;
-      if (acc_r >= nb) {
-        acc_r -= nb;
-        ++acc_q;
-      }
-      rec.type = PFM_REC_BRANCH;
-      rec.time = tb;
-      rec.u.branch.from = b.from;
-      rec.u.branch.to = b.to;
-      rec.u.branch.flags = b.flags;
-      if (b.flags & PFM_BTS_RAW_PREDICTED) rec.misc |= PFM_MISC_BRANCH_PREDICTED;
-      if (b.from >= kKernelSpaceStart) rec.misc |= PFM_MISC_BRANCH_KERNEL_FROM;
+      TranslateBts(bts[i++], next_time(), cpu16, pid, tid, &out[k++]);
     } else {
       const pfm_pebs_raw& p = pebs[j++];
+      pfm_record& rec = out[k++];
+      std::memset(&rec, 0, sizeof(rec));
+      rec.cpu = cpu16;
+      rec.pid = pid;
+      rec.tid = tid;
       rec.type = PFM_REC_PEBS;
       rec.time = tp;
       rec.u.pebs.ip = p.eventing_ip ? p.eventing_ip : p.ip;
@@ -426,8 +466,9 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
           (router_ != nullptr && counter >= 0) ? router_->OwnerOf(cpu, counter)
                                                : 0;
     }
-    FanOut(task_ctx, cpu, rec);
+    flush_if_full();
   }
+  if (k > 0) FanOut(task_ctx, cpu, out, k);
   area.ResetBts();
   area.ResetPebs();
   *since = now;
@@ -438,13 +479,25 @@ void DsAllocator::Deliver(Consumer* c, const pfm_record& rec) {
   if (c->ring->Write(rec) == Ring::kWouldBlock) ++c->block_refused;
 }
 
-void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record& rec) {
-  const bool kernel_from = (rec.misc & PFM_MISC_BRANCH_KERNEL_FROM) != 0;
-  auto accept = [&](Consumer* c) {
+void DsAllocator::DeliverRun(Consumer* c, const pfm_record* recs, size_t n) {
+  if (c->frozen || n == 0) return;
+  c->block_refused += n - c->ring->WriteValidBatch(recs, n);
+}
+
+void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record* recs,
+                         size_t n) {
+  // The common batch: user-mode branches only, which every user BTS
+  // consumer takes whole.
+  bool user_branches = true;
+  for (size_t i = 0; i < n && user_branches; ++i)
+    user_branches = recs[i].type == PFM_REC_BRANCH &&
+                    !(recs[i].misc & PFM_MISC_BRANCH_KERNEL_FROM);
+  auto accept = [](Consumer* c, const pfm_record& rec) {
     switch (rec.type) {
       case PFM_REC_BRANCH:
         if (!c->bts()) return false;
-        if (kernel_from ? !c->kernel() : !c->user()) {
+        if ((rec.misc & PFM_MISC_BRANCH_KERNEL_FROM) ? !c->kernel()
+                                                     : !c->user()) {
           ++c->filtered;
           return false;
         }
@@ -458,12 +511,28 @@ void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record& rec) {
         return true;
     }
   };
-  if (task_ctx != nullptr) {
-    for (Consumer* c : task_ctx->consumers)
-      if (accept(c)) Deliver(c, rec);
-  }
-  for (Consumer* c : cpus_[cpu]->consumers)
-    if (accept(c)) Deliver(c, rec);
+  auto deliver = [&](Consumer* c) {
+    if (user_branches && c->bts() && c->user()) {
+      DeliverRun(c, recs, n);
+      return;
+    }
+    // accept() is called once per record: it counts what it filters.
+    size_t start = 0;
+    bool in_run = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (accept(c, recs[i])) {
+        if (!in_run) start = i;
+        in_run = true;
+      } else if (in_run) {
+        DeliverRun(c, recs + start, i - start);
+        in_run = false;
+      }
+    }
+    if (in_run) DeliverRun(c, recs + start, n - start);
+  };
+  if (task_ctx != nullptr)
+    for (Consumer* c : task_ctx->consumers) deliver(c);
+  for (Consumer* c : cpus_[cpu]->consumers) deliver(c);
 }
 
 void DsAllocator::Switch(int cpu, uint64_t now, TaskId prev, TaskId next,

@@ -162,7 +162,14 @@ class DsAllocator {
   void DrainArea(DsArea& area, Context* task_ctx, int cpu, TaskId task,
                  uint64_t now, uint64_t* last_drain_ns);
   void Deliver(Consumer* c, const pfm_record& rec);
-  void FanOut(Context* task_ctx, int cpu, const pfm_record& rec);
+  void DeliverRun(Consumer* c, const pfm_record* recs, size_t n);
+  // Copies recs[0..n) (translated, normalized) to every consumer of the
+  // task context and of `cpu`'s catch-all whose filter accepts them: each
+  // consumer takes maximal runs of accepted records with one WriteBatch.
+  void FanOut(Context* task_ctx, int cpu, const pfm_record* recs, size_t n);
+  void FanOut(Context* task_ctx, int cpu, const pfm_record& rec) {
+    FanOut(task_ctx, cpu, &rec, 1);
+  }
   int Reconcile(const ConsumerParams& p, const Context* ctx,
                 ErrorDetail* detail) const;
   void FreeContextIfEmpty(Context* ctx);
@@ -176,6 +183,10 @@ class DsAllocator {
   // An area no one reads, installed when nothing on a CPU is traced, so a
   // driver that writes anyway never touches freed or foreign memory.
   std::unique_ptr<DsArea> dummy_;
+  // A drain translates up to kFanOutBatch records here, then fans them out:
+  // small enough to stay in L1/L2 while it is copied to every consumer.
+  static constexpr size_t kFanOutBatch = 256;
+  std::unique_ptr<pfm_record[]> batch_;
 };
 
 }  // namespace pfm

@@ -140,6 +140,57 @@ TEST(DsAllocator, UserOnlyConsumerNeverSeesKernelFrom) {
   EXPECT_EQ(Records(ds, user, PFM_REC_BRANCH).size(), 66u);
 }
 
+// A drain is translated and fanned out in batches, each consumer taking runs
+// of the records its filter accepts: across batch boundaries and runs of
+// every length, each consumer still gets exactly its records, in order.
+TEST(DsAllocator, BatchedFanOutGivesEachFilterExactlyItsRecordsInOrder) {
+  DsAllocator ds(1, DsLimits{});
+  ConsumerParams kernel_only = Task(1000, PFM_BTS_LOSSLESS, 1 << 20,
+                                    PFM_FILTER_KERNEL);
+  kernel_only.req.format = PFM_FORMAT_COMPACT;
+  const int user = ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 0, nullptr);
+  const int kern = ds.Attach(kernel_only, 0, nullptr);
+  const int all = ds.Attach(
+      Task(1000, PFM_BTS_LOSSLESS, 1 << 20, PFM_FILTER_ALL), 0, nullptr);
+  ASSERT_GT(user, 0);
+  ASSERT_GT(kern, 0);
+  ASSERT_GT(all, 0);
+  ds.Switch(0, 1, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  // Runs of 1..700 records alternating user/kernel; ids in `to`. Fewer
+  // than the DS buffer's threshold, so it is one drain of many batches.
+  std::vector<uint64_t> want_user, want_kernel;
+  uint64_t id = 0;
+  bool in_kernel = false;
+  for (uint64_t run : {700, 1, 1, 3, 255, 256, 257, 2, 300}) {
+    for (uint64_t k = 0; k < run; ++k, ++id) {
+      pfm_bts_raw r{in_kernel ? kKernel + id : kUser + id, id, 0};
+      ASSERT_EQ(ds.Area(0)->WriteBts(r), DsArea::kStored);
+      (in_kernel ? want_kernel : want_user).push_back(id);
+    }
+    in_kernel = !in_kernel;
+  }
+  ds.Drain(0, 10'000);
+  auto ids = [&](int c) {
+    std::vector<uint64_t> v;
+    for (const pfm_record& r : Records(ds, c, PFM_REC_BRANCH))
+      v.push_back(r.u.branch.to);
+    return v;
+  };
+  EXPECT_EQ(ids(user), want_user);
+  EXPECT_EQ(ids(kern), want_kernel);
+  std::vector<uint64_t> want_all(id);
+  for (uint64_t i = 0; i < id; ++i) want_all[i] = i;
+  EXPECT_EQ(ids(all), want_all);
+  ConsumerStats su, sk, sa;
+  ASSERT_EQ(ds.Stats(user, &su), 0);
+  ASSERT_EQ(ds.Stats(kern, &sk), 0);
+  ASSERT_EQ(ds.Stats(all, &sa), 0);
+  EXPECT_EQ(su.filtered, want_kernel.size());
+  EXPECT_EQ(sk.filtered, want_user.size());
+  EXPECT_EQ(sa.filtered, 0u);
+  EXPECT_EQ(sa.records, id);  // no switch records: none asked for
+}
+
 TEST(DsAllocator, CatchAllSeesEveryTaskWithSwitchesBetween) {
   DsAllocator ds(2, DsLimits{});
   ConsumerParams p;

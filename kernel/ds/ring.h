@@ -63,6 +63,18 @@ class Ring {
 
   // Appends one record (any type but PAD). See the modes above.
   Result Write(const pfm_record& rec);
+  // Appends recs[0..n) in order, as n calls of Write would (losses counted
+  // the same way), and returns how many were taken before one was refused
+  // with kWouldBlock (n when none was): the caller counts recs[ret..n) as
+  // refused. The records must be as NormalizeRecord leaves them (unused
+  // union bytes zero; the fan-out translates them that way once). A fixed
+  // ring copies runs of records with one memcpy per chunk and publishes head
+  // once per chunk; compact rings encode record by record.
+  size_t WriteBatch(const pfm_record* recs, size_t n);
+  // WriteBatch for records already known to be of ring record types
+  // (IsRecordType) and normalized, as the fan-out's translated batches are:
+  // no per-record check on the copy path. Checked by assert only.
+  size_t WriteValidBatch(const pfm_record* recs, size_t n);
   // Lossless + block: true when `rec` would be written now (not kWouldBlock).
   bool HasRoom(const pfm_record& rec) const;
   // Bytes free for the writer now (lossless: the reader's tail counts;
@@ -90,6 +102,7 @@ class Ring {
 
  private:
   Ring() = default;
+  size_t WriteBatchImpl(const pfm_record* recs, size_t n, bool valid);
   RingConfig config_;
   int fd_ = -1;
   void* map_ = nullptr;
