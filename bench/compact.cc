@@ -44,6 +44,7 @@ struct FieldCost {
   uint64_t records = 0, branches = 0;
   uint64_t lead = 0, time = 0, ids = 0, misc_flags = 0, from = 0, to = 0;
   uint64_t other_payload = 0, escapes = 0, pad = 0, total = 0;
+  uint64_t short_form = 0, time_predicted = 0, to_predicted = 0;
   boost::json::object ToJson() const {
     auto per = [this](uint64_t v) { return branches ? double(v) / branches : 0.0; };
     return boost::json::object{
@@ -57,6 +58,9 @@ struct FieldCost {
         {"other_records_per_branch", per(other_payload)},
         {"chunk_padding_per_branch", per(pad)},
         {"escapes", escapes},
+        {"short_form_fraction", per(short_form)},
+        {"time_predicted_fraction", per(time_predicted)},
+        {"to_predicted_fraction", per(to_predicted)},
         {"total_per_branch", per(total)}};
   }
 };
@@ -93,6 +97,24 @@ FieldCost Attribute(const std::vector<pfm_record>& recs) {
       continue;
     }
     f.lead += 1;
+    if ((buf[0] & 0xF) == 0xE) {
+      // The short form (kernel/ds/compact_codec.h): lead bits say which of
+      // time and `to` were predicted; cpu/pid/tid/misc/flags cost nothing.
+      ++f.short_form;
+      const uint64_t delta = r.time - before.time;
+      if (buf[0] & 0x50) {
+        ++f.time_predicted;
+      } else {
+        f.time += VarLen(ZigZag(int64_t(delta - before.time_delta)));
+      }
+      f.from += VarLen(ZigZag(int64_t(r.u.branch.from - before.branch_to)));
+      if (buf[0] & 0x20) {
+        ++f.to_predicted;
+      } else {
+        f.to += VarLen(ZigZag(int64_t(r.u.branch.to - r.u.branch.from)));
+      }
+      continue;
+    }
     f.time += VarLen(ZigZag(int64_t(r.time - before.time)));
     if (r.cpu != before.cpu) f.ids += VarLen(r.cpu);
     if (r.pid != before.pid) f.ids += VarLen(r.pid);

@@ -16,7 +16,8 @@ constexpr uint8_t kMiscBit = 1u << 7;
 constexpr uint8_t kShortBranch = 0x0e;  // low nibble of a short-branch lead
 constexpr uint8_t kTimeSameBit = 1u << 4;
 constexpr uint8_t kToCachedBit = 1u << 5;
-constexpr uint8_t kShortReserved = 0xc0;
+constexpr uint8_t kTimeAdjBit = 1u << 6;
+constexpr uint8_t kPredFlipBit = 1u << 7;
 
 size_t ToSlot(uint64_t from) {
   return static_cast<size_t>((from * 0x9e3779b97f4a7c15ull) >> 60) %
@@ -114,16 +115,29 @@ struct In {
 size_t EncodeShortBranch(const pfm_record& r, const CodecState& st,
                          uint8_t* buf) {
   if (r.type != PFM_REC_BRANCH || r.cpu != st.cpu || r.pid != st.pid ||
-      r.tid != st.tid || r.misc != st.branch_misc ||
-      r.u.branch.flags != st.branch_flags)
+      r.tid != st.tid)
     return 0;
-  const uint64_t delta = r.time - st.time;
   uint8_t lead = kShortBranch;
-  if (delta == st.time_delta) lead |= kTimeSameBit;
+  if (r.misc != st.branch_misc || r.u.branch.flags != st.branch_flags) {
+    // Only the predicted bit may differ, in both misc and flags.
+    if (r.misc != (st.branch_misc ^ PFM_MISC_BRANCH_PREDICTED) ||
+        r.u.branch.flags != (st.branch_flags ^ PFM_BTS_RAW_PREDICTED))
+      return 0;
+    lead |= kPredFlipBit;
+  }
+  const uint64_t delta = r.time - st.time;
+  if (delta == st.time_delta) {
+    lead |= kTimeSameBit;
+  } else if (delta == st.time_delta + 1) {
+    lead |= kTimeSameBit | kTimeAdjBit;
+  } else if (delta == st.time_delta - 1) {
+    lead |= kTimeAdjBit;
+  }
   if (r.u.branch.to == st.to_cache[ToSlot(r.u.branch.from)]) lead |= kToCachedBit;
   Out o{buf};
   *o.p++ = lead;
-  if (!(lead & kTimeSameBit)) o.Varint(ZigZag(delta - st.time_delta));
+  if (!(lead & (kTimeSameBit | kTimeAdjBit)))
+    o.Varint(ZigZag(delta - st.time_delta));
   o.Varint(ZigZag(r.u.branch.from - st.branch_to));
   if (!(lead & kToCachedBit)) o.Varint(ZigZag(r.u.branch.to - r.u.branch.from));
   return static_cast<size_t>(o.p - buf);
@@ -265,22 +279,27 @@ int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
   }
 
   if ((lead & kTypeMask) == kShortBranch) {
-    if (lead & kShortReserved) return -EINVAL;
     In i{in + 1, in + avail};
     r.type = PFM_REC_BRANCH;
-    const uint64_t delta = (lead & kTimeSameBit)
-                               ? st->time_delta
-                               : st->time_delta + UnZigZag(i.Varint());
+    uint64_t delta = st->time_delta;
+    switch (lead & (kTimeSameBit | kTimeAdjBit)) {
+      case kTimeSameBit: break;
+      case kTimeSameBit | kTimeAdjBit: delta += 1; break;
+      case kTimeAdjBit: delta -= 1; break;
+      default: delta += UnZigZag(i.Varint()); break;
+    }
     r.time = st->time + delta;
     r.cpu = st->cpu;
     r.pid = st->pid;
     r.tid = st->tid;
-    r.misc = st->branch_misc;
+    const bool flip = (lead & kPredFlipBit) != 0;
+    r.misc = st->branch_misc ^ (flip ? PFM_MISC_BRANCH_PREDICTED : 0u);
     r.u.branch.from = st->branch_to + UnZigZag(i.Varint());
     r.u.branch.to = (lead & kToCachedBit)
                         ? st->to_cache[ToSlot(r.u.branch.from)]
                         : r.u.branch.from + UnZigZag(i.Varint());
-    r.u.branch.flags = st->branch_flags;
+    r.u.branch.flags =
+        st->branch_flags ^ (flip ? uint64_t{PFM_BTS_RAW_PREDICTED} : 0);
     if (!i.ok) return -EINVAL;
     Advance(r, st);
     *out = r;

@@ -20,12 +20,19 @@
 //     RESIZED   old_bytes, new_bytes
 //     EXIT      zz(status)
 //
-// Short branch form (lead nibble 0xE), used for a BRANCH whose cpu, pid,
-// tid, misc and flags equal the previous branch's, when it is not longer
-// than the form above:
-//   lead: 0xE | bit 4 "time delta equals the previous delta" | bit 5 "`to`
-//         equals the predictor's entry for `from`" (bits 6-7 zero)
-//   [zz(time delta - previous delta)]  unless bit 4
+// Short branch form (lead nibble 0xE), used for a BRANCH whose cpu, pid and
+// tid equal the previous record's and whose misc and flags equal the
+// previous branch's, or differ from them in the predicted bit only, when it
+// is not longer than the form above:
+//   lead: 0xE
+//         bits 4 and 6, the time delta d against the previous delta p:
+//           bit 4 only: d = p;  bits 4+6: d = p + 1;  bit 6 only: d = p - 1;
+//           neither: zz(d - p) follows (interpolated BTS stamps step by
+//           floor(span / n) or one more, so the first three cover them)
+//         bit 5 "`to` equals the predictor's entry for `from`"
+//         bit 7 "the predicted bit flipped": misc ^ PFM_MISC_BRANCH_PREDICTED
+//           and flags ^ PFM_BTS_RAW_PREDICTED against the previous branch
+//   [zz(time delta - previous delta)]  unless bit 4 or 6
 //   zz(from - previous branch's to)
 //   [zz(to - from)]                    unless bit 5
 // The predictor is a direct-mapped table of the last `to` per `from` slot,

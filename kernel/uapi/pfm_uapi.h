@@ -15,7 +15,8 @@
 
 #include <linux/types.h>
 
-#define PFM_UAPI_VERSION 1
+/* 2: the compact short-branch form gained time +-1 and predicted-flip bits */
+#define PFM_UAPI_VERSION 2
 
 /* ------------------------------------------------------------------------ */
 /* Raw hardware layouts (what a driver writes into a DS area).               */

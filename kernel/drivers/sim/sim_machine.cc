@@ -121,18 +121,68 @@ SimMachine::SimMachine(const SimConfig& config, CoreHooks* core)
   scratch_.resize(max_counters_);
   sleepers_.reserve(config_.tasks);
   held_.reserve(config_.tasks);
+  BuildProgram();
   for (int i = 0; i < config_.tasks; ++i) {
     Task& t = tasks_[i];
     t.pid = kFirstSimPid + i;
     t.rng = Hash(config_.seed, uint64_t(t.pid));
     t.text_base = kSimUserTextBase + uint64_t(i) * kSimUserTextStride;
     t.data_base = kSimUserDataBase + uint64_t(i) * kSimUserDataStride;
-    t.pc = t.text_base + Rand(&t.rng, 0, kUserTextMask / 16) * 16;
+    t.pc = t.text_base + program_[Rand(&t.rng, 0, program_.size() - 1)].start;
     t.next_branch_rt = Rand(&t.rng, 1, 2 * config_.mean_branch_gap_ns - 1);
     t.phase_end_rt = 0;
     NewPhase(t);
     Enqueue(i % config_.machine.cpus, i);
   }
+}
+
+// Branch instruction sizes of the program: a call (e8 rel32) is 5 bytes,
+// the other branches 2 (a short jcc/jmp, a ret plus padding).
+constexpr uint32_t kCallBytes = 5;
+constexpr uint32_t kBranchBytes = 2;
+
+void SimMachine::BuildProgram() {
+  uint64_t rng = Hash(config_.seed, 0xc0de);
+  // Blocks of 2..64 bytes to their branch, back to back; the last block's
+  // fall-through wraps to the first.
+  for (uint64_t off = 0; off + 64 + kCallBytes <= kSimUserTextBytes;) {
+    Block b;
+    b.start = uint32_t(off);
+    b.len = uint32_t(Rand(&rng, 2, 64));
+    const uint64_t r = Rand(&rng, 0, 999);
+    b.kind = r < 100 ? BlockKind::kCall
+                     : r < 180 ? BlockKind::kReturn : BlockKind::kConditional;
+    off += b.len + (b.kind == BlockKind::kCall ? kCallBytes : kBranchBytes);
+    program_.push_back(b);
+  }
+  const uint64_t n = program_.size();
+  for (uint64_t i = 0; i < n; ++i) {
+    Block& b = program_[i];
+    if (b.kind == BlockKind::kCall) {
+      // Function entries: every 8th block.
+      b.target = uint32_t(Rand(&rng, 0, (n - 1) / 8) * 8);
+      continue;
+    }
+    // Conditional branches (and returns, for when the stack is empty): a
+    // log-uniform distance of 8 bytes to 2 KiB, backward or forward. Most
+    // branches in real code are short, and most loops small.
+    const uint64_t shift = Rand(&rng, 3, 10);
+    const uint64_t dist = (1ull << shift) + Rand(&rng, 0, (1ull << shift) - 1);
+    const bool backward = Rand(&rng, 0, 1) == 0;
+    const uint64_t from = b.start + b.len;
+    const uint64_t to = (backward ? from - dist : from + dist) & kUserTextMask;
+    b.target = uint32_t(BlockAt(to));
+    // Backward branches close loops and are mostly taken; forward ones skip
+    // code half the time.
+    b.taken_permille = backward ? 875 : 500;
+  }
+}
+
+size_t SimMachine::BlockAt(uint64_t off) const {
+  auto it = std::upper_bound(
+      program_.begin(), program_.end(), off,
+      [](uint64_t o, const Block& b) { return o < b.start; });
+  return it == program_.begin() ? 0 : size_t(it - program_.begin()) - 1;
 }
 
 uint64_t SimMachine::Rand(uint64_t* state, uint64_t lo, uint64_t hi) {
@@ -480,11 +530,11 @@ void SimMachine::Branch(int cpu, Task& task, uint64_t t) {
       task.stats.runtime_ns +
       Rand(&task.rng, 1, 2 * config_.mean_branch_gap_ns - 1);
   uint64_t* rng = &task.rng;
-  const uint64_t block = Rand(rng, 2, 64);  // bytes to the branch
   pfm_bts_raw rec{};
   bool kernel_from;
   if (task.kernel_left > 0) {
     kernel_from = true;
+    const uint64_t block = Rand(rng, 2, 64);  // bytes to the branch
     rec.from = KernelWrap(task.pc + block);
     if (--task.kernel_left == 0) {
       rec.to = task.user_ret;  // sysret / iret
@@ -493,22 +543,44 @@ void SimMachine::Branch(int cpu, Task& task, uint64_t t) {
     }
   } else {
     kernel_from = false;
-    rec.from = UserWrap(task.text_base, task.pc + block);
-    uint64_t r = Rand(rng, 0, 999);
-    const uint64_t sys = config_.syscall_permille;
-    if (r < sys) {
-      // A quarter of kernel entries are interrupts, the rest syscalls.
-      rec.to = (r & 3) == 0 ? kInterruptEntry : kSyscallEntry;
-      task.user_ret = UserWrap(task.text_base, rec.from + 2);
-      task.kernel_left = uint32_t(Rand(rng, config_.kernel_branches_min,
-                                       config_.kernel_branches_max));
-    } else if (r < sys + 100 && task.depth < kCallStackDepth) {
-      task.stack[task.depth++] = UserWrap(task.text_base, rec.from + 5);
-      rec.to = task.text_base + Rand(rng, 0, kUserTextMask / 16) * 16;
-    } else if (r < sys + 180 && task.depth > 0) {
-      rec.to = task.stack[--task.depth];
-    } else {
-      rec.to = UserWrap(task.text_base, rec.from + Rand(rng, 0, 4096) - 2048);
+    // Walk the program from the current block to the next *taken* branch: a
+    // conditional branch not taken falls through to the next block without
+    // a record. After kMaxFallThrough blocks the branch is taken, so a step
+    // stays bounded.
+    constexpr int kMaxFallThrough = 64;
+    size_t bi = BlockAt(task.pc - task.text_base);
+    for (int fall = 0;; ++fall) {
+      const Block& b = program_[bi];
+      const size_t next = bi + 1 == program_.size() ? 0 : bi + 1;
+      rec.from = task.text_base + b.start + b.len;
+      const uint64_t next_pc = task.text_base + program_[next].start;
+      // Syscalls and interrupts are events of the run, not of the code.
+      const uint64_t r = Rand(rng, 0, 999);
+      if (r < config_.syscall_permille) {
+        // A quarter of kernel entries are interrupts, the rest syscalls.
+        rec.to = (r & 3) == 0 ? kInterruptEntry : kSyscallEntry;
+        task.user_ret = next_pc;
+        task.kernel_left = uint32_t(Rand(rng, config_.kernel_branches_min,
+                                         config_.kernel_branches_max));
+        break;
+      }
+      if (b.kind == BlockKind::kCall && task.depth < kCallStackDepth) {
+        task.stack[task.depth++] = next_pc;
+        rec.to = task.text_base + program_[b.target].start;
+        break;
+      }
+      if (b.kind == BlockKind::kReturn && task.depth > 0) {
+        rec.to = task.stack[--task.depth];
+        break;
+      }
+      // A conditional branch, or a call (return) the stack cannot take,
+      // which then jumps to its fixed target.
+      if (b.kind != BlockKind::kConditional || fall == kMaxFallThrough ||
+          Rand(rng, 0, 999) < b.taken_permille) {
+        rec.to = task.text_base + program_[b.target].start;
+        break;
+      }
+      bi = next;
     }
   }
   task.pc = rec.to;

@@ -240,6 +240,23 @@ class SimMachine {
   std::vector<ScheduledCounter> scratch_;  // ScheduledCounters() buffer
   std::vector<std::pair<uint64_t, int32_t>> sleepers_;  // min-heap by wake
   std::vector<int32_t> held_;
+
+  // The user program every task runs, at its own text base (docs/sim.md,
+  // "Code model"): basic blocks laid out back to back over the text, each
+  // ending in a branch whose kind and target never change, so loops and
+  // calls revisit the same branches as real code does.
+  enum class BlockKind : uint8_t { kConditional, kCall, kReturn };
+  struct Block {
+    uint32_t start = 0;   // offset of the block in the text
+    uint32_t len = 0;     // bytes from the start to its branch
+    uint32_t target = 0;  // block index the branch goes to when taken
+    uint16_t taken_permille = 0;  // conditional: taken probability
+    BlockKind kind = BlockKind::kConditional;
+  };
+  void BuildProgram();
+  // The block holding text offset `off` (the last one starting at or below).
+  size_t BlockAt(uint64_t off) const;
+  std::vector<Block> program_;
 };
 
 }  // namespace pfm

@@ -6,9 +6,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <map>
 #include <memory>
+#include <new>
+#include <set>
 
 #include "gtest/gtest.h"
 #include "kernel/drivers/machine.h"
@@ -227,6 +228,33 @@ TEST(SimMachineTest, KernelAndUserConfigStoresBothInsideTheCodeRanges) {
   const double p = double(predicted) / double(user + kernel);
   EXPECT_GT(p, 0.85);
   EXPECT_LT(p, 0.95);
+}
+
+// User code is a fixed program (docs/sim.md): a branch site always goes to
+// the same target, except returns (their caller's next block) and kernel
+// entries; loops revisit sites, so far fewer sites than branches.
+TEST(SimMachineTest, UserBranchesComeFromAFixedProgramThatLoops) {
+  FakeCore core(1);
+  core.SetConfig(0, Bts(true, false));
+  SimMachine m(Config(1, 1), &core);
+  m.Run(50 * kMs);
+  std::map<uint64_t, std::set<uint64_t>> targets;  // from -> user targets
+  uint64_t user_to = 0;
+  for (const auto& [pid, log] : core.logs()) {
+    for (const pfm_bts_raw& r : log.bts) {
+      if (IsKernel(r.to)) continue;  // a syscall or interrupt entry
+      ++user_to;
+      targets[r.from].insert(r.to);
+    }
+  }
+  ASSERT_GT(user_to, 5000u);
+  // 64 KiB of 2..64-byte blocks: about two thousand sites at most.
+  EXPECT_LT(targets.size(), 2500u);
+  EXPECT_LT(targets.size() * 4, user_to);  // sites are revisited
+  size_t one_target = 0;
+  for (const auto& [from, to] : targets) one_target += to.size() == 1;
+  // Returns are 8% of sites; every other site has one target.
+  EXPECT_GT(double(one_target) / targets.size(), 0.85);
 }
 
 TEST(SimMachineTest, SwitchesArePairedOrderedAndOfBothKinds) {
