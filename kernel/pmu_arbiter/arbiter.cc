@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -26,6 +27,10 @@ constexpr int kRefuseGp = 2;
 
 constexpr int kMaxSlots = 32;
 constexpr int kFixedEligible = 3;  // instructions, cycles, ref-cycles
+// Per deal of one class: slots (GP + fixed counters), and requests visited
+// (one per slot placed plus the unfit budget, 2 * slots + 2).
+constexpr int kMaxDealSlots = 2 * kMaxSlots;
+constexpr int kMaxDealVisits = 3 * kMaxDealSlots + 2;
 
 // x86-64 canonical halves: user addresses lie below 2^47, kernel ones at or
 // above 0xffff800000000000 (4-level paging; Intel SDM Vol. 1, "Canonical
@@ -65,56 +70,74 @@ struct PmuArbiter::Demand {
   }
 };
 
+// Hot fields first: a deal, a rotation and a slot change touch only the
+// first 64 bytes of each request and session they visit (one or two cache
+// lines; alignas(64) measured no faster in bench/arbiter and costs 25% more
+// memory per request), not fields spread over the whole object.
 struct PmuArbiter::Request {
-  RequestId id = 0;
-  uint64_t session = 0;
-  char label[kLabelBytes] = {};
-  int cls = kCounters;
-  bool pinned = false;
-  Context* ctx = nullptr;
-  Demand unit;  // this request's contribution to its context's demand
-
-  // Counter constraints.
-  uint32_t type = 0;
-  uint64_t config = 0;
-  bool pebs = false;
-  int fixed = -1;  // the fixed counter it may use, -1 = GP only
-
-  // Accounting. enabled_base is on the context clock; on_since is `now`.
-  uint64_t value = 0;
-  uint64_t enabled_base = 0;
-  uint64_t running = 0;
-  uint64_t on_since = 0;
-  int on_cpu = -1;
-  int slot = -1;  // counter index (GP i / 32+i) or debug register
-  uint64_t placed_stamp = 0;  // == its pool's stamp: placed in the last deal
-
-  // Flexible: ring of the session's requests in this context and class.
-  SessionQueue* sq = nullptr;
+  // Flexible: ring of the session's requests in this context and class, in
+  // rotation order.
   Request* prev = nullptr;
   Request* next = nullptr;
+  SessionQueue* sq = nullptr;
+  Context* ctx = nullptr;
+  uint64_t placed_stamp = 0;  // == its pool's stamp: placed in the last deal
+  // Accounting: on_since is `now`.
+  uint64_t on_since = 0;
+  uint64_t running = 0;
+  int32_t on_cpu = -1;
+  int8_t slot = -1;   // counter index (GP i / 32+i) or debug register
+  int8_t fixed = -1;  // the fixed counter it may use, -1 = GP only
+  bool pebs = false;
+  uint8_t cls = kCounters;
+
+  // Flexible and fixed-eligible: ring of the session's requests for the same
+  // fixed counter, in the same order as the rotation ring.
+  Request* fprev = nullptr;
+  Request* fnext = nullptr;
+  RequestId id = 0;
+  bool pinned = false;
+  uint32_t type = 0;
+  uint64_t config = 0;
+  uint64_t session = 0;
+  uint64_t value = 0;
+  uint64_t enabled_base = 0;  // on the context clock
+  Demand unit;  // this request's contribution to its context's demand
+  char label[kLabelBytes] = {};
 };
 
 // One session's flexible requests of one context and class, in rotation
-// order. Sessions form a ring in their Pool.
+// order. Sessions form a ring in their Pool; those with requests for fixed
+// counter i also form the pool's ring for fixed counter i.
 struct PmuArbiter::SessionQueue {
-  uint64_t session = 0;
-  Request* start = nullptr;  // the current round starts here
-  int count = 0;
   SessionQueue* prev = nullptr;
   SessionQueue* next = nullptr;
+  Request* start = nullptr;  // the current round starts here
+  int count = 0;
   // Deal state; valid only while stamp == the pool's stamp, which makes
   // resetting it O(1) per visited session instead of O(sessions).
-  uint64_t stamp = 0;
-  Request* pos = nullptr;     // next request to visit
-  Request* resume = nullptr;  // after the last one placed; null if none
   int visited = 0;
+  uint64_t stamp = 0;
+  Request* pos = nullptr;  // next request to visit
+  uint64_t session = 0;
+
+  // Requests that may use fixed counter i, in rotation order (the rotation
+  // ring restricted to them); fhead[i] is the first of them at or after
+  // start. Null when the session has none.
+  Request* fhead[kFixedEligible] = {};
+  int fcount[kFixedEligible] = {};
+  SessionQueue* fprev[kFixedEligible] = {};
+  SessionQueue* fnext[kFixedEligible] = {};
 };
 
 // Flexible requests of one context and class.
 struct PmuArbiter::Pool {
   SessionQueue* cursor = nullptr;  // the current round starts at this session
   int total = 0;
+  int pebs_total = 0;  // PEBS requests among them
+  // Ring of the sessions with requests for fixed counter i; the next one to
+  // get fixed counter i when the GP counters are full. Null if none.
+  SessionQueue* fcursor[kFixedEligible] = {};
   std::map<uint64_t, std::unique_ptr<SessionQueue>> sessions;
 
   // The last deal, which rotation continues from.
@@ -122,9 +145,11 @@ struct PmuArbiter::Pool {
   bool deal_valid = false;    // no Add/Remove since
   bool left_waiting = false;  // some request was not placed
   int visited = 0;
+  int pebs_visited = 0;
   SessionQueue* walk = nullptr;         // where the deal continues
-  SessionQueue* last_served = nullptr;  // last session that got a slot
-  std::vector<SessionQueue*> dealt;     // sessions visited, capacity fixed
+  SessionQueue* last_served = nullptr;  // last one served in the round-robin
+  SessionQueue* fixed_served[kFixedEligible] = {};  // got fixed i after it
+  std::vector<Request*> placed;         // in placement order, capacity fixed
   std::vector<SessionQueue*> spliced;   // exhausted, unlinked for the deal
 };
 
@@ -171,6 +196,10 @@ PmuArbiter::PmuArbiter(const MachineInfo& m, uint64_t mux_interval_ns)
       mux_interval_ns_(mux_interval_ns) {
   assert(m.cpus > 0);
   assert(mux_interval_ns > 0);
+  static_assert(offsetof(Request, fprev) == 64,
+                "what a deal touches is a request's first 64 bytes");
+  static_assert(offsetof(SessionQueue, fhead) <= 64,
+                "what a deal touches is a session's first 64 bytes");
   cpu_ctx_.resize(cpus_);
   for (int i = 0; i < cpus_; ++i) {
     auto c = std::make_unique<Cpu>();
@@ -294,9 +323,11 @@ PmuArbiter::Context* PmuArbiter::GetOrCreateContext(const pfm_pmu_req& req,
   auto ctx = std::make_unique<Context>();
   c = ctx.get();
   for (Pool& p : c->pools) {
-    // Dealing visits at most slots + unfit-budget requests (see DealClass).
-    p.dealt.reserve(4 * kMaxSlots + 8);
-    p.spliced.reserve(4 * kMaxSlots + 8);
+    // A deal places at most one request per slot and visits at most
+    // slots + unfit-budget requests (see DealClass): nothing grows on the
+    // scheduling path.
+    p.placed.reserve(kMaxDealSlots);
+    p.spliced.reserve(kMaxDealVisits);
   }
   if (req.ctx_kind == PFM_CTX_CPU) {
     c->is_cpu = true;
@@ -462,6 +493,54 @@ int PmuArbiter::AdmitPinned(const pfm_pmu_req& req, const Request& r,
   return 0;
 }
 
+// A flexible request for fixed counter i joins the back of its session's
+// ring for i, and the session joins the back of the pool's ring for i (so
+// it waits its turn for the fixed counter, as a new session does).
+void PmuArbiter::LinkFixed(Pool& p, SessionQueue* s, Request* r) {
+  const int f = r->fixed;
+  if (s->fcount[f]++ == 0) {
+    r->fnext = r->fprev = r;
+    s->fhead[f] = r;
+    SessionQueue*& cur = p.fcursor[f];
+    if (cur == nullptr) {
+      s->fnext[f] = s->fprev[f] = s;
+      cur = s;
+    } else {
+      s->fnext[f] = cur;
+      s->fprev[f] = cur->fprev[f];
+      s->fprev[f]->fnext[f] = s;
+      cur->fprev[f] = s;
+    }
+    return;
+  }
+  Request* head = s->fhead[f];
+  r->fnext = head;
+  r->fprev = head->fprev;
+  r->fprev->fnext = r;
+  head->fprev = r;
+}
+
+void PmuArbiter::UnlinkFixed(Pool& p, SessionQueue* s, Request* r) {
+  const int f = r->fixed;
+  if (--s->fcount[f] == 0) {
+    s->fhead[f] = nullptr;
+    SessionQueue*& cur = p.fcursor[f];
+    if (s->fnext[f] == s) {
+      cur = nullptr;
+    } else {
+      s->fprev[f]->fnext[f] = s->fnext[f];
+      s->fnext[f]->fprev[f] = s->fprev[f];
+      if (cur == s) cur = s->fnext[f];
+    }
+    s->fnext[f] = s->fprev[f] = nullptr;
+  } else {
+    if (s->fhead[f] == r) s->fhead[f] = r->fnext;
+    r->fprev->fnext = r->fnext;
+    r->fnext->fprev = r->fprev;
+  }
+  r->fnext = r->fprev = nullptr;
+}
+
 int PmuArbiter::Add(const pfm_pmu_req& req, uint64_t session, const char* label,
                     uint64_t now, ErrorDetail* d) {
   int err = Validate(req, d);
@@ -481,7 +560,8 @@ int PmuArbiter::Add(const pfm_pmu_req& req, uint64_t session, const char* label,
     r->type = req.type;
     r->config = req.config;
     r->pebs = (req.flags & PFM_REQ_PEBS) != 0;
-    r->fixed = r->pebs ? -1 : FixedCounterFor(req.type, req.config);
+    r->fixed = static_cast<int8_t>(
+        r->pebs ? -1 : FixedCounterFor(req.type, req.config));
     if (r->pebs) {
       r->unit.pebs = 1;
     } else if (r->fixed >= 0) {
@@ -535,6 +615,8 @@ int PmuArbiter::Add(const pfm_pmu_req& req, uint64_t session, const char* label,
     }
     ++s->count;
     ++p.total;
+    if (rp->pebs) ++p.pebs_total;
+    if (rp->fixed >= 0) LinkFixed(p, s, rp);
     p.deal_valid = false;
   }
   MarkDirty(c);
@@ -555,6 +637,8 @@ void PmuArbiter::Remove(RequestId id, uint64_t now) {
   } else {
     Pool& p = c->pools[r->cls];
     SessionQueue* s = r->sq;
+    if (r->fixed >= 0) UnlinkFixed(p, s, r);
+    if (r->pebs) --p.pebs_total;
     if (s->count == 1) {
       if (s->next == s) {
         p.cursor = nullptr;
@@ -604,7 +688,7 @@ void PmuArbiter::PutOn(Cpu& cpu, int cpu_index, Request* r, int slot,
     cpu.gp_free &= ~(1u << slot);
   }
   r->on_cpu = cpu_index;
-  r->slot = slot;
+  r->slot = static_cast<int8_t>(slot);
   r->on_since = now;
 }
 
@@ -685,20 +769,19 @@ void PmuArbiter::InstallPinned(int cpu_index, uint64_t now) {
 // and the work is bounded by what gets placed, not by what waits.
 PmuArbiter::Request* PmuArbiter::NextCandidate(Pool& p) {
   if (p.visited >= p.total || p.walk == nullptr) return nullptr;
-  if (p.dealt.size() == p.dealt.capacity()) return nullptr;  // deal budget
+  if (p.spliced.size() == p.spliced.capacity()) return nullptr;  // budget
   ++work_units_;
   SessionQueue* s = p.walk;
   if (s->stamp != p.stamp) {
     s->stamp = p.stamp;
     s->pos = s->start;
-    s->resume = nullptr;
     s->visited = 0;
-    p.dealt.push_back(s);
   }
   Request* r = s->pos;
   s->pos = r->next;
   ++s->visited;
   ++p.visited;
+  if (r->pebs) ++p.pebs_visited;
   p.walk = s->next;
   if (s->visited == s->count && p.visited < p.total) {
     s->prev->next = s->next;
@@ -708,21 +791,40 @@ PmuArbiter::Request* PmuArbiter::NextCandidate(Pool& p) {
   return r;
 }
 
+void PmuArbiter::Place(Cpu& cpu, int cpu_index, Pool& p, Request* r,
+                       int slot, uint64_t now) {
+  PutOn(cpu, cpu_index, r, slot, now);
+  r->placed_stamp = p.stamp;
+  p.placed.push_back(r);
+}
+
 /*
  * Flexible dealing for one class on one CPU. Free slots go one at a time,
  * alternating between the CPU context and the task context (CPU first), and
  * inside each context round-robin over its sessions, each session giving its
  * next request in rotation order. A session gets at most as many slots as it
  * has requests, so what a small session does not need goes to the others:
- * max-min fair between sessions. A request no free counter can take (its
- * constraint) is skipped; at most 2*slots+2 such skips per deal keep the
- * work bounded.
+ * max-min fair between sessions.
+ *
+ * Counters are dealt in two steps, so that no step probes a request that
+ * cannot fit:
+ *  1. While a GP counter is free, every request but PEBS fits one, so the
+ *     round-robin above runs as is (a fixed-eligible request takes its fixed
+ *     counter if free). A PEBS request while the PEBS counters are taken is
+ *     skipped and keeps its place (at most 2*slots+2 skips per deal), and a
+ *     context whose unvisited requests are all PEBS stops there (counts).
+ *  2. Once the GP counters are full, only fixed counter i's own events fit
+ *     fixed counter i. If it is still free, none of them was visited in
+ *     step 1 (the first would have taken it), so it goes straight to the
+ *     first such request of the next session in the context's ring for
+ *     fixed counter i; contexts keep alternating. Nothing is visited for a
+ *     fixed counter no waiting request can use.
+ * Work: one step per slot filled, plus PEBS skips; never per waiting request.
  */
 void PmuArbiter::DealClass(int cpu_index, int cls, uint64_t now) {
   Cpu& cpu = *cpu_[cpu_index];
   Context* ctxs[2] = {cpu_ctx_[cpu_index].get(), cpu.task};
   Pool* pools[2] = {};
-  int placed[2] = {0, 0};
   for (int i = 0; i < 2; ++i) {
     if (ctxs[i] == nullptr || ctxs[i]->pools[cls].total == 0) continue;
     Pool& p = ctxs[i]->pools[cls];
@@ -730,35 +832,42 @@ void PmuArbiter::DealClass(int cpu_index, int cls, uint64_t now) {
     p.stamp = ++deal_stamp_;
     p.deal_valid = true;
     p.visited = 0;
+    p.pebs_visited = 0;
     p.walk = p.cursor;
     p.last_served = nullptr;
-    p.dealt.clear();
+    for (SessionQueue*& s : p.fixed_served) s = nullptr;
+    p.placed.clear();
     p.spliced.clear();
   }
-  const int slots = cls == kBreakpoints ? n_dr_ : n_gp_ + n_fixed_;
+  if (pools[0] == nullptr && pools[1] == nullptr) return;
+  const bool counters = cls == kCounters;
+  const int slots = counters ? n_gp_ + n_fixed_ : n_dr_;
   int unfit_budget = 2 * slots + 2;
-  auto free_slots = [&]() {
-    return cls == kBreakpoints ? cpu.dr_free != 0
-                               : (cpu.gp_free != 0 || cpu.fixed_free != 0);
+  int turn = 0;  // the context whose turn is next
+  // Step 1: the round-robin, while a GP counter (debug register) is free.
+  auto general_slot_free = [&]() {
+    return counters ? cpu.gp_free != 0 : cpu.dr_free != 0;
   };
-  while (free_slots() && unfit_budget > 0) {
+  while (general_slot_free() && unfit_budget > 0) {
     bool any = false;
-    for (int i = 0; i < 2 && free_slots(); ++i) {
-      if (pools[i] == nullptr) continue;
-      Request* r = NextCandidate(*pools[i]);
+    for (int i = 0; i < 2 && general_slot_free(); ++i) {
+      Pool* p = pools[i];
+      if (p == nullptr) continue;
+      // Only PEBS requests left and no PEBS counter free: none can fit.
+      if (counters && (cpu.gp_free & pebs_mask_) == 0 &&
+          p->visited - p->pebs_visited == p->total - p->pebs_total)
+        continue;
+      Request* r = NextCandidate(*p);
       if (r == nullptr) continue;
       any = true;
-      const int slot =
-          cls == kBreakpoints ? FindFreeDr(cpu) : FindFreeCounter(cpu, *r);
+      const int slot = counters ? FindFreeCounter(cpu, *r) : FindFreeDr(cpu);
       if (slot < 0) {
         --unfit_budget;
         continue;
       }
-      PutOn(cpu, cpu_index, r, slot, now);
-      r->placed_stamp = pools[i]->stamp;
-      r->sq->resume = r->next;
-      pools[i]->last_served = r->sq;
-      ++placed[i];
+      Place(cpu, cpu_index, *p, r, slot, now);
+      p->last_served = r->sq;
+      turn = 1 - i;
     }
     if (!any) break;
   }
@@ -770,59 +879,83 @@ void PmuArbiter::DealClass(int cpu_index, int cls, uint64_t now) {
       (*it)->next->prev = *it;
     }
     p->spliced.clear();
-    p->left_waiting = placed[i] < p->total;
   }
-}
-
-// Starts the next round after the last deal. In each session visited, the
-// requests that were placed move to the back of its rotation order, in the
-// order they were placed; the ones visited but left waiting (no free counter
-// fit them: e.g. GP counters were full while a fixed counter was still free
-// for a later fixed-eligible request) keep their place at the front, then
-// come the ones not visited. So every request waits at most as many rounds
-// as there are requests ahead of it. The session ring starts after the last
-// session served, so the sessions take turns for any odd leftover slot.
-// Work: the requests visited by the deal (bounded by the slots).
-void PmuArbiter::Rotate(Pool& p) {
-  if (!p.deal_valid || !p.left_waiting || p.last_served == nullptr) return;
-  for (SessionQueue* s : p.dealt) {
-    if (s->resume == nullptr) continue;  // placed nothing: keeps its order
-    // The new start: the first request visited but not placed, else the
-    // first not visited. The requests visited before it were all placed and
-    // already sit just before it, at the back.
-    Request* new_start = s->pos;
-    Request* r = s->start;
-    int k = 0;
-    for (; k < s->visited; ++k, r = r->next) {
-      ++work_units_;
-      if (r->placed_stamp != p.stamp) {
-        new_start = r;
+  // Step 2: fixed counters still free once the GP counters are full.
+  if (counters && cpu.gp_free == 0) {
+    for (uint32_t m = cpu.fixed_free; m != 0; m &= m - 1) {
+      const int f = __builtin_ctz(m);
+      for (int k = 0; k < 2; ++k) {
+        const int i = (turn + k) % 2;
+        Pool* p = pools[i];
+        if (p == nullptr || p->fcursor[f] == nullptr) continue;
+        ++work_units_;
+        SessionQueue* s = p->fcursor[f];
+        Request* r = s->fhead[f];
+        assert(r->on_cpu < 0 && "fixed counter free: none of its events placed");
+        if (r->on_cpu >= 0) continue;
+        Place(cpu, cpu_index, *p, r, kFixedCounterBase + f, now);
+        p->fixed_served[f] = s;
+        turn = 1 - i;
         break;
       }
     }
-    if (k == s->visited) {  // all visited were placed
-      s->start = new_start;   // (== start if it visited all: no change)
-      continue;
-    }
-    // Those placed after it move to the back (just before it), in order.
-    // Inserting behind new_start never touches the part still to walk.
-    r = new_start->next;
-    for (++k; k < s->visited; ++k) {
-      ++work_units_;
-      Request* next = r->next;
-      if (r->placed_stamp == p.stamp) {
-        r->prev->next = r->next;
-        r->next->prev = r->prev;
-        r->next = new_start;
-        r->prev = new_start->prev;
-        r->prev->next = r;
-        new_start->prev = r;
-      }
-      r = next;
-    }
-    s->start = new_start;
   }
-  p.cursor = p.last_served->next;
+  for (Pool* p : pools)
+    if (p != nullptr)
+      p->left_waiting = static_cast<int>(p->placed.size()) < p->total;
+}
+
+// Starts the next round after the last deal. In each session, the requests
+// that were placed move to the back of its rotation order (those already at
+// its front stay in their order, the others follow in the order they were
+// placed); the ones left waiting keep their order at the front: those
+// visited but not placed (no free counter fit them, e.g. PEBS while the PEBS
+// counters were taken), then those not visited. So every request waits at
+// most as many rounds as there are requests ahead of it. The session ring
+// starts after the last session served in step 1 of the deal, and each fixed
+// counter's ring after the session that got that fixed counter in step 2,
+// so sessions take turns for any odd leftover slot.
+// Work: one step per request placed by the deal (walked past at the front,
+// or moved).
+void PmuArbiter::Rotate(Pool& p) {
+  if (!p.deal_valid || !p.left_waiting || p.placed.empty()) return;
+  // Marks the sessions whose new start is settled (the deal's per-session
+  // state is not needed any more: the next deal starts afresh).
+  const uint64_t settled = ++deal_stamp_;
+  for (Request* r : p.placed) {
+    SessionQueue* s = r->sq;
+    if (s->stamp != settled) {
+      s->stamp = settled;
+      // The new start: the first request not placed. Those placed before it
+      // are at the back once the start moves past them.
+      Request* q = s->start;
+      for (int k = 0; k < s->count && q->placed_stamp == p.stamp; ++k) {
+        ++work_units_;
+        q->placed_stamp = 0;
+        q = q->next;
+      }
+      s->start = q;  // all placed: back at start, no change
+    }
+    // The placed ones of a fixed counter's ring are its first ones, met
+    // here in ring order (see DealClass): the ring follows the rotation.
+    if (r->fixed >= 0) {
+      assert(s->fhead[r->fixed] == r);
+      s->fhead[r->fixed] = r->fnext;
+    }
+    if (r->placed_stamp != p.stamp) continue;  // already at the back
+    ++work_units_;
+    r->placed_stamp = 0;
+    r->prev->next = r->next;
+    r->next->prev = r->prev;
+    r->next = s->start;
+    r->prev = s->start->prev;
+    r->prev->next = r;
+    s->start->prev = r;
+  }
+  if (p.last_served != nullptr) p.cursor = p.last_served->next;
+  for (int f = 0; f < kFixedEligible; ++f)
+    if (p.fixed_served[f] != nullptr)
+      p.fcursor[f] = p.fixed_served[f]->fnext[f];
   p.deal_valid = false;
 }
 
@@ -842,7 +975,7 @@ bool PmuArbiter::MaybeRotate(Context* c, uint64_t now) {
   bool rotated = false;
   for (Pool& p : c->pools) {
     if (!p.deal_valid) continue;  // re-dealt first; rotates at the next check
-    rotated |= p.left_waiting && p.last_served != nullptr;
+    rotated |= p.left_waiting && !p.placed.empty();
     Rotate(p);
   }
   if (rotated) c->rotated_at = t;

@@ -137,7 +137,9 @@ class PmuArbiter {
   void Describe(uint64_t now, std::vector<Holder>* out) const;
 
   // Scheduling work done so far: slots cleared and filled, pinned requests
-  // visited, rotation-cursor steps. Lets tests check O(slots) switches.
+  // visited, flexible requests visited or picked by a deal, and placed
+  // requests moved by a rotation. Lets tests check O(slots) switches that do
+  // the same work however many requests wait.
   uint64_t work_units() const { return work_units_; }
 
   int gp_counters() const { return n_gp_; }
@@ -161,6 +163,8 @@ class PmuArbiter {
   Context* GetOrCreateContext(const pfm_pmu_req& req, uint64_t now);
   void MaybeDeleteContext(Context* c);
   void MarkDirty(const Context* c);
+  static void LinkFixed(Pool& p, SessionQueue* s, Request* r);
+  static void UnlinkFixed(Pool& p, SessionQueue* s, Request* r);
 
   uint64_t CtxNow(const Context& c, uint64_t now) const;
   void PutOn(Cpu& cpu, int cpu_index, Request* r, int slot, uint64_t now);
@@ -171,6 +175,8 @@ class PmuArbiter {
   void InstallPinned(int cpu_index, uint64_t now);
   void DealClass(int cpu_index, int cls, uint64_t now);
   Request* NextCandidate(Pool& p);
+  void Place(Cpu& cpu, int cpu_index, Pool& p, Request* r, int slot,
+             uint64_t now);
   void Rotate(Pool& p);
   bool MaybeRotate(Context* c, uint64_t now);
 

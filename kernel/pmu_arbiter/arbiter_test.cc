@@ -519,6 +519,459 @@ TEST(PmuArbiterTest, SwitchAndTickWorkIsIndependentOfWaitingRequests) {
   EXPECT_LE(large, 8u * (11 + 4));
 }
 
+// Work per switch (SwitchOut + SwitchIn inside one mux interval) and per
+// rotation (Tick a mux interval later), maximum over `rounds` of each, with
+// `waiting` flexible GP-only requests on one task context (bench/arbiter.cc's
+// set-up), either one session per request or all in one session. With
+// `with_fixed`, instructions, cycles and ref-cycles (raw 0xc0, 0x3c, 0x300)
+// are added too: one at the front, one in the middle, one at the end.
+struct OpWork {
+  uint64_t switch_max = 0;
+  uint64_t rotate_max = 0;
+};
+
+OpWork SwitchAndRotationWork(int waiting, bool one_session, bool with_fixed) {
+  PmuArbiter a(Skl(1), kDefaultMuxIntervalNs);
+  const uint64_t fixed_cfg[3] = {0xc0, 0x3c, 0x300};
+  const int fixed_at[3] = {0, waiting / 2, waiting};
+  uint64_t session = 1;
+  auto add = [&](const pfm_pmu_req& r) {
+    ASSERT_GT(a.Add(r, one_session ? 1 : session++, "ev", 0, nullptr), 0);
+  };
+  for (int i = 0; i <= waiting; ++i) {
+    for (int f = 0; f < 3; ++f)
+      if (with_fixed && fixed_at[f] == i)
+        add(TaskCounter(kPid, PERF_TYPE_RAW, fixed_cfg[f], 0));
+    if (i < waiting) add(Raw(kPid, i, 0));
+  }
+  const TaskId task{kPid, kPid};
+  uint64_t t = 1;
+  a.SwitchIn(0, task, t);
+  a.Tick(0, t);
+  OpWork w;
+  for (int round = 0; round < 64; ++round) {
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t before = a.work_units();
+      a.SwitchOut(0, ++t);
+      a.SwitchIn(0, task, ++t);
+      w.switch_max = std::max(w.switch_max, a.work_units() - before);
+    }
+    t += kDefaultMuxIntervalNs;
+    const uint64_t before = a.work_units();
+    a.Tick(0, t);
+    w.rotate_max = std::max(w.rotate_max, a.work_units() - before);
+  }
+  return w;
+}
+
+// Issue 7: once more requests wait than there are counters, the work of a
+// switch and of a rotation must not depend on how many wait. Raw GP-only
+// events can't use the fixed counters: the deal must not probe them once
+// the GP counters are full (it used to, up to its skip budget).
+TEST(PmuArbiterTest, SwitchAndRotationWorkIsFlatForGpOnlyRequests) {
+  for (bool one_session : {false, true}) {
+    SCOPED_TRACE(one_session ? "one session" : "one session per request");
+    const OpWork w16 = SwitchAndRotationWork(16, one_session, false);
+    const OpWork w256 = SwitchAndRotationWork(256, one_session, false);
+    const OpWork w4096 = SwitchAndRotationWork(4096, one_session, false);
+    EXPECT_EQ(w16.switch_max, w256.switch_max);
+    EXPECT_EQ(w16.switch_max, w4096.switch_max);
+    EXPECT_EQ(w16.rotate_max, w256.rotate_max);
+    EXPECT_EQ(w16.rotate_max, w4096.rotate_max);
+    // 8 GP counters: a switch clears and fills 8 slots and visits the 8
+    // requests placed, nothing else; a rotation also moves those 8.
+    EXPECT_EQ(w4096.switch_max, 3u * 8);
+    EXPECT_EQ(w4096.rotate_max, 4u * 8);
+  }
+}
+
+TEST(PmuArbiterTest, SwitchAndRotationWorkIsFlatWithFixedEligibleRequests) {
+  for (bool one_session : {false, true}) {
+    SCOPED_TRACE(one_session ? "one session" : "one session per request");
+    const OpWork w16 = SwitchAndRotationWork(16, one_session, true);
+    const OpWork w256 = SwitchAndRotationWork(256, one_session, true);
+    const OpWork w4096 = SwitchAndRotationWork(4096, one_session, true);
+    EXPECT_EQ(w16.switch_max, w256.switch_max);
+    EXPECT_EQ(w16.switch_max, w4096.switch_max);
+    EXPECT_EQ(w16.rotate_max, w256.rotate_max);
+    EXPECT_EQ(w16.rotate_max, w4096.rotate_max);
+    // All 11 counters in use, and only them.
+    EXPECT_EQ(w4096.switch_max, 3u * 11);
+    EXPECT_EQ(w4096.rotate_max, 4u * 11);
+  }
+}
+
+// The fixed counters no longer depend on how far the deal probes: an
+// instructions event behind 100 GP-only events gets fixed0 every round
+// (before, only in the rounds where it came within 2*slots+2 of the front),
+// and the GP-only events share the 8 GP counters equally and scale.
+TEST(PmuArbiterTest, FixedEligibleEventFarBehindGpOnlyEventsKeepsFixedCounter) {
+  for (bool one_session : {false, true}) {
+    SCOPED_TRACE(one_session ? "one session" : "one session per request");
+    PmuArbiter a(Skl(1), kDefaultMuxIntervalNs);
+    std::vector<int> gp;
+    for (int i = 0; i < 100; ++i) {
+      gp.push_back(a.Add(Raw(kPid, i, 0), one_session ? 1 : 1 + i, "ev", 0,
+                         nullptr));
+      ASSERT_GT(gp.back(), 0);
+    }
+    const int inst = a.Add(TaskCounter(kPid, PERF_TYPE_HARDWARE,
+                                       PERF_COUNT_HW_INSTRUCTIONS, 0),
+                           one_session ? 1 : 200, "instructions", 0, nullptr);
+    ASSERT_GT(inst, 0);
+    a.SwitchIn(0, TaskId{kPid, kPid}, 0);
+    auto count = [](RequestId, uint64_t t) -> uint64_t {
+      return (t / (7 * kMs)) % 2 ? 1500 : 500;
+    };
+    const uint64_t end = 4000 * kMs;
+    RunCpu(a, 0, 0, end, kMs, count);
+    uint64_t truth = 0;
+    for (uint64_t t = 0; t < end; t += kMs) truth += count(0, t);
+    EXPECT_DOUBLE_EQ(MustRead(a, inst, end).ratio, 1.0);
+    EXPECT_EQ(a.OnCounter(0, kFixedCounterBase + 0),
+              static_cast<RequestId>(inst));
+    double sum = 0;
+    for (int id : gp) {
+      const PmuArbiter::Reading r = MustRead(a, id, end);
+      EXPECT_NEAR(r.ratio, 0.08, 0.005) << "request " << id;
+      EXPECT_NEAR(r.scaled, static_cast<double>(truth), 0.1 * truth)
+          << "request " << id;
+      sum += r.ratio;
+    }
+    EXPECT_NEAR(sum, 8.0, 0.01);
+  }
+}
+
+// With the GP counters full (pinned), a fixed counter is dealt round-robin
+// between the sessions that have events for it, max-min fair: B's one
+// instructions event runs half the time, each of A's five a tenth.
+TEST(PmuArbiterTest, FixedCounterIsSharedBetweenSessionsNotEvents) {
+  PmuArbiter a(Skl(1), kDefaultMuxIntervalNs);
+  for (int i = 0; i < 8; ++i)
+    ASSERT_GT(a.Add(Raw(kPid, i, PFM_REQ_PINNED), 9, "pin", 0, nullptr), 0);
+  const pfm_pmu_req inst_req =
+      TaskCounter(kPid, PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS, 0);
+  std::vector<int> a_inst;
+  for (int i = 0; i < 5; ++i) {
+    a_inst.push_back(a.Add(inst_req, 1, "A", 0, nullptr));
+    ASSERT_GT(a_inst.back(), 0);
+  }
+  const int b_inst = a.Add(inst_req, 2, "B", 0, nullptr);
+  const int c_cyc = a.Add(
+      TaskCounter(kPid, PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, 0), 3,
+      "C", 0, nullptr);
+  ASSERT_GT(b_inst, 0);
+  ASSERT_GT(c_cyc, 0);
+  a.SwitchIn(0, TaskId{kPid, kPid}, 0);
+  const uint64_t end = 1000 * kMs;
+  for (uint64_t t = 4 * kMs; t <= end; t += 4 * kMs) {
+    a.Tick(0, t);
+    ScheduledCounter sc[16];
+    ASSERT_EQ(a.Scheduled(0, sc, 16), 10);  // 8 pinned, fixed0, fixed1
+  }
+  EXPECT_NEAR(MustRead(a, b_inst, end).ratio, 0.5, 0.01);
+  double sum = 0;
+  for (int id : a_inst) {
+    const double ratio = MustRead(a, id, end).ratio;
+    EXPECT_NEAR(ratio, 0.1, 0.01) << "request " << id;
+    sum += ratio;
+  }
+  EXPECT_NEAR(sum, 0.5, 0.01);
+  EXPECT_DOUBLE_EQ(MustRead(a, c_cyc, end).ratio, 1.0);
+}
+
+// A pinned instructions event keeps fixed0; flexible instructions events
+// then compete for the GP counters like any other event, max-min fair
+// between the sessions (4 GP counters each).
+TEST(PmuArbiterTest, PinnedKeepsFixedCounterWhileFlexibleOnesShareGp) {
+  PmuArbiter a(Skl(1), kDefaultMuxIntervalNs);
+  const pfm_pmu_req inst_req =
+      TaskCounter(kPid, PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS, 0);
+  pfm_pmu_req pinned_req = inst_req;
+  pinned_req.flags = PFM_REQ_PINNED;
+  const int pinned = a.Add(pinned_req, 3, "pinned", 0, nullptr);
+  ASSERT_GT(pinned, 0);
+  std::vector<int> flex_inst, flex_gp;
+  for (int i = 0; i < 10; ++i) {
+    flex_inst.push_back(a.Add(inst_req, 1, "A", 0, nullptr));
+    flex_gp.push_back(a.Add(Raw(kPid, i, 0), 2, "B", 0, nullptr));
+  }
+  a.SwitchIn(0, TaskId{kPid, kPid}, 0);
+  const uint64_t end = 1000 * kMs;
+  for (uint64_t t = 4 * kMs; t <= end; t += 4 * kMs) {
+    a.Tick(0, t);
+    ASSERT_EQ(a.OnCounter(0, kFixedCounterBase + 0),
+              static_cast<RequestId>(pinned));
+  }
+  EXPECT_DOUBLE_EQ(MustRead(a, pinned, end).ratio, 1.0);
+  for (const std::vector<int>* ids : {&flex_inst, &flex_gp}) {
+    double sum = 0;
+    for (int id : *ids) {
+      const double ratio = MustRead(a, id, end).ratio;
+      EXPECT_NEAR(ratio, 0.4, 0.02) << "request " << id;
+      sum += ratio;
+    }
+    EXPECT_NEAR(sum, 4.0, 0.01);
+  }
+}
+
+// A plain model of the dealing and rotation rules of docs/arbiter.md for one
+// task context's flexible counters, with O(waiting) lists where the arbiter
+// keeps cursors, counts and per-fixed-counter rings. The arbiter must put
+// exactly the same requests on exactly the same counters.
+class DealModel {
+ public:
+  // Request classes: GP-only, PEBS, or may use fixed counter 0/1/2.
+  static constexpr int kGeneric = -2;
+  static constexpr int kPebsOnly = -1;
+
+  DealModel(int gp, uint32_t pebs_mask, int fixed)
+      : gp_(gp), pebs_mask_(pebs_mask), fixed_(fixed) {}
+
+  void Add(RequestId id, uint64_t session, int cls) {
+    cls_[id] = cls;
+    session_[id] = session;
+    std::vector<RequestId>& order = order_[session];
+    if (order.empty()) ring_.push_back(session);
+    if (cls >= 0 && FixedCount(session, cls) == 0)
+      fixed_ring_[cls].push_back(session);
+    order.push_back(id);
+  }
+
+  void Remove(RequestId id) {
+    const uint64_t s = session_.at(id);
+    const int cls = cls_.at(id);
+    std::vector<RequestId>& order = order_[s];
+    order.erase(std::find(order.begin(), order.end(), id));
+    if (cls >= 0 && FixedCount(s, cls) == 0) Erase(fixed_ring_[cls], s);
+    if (order.empty()) {
+      order_.erase(s);
+      Erase(ring_, s);
+    }
+    cls_.erase(id);
+    session_.erase(id);
+  }
+
+  // Deals every counter afresh; returns request -> counter.
+  std::map<RequestId, int> Deal() {
+    uint32_t gp_free = gp_ >= 32 ? ~0u : (1u << gp_) - 1;
+    uint32_t fixed_free = (1u << fixed_) - 1;
+    placed_.clear();
+    slot_.clear();
+    has_last_served_ = false;
+    for (bool& b : has_fixed_served_) b = false;
+    std::map<uint64_t, size_t> visited;
+    size_t total = 0, pebs_total = 0, nvisited = 0, pebs_visited = 0;
+    for (const auto& [id, cls] : cls_) {
+      ++total;
+      if (cls == kPebsOnly) ++pebs_total;
+    }
+    int budget = 2 * (gp_ + fixed_) + 2;
+    size_t walk = 0;
+    while (gp_free != 0 && budget > 0 && nvisited < total) {
+      if ((gp_free & pebs_mask_) == 0 &&
+          nvisited - pebs_visited == total - pebs_total)
+        break;
+      // The next session in ring order with a request not yet visited.
+      size_t k = walk;
+      while (visited[ring_[k % ring_.size()]] ==
+             order_[ring_[k % ring_.size()]].size())
+        ++k;
+      const uint64_t s = ring_[k % ring_.size()];
+      walk = (k + 1) % ring_.size();
+      const RequestId r = order_[s][visited[s]++];
+      ++nvisited;
+      const int cls = cls_[r];
+      if (cls == kPebsOnly) ++pebs_visited;
+      int slot = -1;
+      if (cls >= 0 && (fixed_free & (1u << cls))) {
+        slot = kFixedCounterBase + cls;
+        fixed_free &= ~(1u << cls);
+      } else {
+        uint32_t m = gp_free & pebs_mask_;
+        if (cls != kPebsOnly && (gp_free & ~pebs_mask_) != 0)
+          m = gp_free & ~pebs_mask_;
+        if (m != 0) {
+          slot = __builtin_ctz(m);
+          gp_free &= ~(1u << slot);
+        }
+      }
+      if (slot < 0) {
+        --budget;
+        continue;
+      }
+      Place(r, slot);
+      last_served_ = s;
+      has_last_served_ = true;
+    }
+    if (gp_free == 0) {
+      for (int f = 0; f < fixed_; ++f) {
+        if (!(fixed_free & (1u << f)) || fixed_ring_[f].empty()) continue;
+        const uint64_t s = fixed_ring_[f].front();
+        for (RequestId r : order_[s]) {
+          if (cls_[r] != f) continue;
+          Place(r, kFixedCounterBase + f);
+          break;
+        }
+        fixed_served_[f] = s;
+        has_fixed_served_[f] = true;
+      }
+    }
+    return slot_;
+  }
+
+  bool Oversubscribed() const { return placed_.size() < cls_.size(); }
+
+  // The next round, after the last Deal.
+  void Rotate() {
+    if (placed_.empty() || !Oversubscribed()) return;
+    std::map<uint64_t, std::vector<RequestId>> moved;  // in placement order
+    std::map<uint64_t, size_t> front;  // placed requests at the front
+    for (auto& [s, order] : order_) {
+      size_t n = 0;
+      while (n < order.size() && slot_.count(order[n])) ++n;
+      front[s] = n;
+    }
+    for (RequestId r : placed_) {
+      const uint64_t s = session_[r];
+      const std::vector<RequestId>& order = order_[s];
+      const size_t pos = std::find(order.begin(), order.end(), r) - order.begin();
+      if (pos >= front[s]) moved[s].push_back(r);
+    }
+    for (auto& [s, order] : order_) {
+      if (front[s] == order.size()) continue;  // all placed: unchanged
+      std::vector<RequestId> next;
+      for (RequestId r : order)
+        if (!slot_.count(r)) next.push_back(r);
+      next.insert(next.end(), order.begin(), order.begin() + front[s]);
+      for (RequestId r : moved[s]) next.push_back(r);
+      order = next;
+    }
+    if (has_last_served_) StartAfter(ring_, last_served_);
+    for (int f = 0; f < 3; ++f)
+      if (has_fixed_served_[f]) StartAfter(fixed_ring_[f], fixed_served_[f]);
+  }
+
+ private:
+  void Place(RequestId r, int slot) {
+    slot_[r] = slot;
+    placed_.push_back(r);
+  }
+  size_t FixedCount(uint64_t s, int f) const {
+    auto it = order_.find(s);
+    if (it == order_.end()) return 0;
+    size_t n = 0;
+    for (RequestId r : it->second) n += cls_.at(r) == f;
+    return n;
+  }
+  static void Erase(std::vector<uint64_t>& ring, uint64_t s) {
+    ring.erase(std::find(ring.begin(), ring.end(), s));
+  }
+  static void StartAfter(std::vector<uint64_t>& ring, uint64_t s) {
+    auto it = std::find(ring.begin(), ring.end(), s);
+    std::rotate(ring.begin(), it + 1, ring.end());
+  }
+
+  int gp_;
+  uint32_t pebs_mask_;
+  int fixed_;
+  std::map<RequestId, int> cls_;
+  std::map<RequestId, uint64_t> session_;
+  std::map<uint64_t, std::vector<RequestId>> order_;  // rotation order
+  std::vector<uint64_t> ring_;                        // from the cursor
+  std::vector<uint64_t> fixed_ring_[3];
+  std::vector<RequestId> placed_;
+  std::map<RequestId, int> slot_;
+  uint64_t last_served_ = 0;
+  bool has_last_served_ = false;
+  uint64_t fixed_served_[3] = {};
+  bool has_fixed_served_[3] = {};
+};
+
+std::map<RequestId, int> Placement(const PmuArbiter& a) {
+  ScheduledCounter sc[64];
+  const int n = a.Scheduled(0, sc, 64);
+  std::map<RequestId, int> m;
+  for (int i = 0; i < n; ++i) m[sc[i].request] = sc[i].counter;
+  return m;
+}
+
+// Random adds, removes, switches and rotations (deterministic seeds) on two
+// machine shapes; after every step the arbiter's counters match the model's.
+TEST(PmuArbiterTest, DealAndRotationMatchAPlainModel) {
+  struct Shape {
+    int gp;
+    uint32_t pebs_mask;
+  };
+  for (const Shape shape : {Shape{8, 0xf}, Shape{4, 0x3}}) {
+    for (uint64_t seed0 : {1u, 2u, 3u}) {
+      SCOPED_TRACE("gp " + std::to_string(shape.gp) + " seed " +
+                   std::to_string(seed0));
+      MachineInfo m = Skl(1);
+      m.gp_counters = shape.gp;
+      m.pebs_counter_mask = shape.pebs_mask;
+      PmuArbiter a(m, kMs);
+      DealModel model(shape.gp, shape.pebs_mask, 3);
+      uint64_t seed = seed0;
+      auto rnd = [&seed](uint64_t n) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        return (seed >> 33) % n;
+      };
+      std::vector<RequestId> live;
+      const TaskId task{kPid, kPid};
+      uint64_t t = 0;
+      a.SwitchIn(0, task, t);
+      model.Deal();
+      bool dirty = false;
+      for (int step = 0; step < 3000; ++step) {
+        const uint64_t op = rnd(10);
+        if (op < 4 || live.size() < 4) {  // add
+          const uint64_t session = 1 + rnd(6);
+          const uint64_t kind = rnd(10);
+          pfm_pmu_req req = Raw(kPid, static_cast<int>(rnd(50)), 0);
+          int cls = DealModel::kGeneric;
+          if (kind < 2) {
+            req.flags = PFM_REQ_PEBS;
+            cls = DealModel::kPebsOnly;
+          } else if (kind < 5) {
+            const uint64_t cfg[3] = {0xc0, 0x3c, 0x300};
+            cls = static_cast<int>(rnd(3));
+            req.config = cfg[cls];
+          }
+          const int id = a.Add(req, session, "x", t, nullptr);
+          ASSERT_GT(id, 0);
+          model.Add(static_cast<RequestId>(id), session, cls);
+          live.push_back(static_cast<RequestId>(id));
+          dirty = true;
+        } else if (op < 6) {  // remove
+          const size_t i = rnd(live.size());
+          a.Remove(live[i], t);
+          model.Remove(live[i]);
+          live.erase(live.begin() + static_cast<long>(i));
+          dirty = true;
+        } else if (op < 7) {  // switch out and back in: the same round
+          a.SwitchOut(0, t);
+          a.SwitchIn(0, task, t);
+          model.Deal();
+          dirty = false;
+        } else {  // the mux timer, a mux interval later: rotates
+          t += kMs;
+          a.Tick(0, t);
+          if (dirty) model.Deal();
+          dirty = false;
+          if (model.Oversubscribed()) {
+            model.Rotate();
+            model.Deal();
+          }
+        }
+        if (dirty) continue;  // the arbiter refills at the next Tick
+        const std::map<RequestId, int> want = model.Deal();
+        ASSERT_EQ(Placement(a), want) << "step " << step;
+      }
+    }
+  }
+}
+
 TEST(PmuArbiterTest, NoRotationWhenNotOversubscribed) {
   PmuArbiter a(Skl(), kDefaultMuxIntervalNs);
   for (int i = 0; i < 8; ++i)
