@@ -52,9 +52,9 @@ int SpawnForTrace(const std::vector<std::string>& argv, pid_t* pid) {
   return 0;
 }
 
-int TraceSpawned(pid_t pid, DsAllocator* ds, SoftBtsRunResult* out) {
+int TraceSpawned(pid_t pid, DsAllocator* ds, const SoftBtsOptions& opt,
+                 SoftBtsRunResult* out) {
   DsSink sink(ds);
-  SoftBtsOptions opt;
   std::unique_ptr<SoftBtsTracer> tracer;
   ErrorDetail d;
   if (int rc = SoftBtsTracer::Start(pid, opt, &sink, &tracer, &d); rc != 0) {

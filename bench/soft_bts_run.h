@@ -42,26 +42,30 @@ struct SoftBtsRunResult {
 };
 
 // Spawns `argv` stopped, attaches consumers built by `attach(pid)` (called
-// before the program runs; returns 0 or -errno), traces it to its exit and
-// fills *out. Returns 0 or a negative errno with a message on stderr.
+// before the program runs; returns 0 or -errno), traces it to its exit with
+// `opt` and fills *out. Returns 0 or a negative errno with a message on
+// stderr.
 template <typename AttachFn>
 int TraceProgram(const std::vector<std::string>& argv, DsAllocator* ds,
-                 AttachFn attach, SoftBtsRunResult* out);
+                 AttachFn attach, SoftBtsRunResult* out,
+                 const SoftBtsOptions& opt = SoftBtsOptions());
 
 // Non-template part of TraceProgram.
-int TraceSpawned(pid_t pid, DsAllocator* ds, SoftBtsRunResult* out);
+int TraceSpawned(pid_t pid, DsAllocator* ds, const SoftBtsOptions& opt,
+                 SoftBtsRunResult* out);
 int SpawnForTrace(const std::vector<std::string>& argv, pid_t* pid);
 
 template <typename AttachFn>
 int TraceProgram(const std::vector<std::string>& argv, DsAllocator* ds,
-                 AttachFn attach, SoftBtsRunResult* out) {
+                 AttachFn attach, SoftBtsRunResult* out,
+                 const SoftBtsOptions& opt) {
   pid_t pid = -1;
   if (int rc = SpawnForTrace(argv, &pid); rc != 0) return rc;
   if (int rc = attach(pid); rc != 0) {
     Abandon(pid, nullptr);
     return rc;
   }
-  return TraceSpawned(pid, ds, out);
+  return TraceSpawned(pid, ds, opt, out);
 }
 
 }  // namespace pfm::bench
