@@ -31,6 +31,13 @@ void DsSink::Exited(TaskId task, uint64_t now_ns, int64_t wait_status) {
   std::lock_guard<std::mutex> l(mu_);
   ds_->TaskExit(task, now_ns, wait_status);
   exit_status_ = wait_status;
+  exited_ = true;
+  exited_cv_.notify_all();
+}
+
+bool DsSink::WaitExited(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  return exited_cv_.wait_for(l, timeout, [&] { return exited_; });
 }
 
 void DsSink::Signaled(TaskId task, uint64_t now_ns, int signo) {
@@ -52,9 +59,9 @@ int SpawnForTrace(const std::vector<std::string>& argv, pid_t* pid) {
   return 0;
 }
 
-int TraceSpawned(pid_t pid, DsAllocator* ds, SoftBtsRunResult* out) {
+int TraceSpawned(pid_t pid, DsAllocator* ds, const SoftBtsOptions& opt,
+                 SoftBtsRunResult* out) {
   DsSink sink(ds);
-  SoftBtsOptions opt;
   std::unique_ptr<SoftBtsTracer> tracer;
   ErrorDetail d;
   if (int rc = SoftBtsTracer::Start(pid, opt, &sink, &tracer, &d); rc != 0) {
@@ -68,8 +75,9 @@ int TraceSpawned(pid_t pid, DsAllocator* ds, SoftBtsRunResult* out) {
     tracer->Stop();
     return rc;
   }
-  while (!tracer->done())
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  // Exited() ends the trace; done() covers a tracer that stops without it.
+  while (!sink.WaitExited(std::chrono::milliseconds(100)) && !tracer->done()) {
+  }
   out->seconds = (NowNs() - t0) / 1e9;
   tracer->Stop();
   out->stats = tracer->stats();

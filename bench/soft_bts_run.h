@@ -8,6 +8,8 @@
 #ifndef PFM_BENCH_SOFT_BTS_RUN_H_
 #define PFM_BENCH_SOFT_BTS_RUN_H_
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -28,10 +30,14 @@ class DsSink : public SoftBtsSink {
   void Exited(TaskId task, uint64_t now_ns, int64_t wait_status) override;
   void Signaled(TaskId task, uint64_t now_ns, int signo) override;
   int64_t exit_status() const;
+  // Blocks until Exited() was called or `timeout` passed; true if it was.
+  bool WaitExited(std::chrono::milliseconds timeout);
 
  private:
   DsAllocator* const ds_;
   mutable std::mutex mu_;
+  std::condition_variable exited_cv_;
+  bool exited_ = false;
   int64_t exit_status_ = -1;
 };
 
@@ -42,26 +48,32 @@ struct SoftBtsRunResult {
 };
 
 // Spawns `argv` stopped, attaches consumers built by `attach(pid)` (called
-// before the program runs; returns 0 or -errno), traces it to its exit and
-// fills *out. Returns 0 or a negative errno with a message on stderr.
+// before the program runs; returns 0 or -errno), traces it to its exit with
+// `opt` and fills *out. Returns 0 or a negative errno with a message on
+// stderr. The calling thread sleeps in the sink until the exit: it must not
+// wake up periodically, since on a pinned CPU every wake-up is a context
+// switch inside the tracer/tracee ping-pong being measured.
 template <typename AttachFn>
 int TraceProgram(const std::vector<std::string>& argv, DsAllocator* ds,
-                 AttachFn attach, SoftBtsRunResult* out);
+                 AttachFn attach, SoftBtsRunResult* out,
+                 const SoftBtsOptions& opt = SoftBtsOptions());
 
 // Non-template part of TraceProgram.
-int TraceSpawned(pid_t pid, DsAllocator* ds, SoftBtsRunResult* out);
+int TraceSpawned(pid_t pid, DsAllocator* ds, const SoftBtsOptions& opt,
+                 SoftBtsRunResult* out);
 int SpawnForTrace(const std::vector<std::string>& argv, pid_t* pid);
 
 template <typename AttachFn>
 int TraceProgram(const std::vector<std::string>& argv, DsAllocator* ds,
-                 AttachFn attach, SoftBtsRunResult* out) {
+                 AttachFn attach, SoftBtsRunResult* out,
+                 const SoftBtsOptions& opt) {
   pid_t pid = -1;
   if (int rc = SpawnForTrace(argv, &pid); rc != 0) return rc;
   if (int rc = attach(pid); rc != 0) {
     Abandon(pid, nullptr);
     return rc;
   }
-  return TraceSpawned(pid, ds, out);
+  return TraceSpawned(pid, ds, opt, out);
 }
 
 }  // namespace pfm::bench

@@ -4,6 +4,10 @@
 // loop (fork, PTRACE_TRACEME, exec, singlestep to exit, count steps) on the
 // same program in the same run. Repetitions alternate the two sides.
 // Target: the tracer's steps/s >= 0.8 x the bare loop's. Needs ptrace (root).
+// Also reports how many steps needed a register read (the tracer computes
+// the RIP after sequential instructions, see kernel/drivers/ptrace/soft_bts.h);
+// --read-every-step turns that off (PTRACE_GETREGS after every step), for an
+// A/B of it on the same machine.
 //
 // The whole benchmark (tracers, tracees) is pinned to one CPU: a step is a
 // ping-pong between two tasks, and on a shared 2-CPU VM its cost otherwise
@@ -65,8 +69,8 @@ int BareLoop(const std::vector<std::string>& argv, BareResult* out) {
   return 0;
 }
 
-int Traced(const std::vector<std::string>& argv, SoftBtsRunResult* res,
-           uint64_t* ring_records, uint64_t* lost) {
+int Traced(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
+           SoftBtsRunResult* res, uint64_t* ring_records, uint64_t* lost) {
   DsAllocator ds(static_cast<int>(sysconf(_SC_NPROCESSORS_CONF)), DsLimits{});
   ConsumerId id = 0;
   auto attach = [&](pid_t pid) {
@@ -87,7 +91,7 @@ int Traced(const std::vector<std::string>& argv, SoftBtsRunResult* res,
     id = rc;
     return 0;
   };
-  if (int rc = TraceProgram(argv, &ds, attach, res); rc != 0) return rc;
+  if (int rc = TraceProgram(argv, &ds, attach, res, opt); rc != 0) return rc;
   ConsumerStats st;
   ds.Stats(id, &st);
   *ring_records = st.records;
@@ -101,8 +105,20 @@ int Traced(const std::vector<std::string>& argv, SoftBtsRunResult* res,
 int main(int argc, char** argv) {
   using namespace pfm;
   using namespace pfm::bench;
+  // --read-every-step is this benchmark's own flag; the rest are common.
+  SoftBtsOptions tracer_opt;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && std::string(argv[i]) == "--read-every-step") {
+      tracer_opt.compute_rip = false;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
   const Options opt = ParseOptions(
-      argc, argv, "soft-BTS tracer vs bare PTRACE_SINGLESTEP loop on /bin/true");
+      static_cast<int>(args.size()), args.data(),
+      "soft-BTS tracer vs bare PTRACE_SINGLESTEP loop on /bin/true "
+      "[--read-every-step]");
   const std::vector<std::string> prog = {"/bin/true"};
   const int pinned_cpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) - 1;
   cpu_set_t set;
@@ -123,22 +139,23 @@ int main(int argc, char** argv) {
       return 1;
     }
     bare_sps.push_back(b.steps / b.seconds);
-    if (int rc = Traced(prog, &t, &ring_records, &lost); rc != 0) {
+    if (int rc = Traced(prog, tracer_opt, &t, &ring_records, &lost); rc != 0) {
       std::fprintf(stderr, "softbts: tracer failed: %d\n", rc);
       return 1;
     }
     tr_sps.push_back(t.stats.steps / t.seconds);
     tr_bps.push_back(t.stats.branches / t.seconds);
-    std::fprintf(stderr, "rep %d: bare %llu steps %.0f steps/s | tracer %llu steps %.0f steps/s %.0f branches/s\n",
+    std::fprintf(stderr, "rep %d: bare %llu steps %.0f steps/s | tracer %llu steps %.0f steps/s %.0f branches/s, %llu register reads\n",
                  r, static_cast<unsigned long long>(b.steps), bare_sps.back(),
                  static_cast<unsigned long long>(t.stats.steps), tr_sps.back(),
-                 tr_bps.back());
+                 tr_bps.back(), static_cast<unsigned long long>(t.stats.reg_reads));
   }
   const double ratio = Median(tr_sps) / Median(bare_sps);
   boost::json::object doc = Envelope("softbts", opt);
   doc["program"] = prog[0];
   doc["repetitions"] = reps;
   doc["pinned_cpu"] = pinned_cpu;
+  doc["compute_rip"] = tracer_opt.compute_rip;
   boost::json::array bare_runs(bare_sps.begin(), bare_sps.end());
   boost::json::array tr_runs(tr_sps.begin(), tr_sps.end());
   doc["bare_steps_per_s_runs"] = bare_runs;
@@ -151,6 +168,11 @@ int main(int argc, char** argv) {
       {"ring_records", ring_records},
       {"lost", lost},
       {"singleblock_honoured", t.stats.singleblock_honoured},
+      {"reg_reads", t.stats.reg_reads},
+      {"computed_rips", t.stats.computed},
+      {"reg_read_fraction",
+       t.stats.steps != 0 ? double(t.stats.reg_reads) / t.stats.steps : 0.0},
+      {"resyncs", t.stats.resyncs},
       {"steps_per_s_median", Median(tr_sps)},
       {"branch_records_per_s_median", Median(tr_bps)}};
   // Interference from other processes only ever slows a run down, so the

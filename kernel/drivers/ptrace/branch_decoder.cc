@@ -119,12 +119,51 @@ bool Map1HasImm8(uint8_t op) {
          op == 0xC5 || op == 0xC6;
 }
 
+// For a non-branch: whether a completed single-step of it might not stop
+// at rip + length, or its length might differ on some CPU. See
+// DecodedInsn::sequential for the list and the reasons.
+bool MayNotFallThrough(int map, uint8_t op, uint8_t modrm, bool rep) {
+  if (map == 0) {
+    const bool string_op = (op >= 0xA4 && op <= 0xA7) ||
+                           (op >= 0xAA && op <= 0xAF) ||
+                           (op >= 0x6C && op <= 0x6F);
+    if (string_op && rep) return true;
+    if (op >= 0x6C && op <= 0x6F) return true;  // ins/outs
+    if ((op >= 0xE4 && op <= 0xE7) || (op >= 0xEC && op <= 0xEF))
+      return true;  // in/out
+    if ((op == 0xC6 || op == 0xC7) && modrm == 0xF8) return true;  // xabort/xbegin
+    if (op == 0x90 && rep) return true;  // pause: a hypervisor may exit on it
+    return op == 0x8E || op == 0x9D || op == 0xF4 || op == 0xFA ||
+           op == 0xFB;  // mov sreg, popf, hlt, cli, sti
+  }
+  if (map == 1) {
+    switch (op) {
+      case 0x00: case 0x01:              // groups 6, 7 (UMIP, TSX, ...)
+      case 0x06: case 0x07: case 0x08: case 0x09: case 0x0B:
+      case 0x20: case 0x21: case 0x22: case 0x23:  // mov cr/dr
+      case 0x30: case 0x32: case 0x35: case 0x37:  // wrmsr rdmsr sysexit getsec
+      // Emulated by a hypervisor after a VM exit, which may lose the
+      // single-step trap: on this project's VM a step over CPUID runs one
+      // more instruction before it stops.
+      case 0x31: case 0x33: case 0xA2:   // rdtsc, rdpmc, cpuid
+      case 0x78: case 0x79:              // vmread/vmwrite; AMD extrq/insertq
+      case 0xA1: case 0xA9: case 0xAA:   // pop fs, pop gs, rsm
+      case 0xB9: case 0xFF:              // ud1, ud0
+        return true;
+      default:
+        return false;
+    }
+  }
+  if (map == 2 || map == 3) return false;  // 0F38, 0F3A (legacy or VEX/EVEX)
+  return true;  // EVEX maps 5/6, XOP: sized, but rare enough not to trust
+}
+
 }  // namespace
 
 int DecodeInsn(const uint8_t* code, size_t avail, DecodedInsn* out) {
   const size_t limit = avail < 15 ? avail : 15;
   size_t i = 0;
-  bool opsize = false, addrsize = false, rex_w = false;
+  bool opsize = false, addrsize = false, rex_w = false, rep = false;
   // Legacy prefixes (SDM Vol. 2 §2.1.1) in any order; a REX only counts
   // when it is the last byte before the opcode (§2.2.1).
   for (;;) {
@@ -134,9 +173,10 @@ int DecodeInsn(const uint8_t* code, size_t avail, DecodedInsn* out) {
       opsize = true;
     } else if (b == 0x67) {
       addrsize = true;
-    } else if (b == 0xF0 || b == 0xF2 || b == 0xF3 || b == 0x26 ||
-               b == 0x2E || b == 0x36 || b == 0x3E || b == 0x64 ||
-               b == 0x65) {
+    } else if (b == 0xF2 || b == 0xF3) {
+      rep = true;
+    } else if (b == 0xF0 || b == 0x26 || b == 0x2E || b == 0x36 ||
+               b == 0x3E || b == 0x64 || b == 0x65) {
     } else if ((b & 0xF0) == 0x40) {
       rex_w = (b & 0x08) != 0;
       if (i + 1 < limit) {
@@ -232,17 +272,20 @@ int DecodeInsn(const uint8_t* code, size_t avail, DecodedInsn* out) {
     }
   }
 
+  // REX.W wins over 66h (SDM Vol. 2 §2.2.1.2): a 64-bit operand takes an
+  // imm32 (iz) or imm64 (iv), never an imm16.
+  const size_t iz = opsize && !rex_w ? 2 : 4;
   size_t imm = 0;
   switch (info.imm) {
     case kI0: break;
     case kI8: imm = 1; break;
     case kI16: imm = 2; break;
-    case kIz: imm = opsize ? 2 : 4; break;
-    case kIv: imm = rex_w ? 8 : (opsize ? 2 : 4); break;
+    case kIz: imm = iz; break;
+    case kIv: imm = rex_w ? 8 : iz; break;
     case kI24: imm = 3; break;
     case kMoffs: imm = addrsize ? 4 : 8; break;
     case kIF6: imm = ((modrm >> 3) & 7) < 2 ? 1 : 0; break;
-    case kIF7: imm = ((modrm >> 3) & 7) < 2 ? (opsize ? 2 : 4) : 0; break;
+    case kIF7: imm = ((modrm >> 3) & 7) < 2 ? iz : 0; break;
   }
   // Near branches ignore 66h in 64-bit mode on Intel (SDM Vol. 2, JMP/CALL:
   // "operand size fixed at 64 bits"): rel32 stays 4 bytes.
@@ -296,6 +339,8 @@ int DecodeInsn(const uint8_t* code, size_t avail, DecodedInsn* out) {
       d.kind = BranchKind::kTrap;  // syscall, sysenter
     }
   }
+  d.sequential = d.kind == BranchKind::kNone &&
+                 !MayNotFallThrough(map, opcode, modrm, rep);
   *out = d;
   return d.length;
 }

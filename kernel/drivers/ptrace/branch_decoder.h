@@ -43,6 +43,20 @@ struct DecodedInsn {
   uint8_t length = 0;   // 1..15 once decoded
   BranchKind kind = BranchKind::kNone;
   int32_t rel = 0;      // displacement of kCondRel/kJmpRel/kCallRel
+  // True when the instruction, if it completes in user mode, always leaves
+  // RIP at rip + length and a single-step of it stops there: a tracer may
+  // then compute the next RIP instead of reading it. False for every
+  // control transfer and trap, and (conservatively) for anything that may
+  // not: REP/REPNE string instructions (a step runs one iteration), MOV SS
+  // (delays the step trap by one instruction), POPF, CLI/STI/HLT, port
+  // I/O, TSX (XBEGIN/XABORT/XEND abort to a fallback), the 0F 00/0F 01
+  // system groups (UMIP emulation by the kernel advances RIP itself),
+  // CPUID/RDTSC/RDPMC/PAUSE (a hypervisor that emulates them after a VM
+  // exit may lose the step trap: seen for CPUID on this project's VM),
+  // SYSRET/SYSEXIT/RDMSR/WRMSR/GETSEC/RSM, MOV to/from CR/DR, POP FS/GS,
+  // the UD0/UD1/UD2 opcodes, 0F 78/0F 79 (AMD EXTRQ/INSERTQ carry two
+  // immediates there), XOP, and VEX/EVEX maps 5 and 6.
+  bool sequential = false;
 };
 
 // Decodes the instruction starting at code[0]; `avail` bytes are readable.

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -192,6 +193,8 @@ std::vector<TraceeMapping> ParseExecutableMaps(const std::string& text) {
     e.start = start;
     e.end = end;
     e.offset = offset;
+    e.writable = perms[1] == 'w';
+    e.shared = std::strlen(perms) >= 4 && perms[3] == 's';
     if (path_at > 0 && static_cast<size_t>(path_at) <= line.size())
       e.path = line.substr(path_at);
     out.push_back(e);
@@ -236,8 +239,50 @@ class SoftBtsRun {
   void RefreshMaps() {
     std::vector<TraceeMapping> m =
         ParseExecutableMaps(ReadFile("/proc/" + std::to_string(pid_) + "/maps"));
+    regions_.clear();
+    for (const TraceeMapping& e : m) {
+      // Where a computed RIP may be trusted: code that can only change
+      // through a syscall we watch (mmap/mprotect/munmap), so the decode
+      // cache is current. Not writable or shared mappings (JITs, a second
+      // writable alias), and not [vsyscall], whose calls the kernel
+      // emulates (it returns to the caller without running the bytes).
+      const bool trusted = !e.writable && !e.shared && e.path != "[vsyscall]" &&
+                           e.end <= kUserAddressEnd;
+      regions_.push_back(Region{e.start, e.end, trusted});
+    }
+    std::sort(regions_.begin(), regions_.end(),
+              [](const Region& a, const Region& b) { return a.start < b.start; });
+    region_ = Region();
     std::lock_guard<std::mutex> lk(t_->mu_);
     t_->maps_.swap(m);
+  }
+  // Makes region_ the executable mapping holding `rip` (or an untrusted
+  // one-byte region when none does).
+  void FindRegion(uint64_t rip) {
+    auto it = std::upper_bound(
+        regions_.begin(), regions_.end(), rip,
+        [](uint64_t a, const Region& r) { return a < r.start; });
+    if (it != regions_.begin() && rip < std::prev(it)->end) {
+      region_ = *std::prev(it);
+    } else {
+      region_ = Region{rip, rip + 1, false};
+    }
+  }
+  // Whether this step's RIP may be computed from the previous one.
+  bool CanComputeRip() const {
+    const SoftBtsOptions& o = t_->opt_;
+    if (!o.compute_rip || mode_ != kStep || !have_prev_ || !prev_ok_ ||
+        !prev_insn_.sequential || maps_dirty_ || !region_.trusted)
+      return false;
+    if (o.max_computed_run != 0 && run_ >= o.max_computed_run) return false;
+    // prev_rip_ is inside region_ (it was looked up or checked against it).
+    return prev_rip_ + prev_insn_.length < region_.end;
+  }
+  bool ReadRegs(user_regs_struct* regs) {
+    if (ptrace(PTRACE_GETREGS, pid_, nullptr, regs) != 0) return false;
+    t_->reg_reads_.fetch_add(1, std::memory_order_relaxed);
+    run_ = 0;
+    return true;
   }
   void PollCpu(bool force) {
     if (!force && ++since_cpu_poll_ < t_->opt_.cpu_poll_steps) return;
@@ -294,22 +339,79 @@ class SoftBtsRun {
   bool maps_dirty_ = false;
   StepMode mode_ = kStep;
   int probe_left_ = 0;
+
+  // Computed RIPs (see soft_bts.h).
+  static constexpr uint64_t kUserAddressEnd = 1ull << 56;
+  struct Region {
+    uint64_t start = 0;
+    uint64_t end = 0;
+    bool trusted = false;
+  };
+  std::vector<Region> regions_;  // executable mappings, sorted by start
+  Region region_;                // the one holding prev_rip_
+  uint32_t run_ = 0;             // computed RIPs since the last register read
+  bool prev_computed_ = false;   // prev_rip_ was computed, not read
 };
+
+namespace {
+
+// Whether arriving at `next` after executing `insn` at `rip` is possible at
+// all; only direct transfers and sequential instructions can be checked.
+bool Reachable(const DecodedInsn& insn, uint64_t rip, uint64_t next) {
+  const uint64_t fall = rip + insn.length;
+  const uint64_t target = fall + static_cast<int64_t>(insn.rel);
+  switch (insn.kind) {
+    case BranchKind::kNone:
+      return !insn.sequential || next == fall;
+    case BranchKind::kCondRel:
+      return next == fall || next == target;
+    case BranchKind::kJmpRel:
+    case BranchKind::kCallRel:
+      return next == target;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
 
 void SoftBtsRun::OnStepStop() {
   user_regs_struct regs;
-  if (ptrace(PTRACE_GETREGS, pid_, nullptr, &regs) != 0) {
-    have_prev_ = false;
-    return;
+  bool have_regs = false;
+  uint64_t rip = 0;
+  const bool computed = CanComputeRip();
+  if (computed) {
+    // A plain step over a sequential instruction: RIP moved by its length.
+    // Nothing to record (it is not a branch).
+    rip = prev_rip_ + prev_insn_.length;
+    ++run_;
+    t_->computed_.fetch_add(1, std::memory_order_relaxed);
+    if (t_->opt_.verify_computed_rip) {
+      if (ptrace(PTRACE_GETREGS, pid_, nullptr, &regs) != 0) {
+        have_prev_ = false;
+        return;
+      }
+      have_regs = true;
+      if (regs.rip != rip) {
+        t_->mispredictions_.fetch_add(1, std::memory_order_relaxed);
+        rip = regs.rip;
+      }
+    }
+  } else {
+    if (!ReadRegs(&regs)) {
+      have_prev_ = false;
+      return;
+    }
+    have_regs = true;
+    rip = regs.rip;
   }
   t_->steps_.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t rip = regs.rip;
-  if (maps_dirty_) {
+  if (maps_dirty_) {  // never with a computed RIP: CanComputeRip refuses
     maps_dirty_ = false;
     cache_.Clear();
     RefreshMaps();
   }
-  if (have_prev_) {
+  if (have_prev_ && !computed) {
     if (mode_ == kBlockProbe && prev_ok_ &&
         prev_insn_.kind == BranchKind::kNone) {
       // After a non-branch, PTRACE_SINGLEBLOCK either stopped at the
@@ -329,26 +431,52 @@ void SoftBtsRun::OnStepStop() {
       const uint64_t from = BlockBranchFrom(prev_rip_, rip);
       if (from != 0) Record(from, rip);
     } else if (prev_ok_) {
-      if (BranchTaken(prev_insn_, prev_rip_, rip)) Record(prev_rip_, rip);
+      if (prev_computed_ && !Reachable(prev_insn_, prev_rip_, rip)) {
+        // The chain of computed RIPs that led to prev_rip_ went wrong
+        // somewhere: a record from prev_rip_ would be invented.
+        t_->resyncs_.fetch_add(1, std::memory_order_relaxed);
+      } else if (BranchTaken(prev_insn_, prev_rip_, rip)) {
+        Record(prev_rip_, rip);
+      }
     } else if (rip < prev_rip_ || rip > prev_rip_ + 15) {
       // Unreadable or undecodable code that moved RIP beyond any length it
       // could have: the best soft BTS can say is that it branched.
       Record(prev_rip_, rip);
     }
   }
+  if (rip < region_.start || rip >= region_.end) FindRegion(rip);
   bool ok = false;
-  const DecodedInsn& insn = cache_.Get(pid_, rip, &ok);
-  prev_insn_ = insn;
+  const DecodedInsn* insn = &cache_.Get(pid_, rip, &ok);
+  if (ok && insn->kind == BranchKind::kTrap) {
+    if (!have_regs) {
+      // The mmap check below needs the syscall's arguments; the read also
+      // checks the chain of computed RIPs that led here.
+      if (!ReadRegs(&regs)) {
+        have_prev_ = false;
+        return;
+      }
+      have_regs = true;
+      if (regs.rip != rip) {
+        t_->resyncs_.fetch_add(1, std::memory_order_relaxed);
+        rip = regs.rip;
+        FindRegion(rip);
+        insn = &cache_.Get(pid_, rip, &ok);
+      }
+    }
+    if (ok && insn->kind == BranchKind::kTrap) {
+      const uint64_t nr = regs.rax;
+      const bool exec_prot = (regs.rdx & PROT_EXEC) != 0;
+      if (((nr == SYS_mmap || nr == SYS_mprotect || nr == SYS_pkey_mprotect) &&
+           exec_prot) ||
+          nr == SYS_munmap)
+        maps_dirty_ = true;  // refreshed at the stop after the syscall
+    }
+  }
+  prev_insn_ = *insn;
   prev_ok_ = ok;
   prev_rip_ = rip;
+  prev_computed_ = !have_regs;
   have_prev_ = true;
-  if (ok && insn.kind == BranchKind::kTrap) {
-    const uint64_t nr = regs.rax;
-    const bool exec_prot = (regs.rdx & PROT_EXEC) != 0;
-    if (((nr == SYS_mmap || nr == SYS_mprotect) && exec_prot) ||
-        nr == SYS_munmap)
-      maps_dirty_ = true;  // refreshed at the stop after the syscall
-  }
   PollCpu(false);
 }
 
@@ -648,6 +776,10 @@ SoftBtsTracer::Stats SoftBtsTracer::stats() const {
   s.steps = steps_.load(std::memory_order_relaxed);
   s.branches = branches_.load(std::memory_order_relaxed);
   s.singleblock_honoured = singleblock_.load(std::memory_order_relaxed);
+  s.reg_reads = reg_reads_.load(std::memory_order_relaxed);
+  s.computed = computed_.load(std::memory_order_relaxed);
+  s.mispredictions = mispredictions_.load(std::memory_order_relaxed);
+  s.resyncs = resyncs_.load(std::memory_order_relaxed);
   return s;
 }
 

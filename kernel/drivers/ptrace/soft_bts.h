@@ -1,8 +1,19 @@
 // Soft BTS: branch tracing of a real process by ptrace single-stepping, for
-// machines without BTS (VMs, AMD). Every step the tracer reads the tracee's
+// machines without BTS (VMs, AMD). Every step the tracer learns the tracee's
 // RIP, classifies the instruction it just executed (branch_decoder) and, for
 // a taken branch, writes a raw BTS record {from, to, flags = 0} into its own
 // DsArea exactly as the CPU would; the sink drains that area.
+//
+// Computed RIPs: after a plain single-step stop over an instruction the
+// decoder calls `sequential` (no control transfer, no REP string, nothing
+// the kernel may emulate; see DecodedInsn), the next RIP is rip + length and
+// the tracer does not read the registers (PTRACE_GETREGS) for that step. It
+// reads them after every branch, trap, undecodable or unsure instruction,
+// after any stop other than a SIGTRAP step stop, before a syscall
+// instruction (for the mmap check below), when the computed RIP would leave
+// the executable mapping of the previous one or lies in a writable, shared
+// or [vsyscall] mapping, and after `max_computed_run` computed RIPs in a
+// row. See docs/host_drivers.md for the remaining risks.
 //
 // Threading: Start() creates one tracer thread; every ptrace and wait call
 // happens on it (ptrace ties a tracee to the tracer *thread*). Sink callbacks
@@ -50,6 +61,8 @@ struct TraceeMapping {
   uint64_t end = 0;
   uint64_t offset = 0;
   std::string path;  // empty for anonymous mappings; "[vdso]" etc.
+  bool writable = false;  // 'w' in the permissions
+  bool shared = false;    // 's' (MAP_SHARED) rather than 'p'
 };
 
 // Parses the text of /proc/PID/maps, keeping executable mappings only.
@@ -85,6 +98,16 @@ struct SoftBtsOptions {
   bool try_singleblock = true;           // probe PTRACE_SINGLEBLOCK once
   uint32_t decode_cache_entries = 1u << 16;  // rounded up to a power of two
   uint32_t cpu_poll_steps = 4096;        // read /proc/PID/stat every N steps
+  // Compute the RIP after a sequential instruction instead of reading the
+  // registers (see the top of this file). Off: a PTRACE_GETREGS every step.
+  bool compute_rip = true;
+  // Read the registers after at most this many computed RIPs in a row, and
+  // check the chain (a mismatch counts in Stats::resyncs). 0 = no limit.
+  uint32_t max_computed_run = 64;
+  // Tests only: also read the registers after every computed RIP, compare,
+  // count mismatches in Stats::mispredictions and continue from the RIP
+  // read. Costs what compute_rip saves.
+  bool verify_computed_rip = false;
 };
 
 // The signal Stop() uses to interrupt the tracer thread's waitpid().
@@ -116,6 +139,19 @@ class SoftBtsTracer {
     uint64_t steps = 0;     // step stops processed
     uint64_t branches = 0;  // taken branches recorded
     bool singleblock_honoured = false;
+    // Step stops at which the tracer read the registers (PTRACE_GETREGS),
+    // not counting verify_computed_rip's reads; and steps whose RIP was
+    // computed. A step can count in both (a computed RIP followed by a
+    // syscall instruction is read back for its arguments).
+    uint64_t reg_reads = 0;
+    uint64_t computed = 0;
+    // verify_computed_rip: computed RIPs that differed from the registers.
+    uint64_t mispredictions = 0;
+    // Register reads that contradicted a computed chain (the RIP is not one
+    // the previous instruction can lead to); the record that would have
+    // come from that chain is dropped. 0 unless something the decoder
+    // cannot see moved RIP (docs/host_drivers.md, risks).
+    uint64_t resyncs = 0;
   };
   Stats stats() const;
 
@@ -150,6 +186,10 @@ class SoftBtsTracer {
   std::atomic<bool> done_{false};
   std::atomic<uint64_t> steps_{0};
   std::atomic<uint64_t> branches_{0};
+  std::atomic<uint64_t> reg_reads_{0};
+  std::atomic<uint64_t> computed_{0};
+  std::atomic<uint64_t> mispredictions_{0};
+  std::atomic<uint64_t> resyncs_{0};
   std::atomic<bool> drain_requested_{false};
   std::atomic<uint64_t> drains_served_{0};
   std::atomic<bool> singleblock_{false};

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/personality.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -117,6 +118,25 @@ const TraceeMapping* FindMap(const std::vector<TraceeMapping>& maps, uint64_t ad
   return nullptr;
 }
 
+// Runs argv under the tracer with `opt` to its exit; fills the records and
+// stats. Returns the wait status.
+int64_t TraceToExit(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
+                    std::vector<pfm_bts_raw>* recs, SoftBtsTracer::Stats* st) {
+  pid_t pid = 0;
+  ErrorDetail d;
+  EXPECT_EQ(SpawnStopped(argv, &pid, &d), 0) << d.message;
+  RecordingSink sink;
+  std::unique_ptr<SoftBtsTracer> t;
+  EXPECT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
+  if (t == nullptr) return -1;
+  EXPECT_EQ(Release(pid, &d), 0) << d.message;
+  const int64_t status = sink.WaitExit();
+  t->Stop();
+  *recs = sink.records();
+  *st = t->stats();
+  return status;
+}
+
 TEST(ParseExecutableMaps, KeepsExecutableMappingsWithPaths) {
   const std::string text =
       "00400000-00401000 r--p 00000000 08:01 123 /bin/prog\n"
@@ -132,6 +152,19 @@ TEST(ParseExecutableMaps, KeepsExecutableMappingsWithPaths) {
   EXPECT_EQ(m[0].path, "/bin/prog with space");
   EXPECT_EQ(m[1].path, "[vdso]");
   EXPECT_EQ(m[2].path, "");
+  EXPECT_FALSE(m[0].writable);
+  EXPECT_FALSE(m[0].shared);
+}
+
+TEST(ParseExecutableMaps, KeepsWritableAndSharedBits) {
+  const std::vector<TraceeMapping> m = ParseExecutableMaps(
+      "10000-11000 rwxp 00000000 00:00 0\n"
+      "20000-21000 r-xs 00000000 00:05 9 /memfd:jit (deleted)\n");
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_TRUE(m[0].writable);
+  EXPECT_FALSE(m[0].shared);
+  EXPECT_FALSE(m[1].writable);
+  EXPECT_TRUE(m[1].shared);
 }
 
 TEST(SoftBts, TracesBinTrueFromBeforeExecThroughLdSoAndLibc) {
@@ -167,6 +200,90 @@ TEST(SoftBts, TracesBinTrueFromBeforeExecThroughLdSoAndLibc) {
   }
   EXPECT_GT(in_ld, 100u);
   EXPECT_GT(in_libc, 10u);
+}
+
+// Verification mode reads the registers after every computed RIP as well.
+// Over real programs (ld.so and libc startup, ls, and a program built to
+// hit REP strings, syscalls, signal handlers, faults, MOV SS, CPUID, indirect
+// calls and run-time code) not one computed RIP may be wrong, and most
+// steps must do without a register read.
+TEST(SoftBts, ComputedRipsMatchTheRegistersOnRealPrograms) {
+  const std::vector<std::vector<std::string>> programs = {
+      {"/bin/true"},
+      {"/bin/ls", "/"},
+      {TestProgram("testdata_mixed_bin"), "nondet"},
+  };
+  for (const auto& argv : programs) {
+    SoftBtsOptions opt;
+    opt.verify_computed_rip = true;
+    opt.decode_cache_entries = 256;  // evictions too
+    std::vector<pfm_bts_raw> recs;
+    SoftBtsTracer::Stats st;
+    const int64_t status = TraceToExit(argv, opt, &recs, &st);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << argv[0] << ": " << status;
+    EXPECT_EQ(st.mispredictions, 0u) << argv[0];
+    EXPECT_EQ(st.resyncs, 0u) << argv[0];
+    EXPECT_GT(st.steps, 10000u) << argv[0];
+    EXPECT_EQ(st.branches, recs.size()) << argv[0];
+    // Every step either read the registers or computed its RIP.
+    EXPECT_GE(st.reg_reads + st.computed, st.steps) << argv[0];
+    // Straight-line runs are most of any program: at least half the steps
+    // go without a register read.
+    EXPECT_LT(st.reg_reads, st.steps / 2) << argv[0];
+    std::printf("%s: %llu steps, %llu register reads (%.1f%%), %llu computed\n",
+                argv[0].c_str(), (unsigned long long)st.steps,
+                (unsigned long long)st.reg_reads,
+                100.0 * double(st.reg_reads) / double(st.steps),
+                (unsigned long long)st.computed);
+  }
+}
+
+// With address-space randomisation off, a deterministic program takes the
+// same path every run: the branch records must not depend on whether RIPs
+// were computed or read.
+TEST(SoftBts, BranchRecordsAreIdenticalWithAndWithoutComputedRips) {
+  const int old = personality(0xffffffff);
+  ASSERT_NE(old, -1);
+  if (personality(old | ADDR_NO_RANDOMIZE) == -1)
+    GTEST_SKIP() << "cannot turn address-space randomisation off";
+  const std::vector<std::vector<std::string>> programs = {
+      {"/bin/true"},
+      {TestProgram("testdata_mixed_bin")},
+  };
+  for (const auto& argv : programs) {
+    SoftBtsOptions read_all;
+    read_all.compute_rip = false;
+    read_all.try_singleblock = false;
+    SoftBtsOptions computed;
+    computed.try_singleblock = false;
+    computed.max_computed_run = 0;  // the longest chains
+    std::vector<pfm_bts_raw> a, b;
+    SoftBtsTracer::Stats sa, sb;
+    const int64_t status_a = TraceToExit(argv, read_all, &a, &sa);
+    const int64_t status_b = TraceToExit(argv, computed, &b, &sb);
+    EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << status_a;
+    EXPECT_EQ(status_a, status_b) << argv[0];
+    EXPECT_EQ(sa.steps, sb.steps) << argv[0];
+    EXPECT_EQ(sa.reg_reads, sa.steps) << argv[0];
+    EXPECT_EQ(sa.computed, 0u) << argv[0];
+    EXPECT_LT(sb.reg_reads, sb.steps / 2) << argv[0];
+    EXPECT_EQ(sb.resyncs, 0u) << argv[0];
+    ASSERT_GT(a.size(), 100u) << argv[0];
+    ASSERT_EQ(a.size(), b.size()) << argv[0];
+    size_t first_diff = a.size();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].from != b[i].from || a[i].to != b[i].to) {
+        first_diff = i;
+        break;
+      }
+    }
+    EXPECT_EQ(first_diff, a.size())
+        << argv[0] << ": record " << first_diff << " differs: " << std::hex
+        << a[first_diff].from << "->" << a[first_diff].to << " vs "
+        << b[first_diff].from << "->" << b[first_diff].to;
+  }
+  personality(old);
 }
 
 TEST(SoftBts, CountsEveryBackwardBranchOfAKnownLoop) {
