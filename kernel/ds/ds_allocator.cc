@@ -428,14 +428,30 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
     }
   };
   if (np == 0) {
-    // The common drain, BTS only: no merge, a tight translation loop.
+    // The common drain, BTS only: no merge, a tight translation loop. When
+    // the first user-mode consumer's ring is a lossless fixed one with room,
+    // a batch is translated straight into it (one copy fewer) and, if it
+    // holds user branches only (it takes them all), committed there and
+    // copied to the others from it. Otherwise the batch goes through out[].
+    Consumer* direct = DirectConsumer(task_ctx, cpu);
     while (i < nb) {
-      const size_t run = std::min(nb - i, kFanOutBatch - k);
-      for (size_t r = 0; r < run; ++r)
-        TranslateBts(bts[i + r], next_time(), cpu16, pid, tid, &out[k + r]);
+      const size_t run = std::min(nb - i, kFanOutBatch);
+      pfm_record* dst = direct ? direct->ring->ReserveFixed(run) : nullptr;
+      pfm_record* to = dst ? dst : out;
+      uint32_t kernel_from = 0;
+      for (size_t r = 0; r < run; ++r) {
+        TranslateBts(bts[i + r], next_time(), cpu16, pid, tid, &to[r]);
+        kernel_from |= to[r].misc;
+      }
       i += run;
-      k += run;
-      flush_if_full();
+      if (dst != nullptr && !(kernel_from & PFM_MISC_BRANCH_KERNEL_FROM)) {
+        direct->ring->CommitFixed(run);
+        FanOut(task_ctx, cpu, dst, run, direct);
+        continue;
+      }
+      // Kernel branches in the batch: filtered per consumer, from out[].
+      if (dst != nullptr) std::memcpy(out, dst, run * sizeof(pfm_record));
+      FanOut(task_ctx, cpu, out, run);
     }
   }
   while (i < nb || j < np) {
@@ -484,8 +500,19 @@ void DsAllocator::DeliverRun(Consumer* c, const pfm_record* recs, size_t n) {
   c->block_refused += n - c->ring->WriteValidBatch(recs, n);
 }
 
+DsAllocator::Consumer* DsAllocator::DirectConsumer(Context* task_ctx,
+                                                   int cpu) const {
+  auto ok = [](Consumer* c) { return !c->frozen && c->bts() && c->user(); };
+  if (task_ctx != nullptr)
+    for (Consumer* c : task_ctx->consumers)
+      if (ok(c)) return c;
+  for (Consumer* c : cpus_[cpu]->consumers)
+    if (ok(c)) return c;
+  return nullptr;
+}
+
 void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record* recs,
-                         size_t n) {
+                         size_t n, const Consumer* skip) {
   // The common batch: user-mode branches only, which every user BTS
   // consumer takes whole.
   bool user_branches = true;
@@ -531,8 +558,10 @@ void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record* recs,
     if (in_run) DeliverRun(c, recs + start, n - start);
   };
   if (task_ctx != nullptr)
-    for (Consumer* c : task_ctx->consumers) deliver(c);
-  for (Consumer* c : cpus_[cpu]->consumers) deliver(c);
+    for (Consumer* c : task_ctx->consumers)
+      if (c != skip) deliver(c);
+  for (Consumer* c : cpus_[cpu]->consumers)
+    if (c != skip) deliver(c);
 }
 
 void DsAllocator::Switch(int cpu, uint64_t now, TaskId prev, TaskId next,

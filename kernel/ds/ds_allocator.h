@@ -166,7 +166,13 @@ class DsAllocator {
   // Copies recs[0..n) (translated, normalized) to every consumer of the
   // task context and of `cpu`'s catch-all whose filter accepts them: each
   // consumer takes maximal runs of accepted records with one WriteBatch.
-  void FanOut(Context* task_ctx, int cpu, const pfm_record* recs, size_t n);
+  // `skip`: a consumer that already has the records (the drain translated
+  // them straight into its ring).
+  void FanOut(Context* task_ctx, int cpu, const pfm_record* recs, size_t n,
+              const Consumer* skip = nullptr);
+  // The consumer a drain of BTS records may translate straight into: the
+  // first live user-mode BTS consumer (task context first), or null.
+  Consumer* DirectConsumer(Context* task_ctx, int cpu) const;
   void FanOut(Context* task_ctx, int cpu, const pfm_record& rec) {
     FanOut(task_ctx, cpu, &rec, 1);
   }
@@ -185,7 +191,7 @@ class DsAllocator {
   std::unique_ptr<DsArea> dummy_;
   // A drain translates up to kFanOutBatch records here, then fans them out:
   // small enough to stay in L1/L2 while it is copied to every consumer.
-  static constexpr size_t kFanOutBatch = 256;
+  static constexpr size_t kFanOutBatch = 512;
   std::unique_ptr<pfm_record[]> batch_;
 };
 

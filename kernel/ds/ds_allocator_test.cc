@@ -191,6 +191,58 @@ TEST(DsAllocator, BatchedFanOutGivesEachFilterExactlyItsRecordsInOrder) {
   EXPECT_EQ(sa.records, id);  // no switch records: none asked for
 }
 
+// A drain translates user branches straight into the first user consumer's
+// lossless fixed ring and copies them from there: that ring, a second fixed
+// one, a compact one and a catch-all all end with the same records, across
+// ring wraps and a reader that lets the direct ring fill up (then the drain
+// falls back to its own batch and the direct ring counts losses).
+TEST(DsAllocator, DirectTranslationGivesEveryConsumerTheSameRecords) {
+  DsAllocator ds(1, DsLimits{});
+  ConsumerParams compact = Task(1000, PFM_BTS_LOSSLESS, 1 << 22);
+  compact.req.format = PFM_FORMAT_COMPACT;
+  ConsumerParams cpu;
+  cpu.req.ctx_kind = PFM_CTX_CPU;
+  cpu.req.cpu = 0;
+  cpu.req.bts = PFM_BTS_LOSSLESS;
+  cpu.req.filter = PFM_FILTER_USER;
+  cpu.req.format = PFM_FORMAT_FIXED;
+  cpu.req.ring_bytes = 1 << 22;
+  const int direct = ds.Attach(Task(1000, PFM_BTS_LOSSLESS, 1 << 16), 0, nullptr);
+  const int fixed = ds.Attach(Task(1000, PFM_BTS_LOSSLESS, 1 << 22), 0, nullptr);
+  const int comp = ds.Attach(compact, 0, nullptr);
+  const int catch_all = ds.Attach(cpu, 0, nullptr);
+  ASSERT_GT(direct, 0);
+  ASSERT_GT(fixed, 0);
+  ASSERT_GT(comp, 0);
+  ASSERT_GT(catch_all, 0);
+  ds.Switch(0, 1, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  Driver drv(&ds);
+  // 20,000 branches: the direct ring (1024 records) fills and loses; the
+  // others keep everything.
+  for (uint64_t i = 0; i < 20000; ++i) drv.Branch(0, kUser + i % 4096, i, 2 + i);
+  ds.Drain(0, 30000);
+  std::vector<pfm_record> a = Records(ds, fixed, PFM_REC_BRANCH);
+  std::vector<pfm_record> b = Records(ds, comp, PFM_REC_BRANCH);
+  std::vector<pfm_record> c = Records(ds, catch_all, PFM_REC_BRANCH);
+  ASSERT_EQ(a.size(), 20000u);
+  ASSERT_EQ(b.size(), a.size());
+  ASSERT_EQ(c.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].u.branch.to, i);
+    ASSERT_EQ(memcmp(&a[i], &b[i], sizeof(a[i])), 0) << i;
+    ASSERT_EQ(memcmp(&a[i], &c[i], sizeof(a[i])), 0) << i;
+  }
+  // The direct ring kept its first records, then counted the rest lost.
+  ConsumerStats sd;
+  ASSERT_EQ(ds.Stats(direct, &sd), 0);
+  EXPECT_GT(sd.lost, 0u);
+  EXPECT_EQ(sd.records + sd.lost, 20000u);
+  std::vector<pfm_record> d = Records(ds, direct, PFM_REC_BRANCH);
+  ASSERT_FALSE(d.empty());
+  for (size_t i = 0; i < d.size(); ++i)
+    ASSERT_EQ(memcmp(&d[i], &a[i], sizeof(a[i])), 0) << i;
+}
+
 TEST(DsAllocator, CatchAllSeesEveryTaskWithSwitchesBetween) {
   DsAllocator ds(2, DsLimits{});
   ConsumerParams p;

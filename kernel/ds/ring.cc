@@ -437,6 +437,48 @@ size_t Ring::WriteBatchImpl(const pfm_record* recs, size_t n, bool valid) {
   return n;
 }
 
+pfm_record* Ring::ReserveFixed(size_t n) {
+  State& s = *st_;
+  if (config_.format != PFM_FORMAT_FIXED || config_.mode != PFM_RING_LOSSLESS ||
+      s.pending_lost != 0 || n == 0)
+    return nullptr;
+  const uint64_t mask = config_.data_bytes - 1;
+  const uint64_t end = s.head + n * PFM_RECORD_FIXED_SIZE;
+  // Contiguous (no wrap) and inside the free space.
+  if ((s.head & mask) + n * PFM_RECORD_FIXED_SIZE > config_.data_bytes ||
+      !s.Fits(end))
+    return nullptr;
+  return reinterpret_cast<pfm_record*>(s.data + (s.head & mask));
+}
+
+void Ring::CommitFixed(size_t n) {
+  State& s = *st_;
+  constexpr uint64_t kRec = PFM_RECORD_FIXED_SIZE;
+  const uint64_t end = s.head + n * kRec;
+#ifndef NDEBUG
+  const auto* recs = reinterpret_cast<const pfm_record*>(
+      s.data + (s.head & (config_.data_bytes - 1)));
+  for (size_t j = 0; j < n; ++j) {
+    assert(IsRecordType(recs[j].type));
+    pfm_record norm = recs[j];
+    NormalizeRecord(&norm);
+    assert(memcmp(&norm, &recs[j], sizeof(norm)) == 0);
+  }
+#endif
+  for (uint64_t pos = s.head; pos < end;) {
+    const uint64_t in_chunk =
+        std::min<uint64_t>((end - pos) / kRec, (kChunk - pos % kChunk) / kRec);
+    uint32_t& c = s.chunk_records[(pos / kChunk) & (s.nchunks - 1)];
+    if (pos % kChunk == 0) c = 0;
+    c += static_cast<uint32_t>(in_chunk);
+    pos += in_chunk * kRec;
+  }
+  s.head = end;
+  s.records += n;
+  __atomic_store_n(&s.hdr->records, s.records, __ATOMIC_RELEASE);
+  __atomic_store_n(&s.hdr->head, s.head, __ATOMIC_RELEASE);
+}
+
 bool Ring::HasRoom(const pfm_record& rec) const {
   if (config_.mode == PFM_RING_HISTORY) return true;
   if (!IsRecordType(rec.type)) return false;

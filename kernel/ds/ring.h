@@ -75,6 +75,15 @@ class Ring {
   // (IsRecordType) and normalized, as the fan-out's translated batches are:
   // no per-record check on the copy path. Checked by assert only.
   size_t WriteValidBatch(const pfm_record* recs, size_t n);
+  // Zero-copy writing, for a lossless fixed ring with nothing pending: the
+  // slots of the next records, contiguous, for the caller to fill, or null
+  // when fewer than n fit there (then use WriteBatch). Nothing is visible to
+  // readers (the slots are free space past head) until CommitFixed(n)
+  // publishes them; a reservation not committed changes nothing.
+  pfm_record* ReserveFixed(size_t n);
+  // Publishes the n records written into the last ReserveFixed(n) slots
+  // (normalized, valid types).
+  void CommitFixed(size_t n);
   // Lossless + block: true when `rec` would be written now (not kWouldBlock).
   bool HasRoom(const pfm_record& rec) const;
   // Bytes free for the writer now (lossless: the reader's tail counts;
