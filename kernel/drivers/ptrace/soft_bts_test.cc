@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -258,30 +259,52 @@ TEST(SoftBts, BranchRecordsAreIdenticalWithAndWithoutComputedRips) {
     SoftBtsOptions computed;
     computed.try_singleblock = false;
     computed.max_computed_run = 0;  // the longest chains
-    std::vector<pfm_bts_raw> a, b;
-    SoftBtsTracer::Stats sa, sb;
-    const int64_t status_a = TraceToExit(argv, read_all, &a, &sa);
-    const int64_t status_b = TraceToExit(argv, computed, &b, &sb);
-    EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << status_a;
-    EXPECT_EQ(status_a, status_b) << argv[0];
-    EXPECT_EQ(sa.steps, sb.steps) << argv[0];
-    EXPECT_EQ(sa.reg_reads, sa.steps) << argv[0];
-    EXPECT_EQ(sa.computed, 0u) << argv[0];
-    EXPECT_LT(sb.reg_reads, sb.steps / 2) << argv[0];
-    EXPECT_EQ(sb.resyncs, 0u) << argv[0];
-    ASSERT_GT(a.size(), 100u) << argv[0];
-    ASSERT_EQ(a.size(), b.size()) << argv[0];
-    size_t first_diff = a.size();
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (a[i].from != b[i].from || a[i].to != b[i].to) {
-        first_diff = i;
-        break;
+    // The tracee's own path may still differ by a few instructions between
+    // two runs on a VM (a hypervisor-emulated instruction such as CPUID can
+    // lose its single-step trap; it happened under TSan's slower tracer), so
+    // a mismatch is retried. A difference the optimisation causes shows up
+    // in every attempt.
+    constexpr int kAttempts = 3;
+    std::string why;
+    bool same = false;
+    for (int attempt = 0; attempt < kAttempts && !same; ++attempt) {
+      std::vector<pfm_bts_raw> a, b;
+      SoftBtsTracer::Stats sa, sb;
+      const int64_t status_a = TraceToExit(argv, read_all, &a, &sa);
+      const int64_t status_b = TraceToExit(argv, computed, &b, &sb);
+      EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << status_a;
+      EXPECT_EQ(status_a, status_b) << argv[0];
+      EXPECT_EQ(sa.reg_reads, sa.steps) << argv[0];
+      EXPECT_EQ(sa.computed, 0u) << argv[0];
+      EXPECT_LT(sb.reg_reads, sb.steps / 2) << argv[0];
+      EXPECT_EQ(sb.resyncs, 0u) << argv[0];
+      ASSERT_GT(a.size(), 100u) << argv[0];
+      std::ostringstream msg;
+      msg << argv[0] << " attempt " << attempt << ": ";
+      if (sa.steps != sb.steps || a.size() != b.size()) {
+        msg << "steps " << sa.steps << " vs " << sb.steps << ", records "
+            << a.size() << " vs " << b.size();
+        why += msg.str() + "\n";
+        continue;
       }
+      size_t first_diff = a.size();
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i].from != b[i].from || a[i].to != b[i].to) {
+          first_diff = i;
+          break;
+        }
+      }
+      if (first_diff != a.size()) {
+        msg << "record " << first_diff << " differs: " << std::hex
+            << a[first_diff].from << "->" << a[first_diff].to << " vs "
+            << b[first_diff].from << "->" << b[first_diff].to;
+        why += msg.str() + "\n";
+        continue;
+      }
+      same = true;
     }
-    EXPECT_EQ(first_diff, a.size())
-        << argv[0] << ": record " << first_diff << " differs: " << std::hex
-        << a[first_diff].from << "->" << a[first_diff].to << " vs "
-        << b[first_diff].from << "->" << b[first_diff].to;
+    EXPECT_TRUE(same) << why;
+    if (!why.empty()) std::printf("retried:\n%s", why.c_str());
   }
   personality(old);
 }
