@@ -446,7 +446,7 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
       i += run;
       if (dst != nullptr && !(kernel_from & PFM_MISC_BRANCH_KERNEL_FROM)) {
         direct->ring->CommitFixed(run);
-        FanOut(task_ctx, cpu, dst, run, direct);
+        FanOut(task_ctx, cpu, dst, run, direct, /*user_branches=*/true);
         continue;
       }
       // Kernel branches in the batch: filtered per consumer, from out[].
@@ -512,13 +512,16 @@ DsAllocator::Consumer* DsAllocator::DirectConsumer(Context* task_ctx,
 }
 
 void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record* recs,
-                         size_t n, const Consumer* skip) {
+                         size_t n, const Consumer* skip,
+                         bool user_branches) {
   // The common batch: user-mode branches only, which every user BTS
   // consumer takes whole.
-  bool user_branches = true;
-  for (size_t i = 0; i < n && user_branches; ++i)
-    user_branches = recs[i].type == PFM_REC_BRANCH &&
-                    !(recs[i].misc & PFM_MISC_BRANCH_KERNEL_FROM);
+  if (!user_branches) {
+    user_branches = true;
+    for (size_t i = 0; i < n && user_branches; ++i)
+      user_branches = recs[i].type == PFM_REC_BRANCH &&
+                      !(recs[i].misc & PFM_MISC_BRANCH_KERNEL_FROM);
+  }
   auto accept = [](Consumer* c, const pfm_record& rec) {
     switch (rec.type) {
       case PFM_REC_BRANCH:

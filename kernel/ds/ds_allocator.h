@@ -168,8 +168,9 @@ class DsAllocator {
   // consumer takes maximal runs of accepted records with one WriteBatch.
   // `skip`: a consumer that already has the records (the drain translated
   // them straight into its ring).
+  // `user_branches`: the caller knows recs are all user-mode branches.
   void FanOut(Context* task_ctx, int cpu, const pfm_record* recs, size_t n,
-              const Consumer* skip = nullptr);
+              const Consumer* skip = nullptr, bool user_branches = false);
   // The consumer a drain of BTS records may translate straight into: the
   // first live user-mode BTS consumer (task context first), or null.
   Consumer* DirectConsumer(Context* task_ctx, int cpu) const;
