@@ -484,7 +484,7 @@ TEST_P(EachFormat, WriteBatchIsWriteOneByOne) {
       std::vector<pfm_record> recs;
       for (int round = 0; round < 400; ++round) {
         recs.clear();
-        const size_t n = 1 + rng() % 200;
+        const size_t n = 1 + rng() % 600;  // up to 2x a history ring
         for (size_t i = 0; i < n; ++i) {
           pfm_record r = Mixed(id++);
           NormalizeRecord(&r);  // WriteBatch's precondition
