@@ -64,6 +64,21 @@ void Plan(pfm_format format, uint64_t head, const CodecState& st,
   p->end = p->start + p->size;
 }
 
+// Debug builds: the batch paths copy records verbatim, so they must come
+// normalized (what Write does per record). Invalid types are WriteBatch's to
+// count as lost.
+void AssertNormalized([[maybe_unused]] const pfm_record* recs,
+                      [[maybe_unused]] size_t n) {
+#ifndef NDEBUG
+  for (size_t j = 0; j < n; ++j) {
+    if (!IsRecordType(recs[j].type)) continue;
+    pfm_record norm = recs[j];
+    NormalizeRecord(&norm);
+    assert(memcmp(&norm, &recs[j], sizeof(norm)) == 0);
+  }
+#endif
+}
+
 }  // namespace
 
 struct Ring::State {
@@ -95,6 +110,9 @@ struct Ring::State {
   // that is valid, fits and does not wrap the data area. Returns its length
   // (0 when the first record is invalid or does not fit).
   size_t WriteFixedRun(const pfm_record* recs, size_t n, bool valid);
+  // Fixed format: k records were copied to [head, head + 64k); counts them
+  // per chunk and publishes head.
+  void CommitFixedRun(size_t k);
   void CountLost();
 };
 
@@ -319,6 +337,13 @@ size_t Ring::State::WriteFixedRun(const pfm_record* recs, size_t n,
   MakeRoom(end);
   // One copy for the run (large runs get libc's bulk copy).
   memcpy(data + (head & mask), recs, k * kRec);
+  CommitFixedRun(k);
+  return k;
+}
+
+void Ring::State::CommitFixedRun(size_t k) {
+  constexpr uint64_t kRec = PFM_RECORD_FIXED_SIZE;
+  const uint64_t end = head + k * kRec;
   for (uint64_t pos = head; pos < end;) {
     const uint64_t in_chunk =
         std::min<uint64_t>((end - pos) / kRec, (kChunk - pos % kChunk) / kRec);
@@ -331,7 +356,6 @@ size_t Ring::State::WriteFixedRun(const pfm_record* recs, size_t n,
   records += k;
   __atomic_store_n(&hdr->records, records, __ATOMIC_RELEASE);
   __atomic_store_n(&hdr->head, head, __ATOMIC_RELEASE);
-  return k;
 }
 
 void Ring::State::Commit(const Placement& p) {
@@ -414,14 +438,7 @@ size_t Ring::WriteValidBatch(const pfm_record* recs, size_t n) {
 
 size_t Ring::WriteBatchImpl(const pfm_record* recs, size_t n, bool valid) {
   State& s = *st_;
-#ifndef NDEBUG
-  for (size_t j = 0; j < n; ++j) {
-    if (!IsRecordType(recs[j].type)) continue;
-    pfm_record norm = recs[j];
-    NormalizeRecord(&norm);
-    assert(memcmp(&norm, &recs[j], sizeof(norm)) == 0);
-  }
-#endif
+  AssertNormalized(recs, n);
   size_t i = 0;
   while (i < n) {
     if (config_.format == PFM_FORMAT_FIXED && s.pending_lost == 0) {
@@ -453,30 +470,11 @@ pfm_record* Ring::ReserveFixed(size_t n) {
 
 void Ring::CommitFixed(size_t n) {
   State& s = *st_;
-  constexpr uint64_t kRec = PFM_RECORD_FIXED_SIZE;
-  const uint64_t end = s.head + n * kRec;
-#ifndef NDEBUG
-  const auto* recs = reinterpret_cast<const pfm_record*>(
+  [[maybe_unused]] const auto* recs = reinterpret_cast<const pfm_record*>(
       s.data + (s.head & (config_.data_bytes - 1)));
-  for (size_t j = 0; j < n; ++j) {
-    assert(IsRecordType(recs[j].type));
-    pfm_record norm = recs[j];
-    NormalizeRecord(&norm);
-    assert(memcmp(&norm, &recs[j], sizeof(norm)) == 0);
-  }
-#endif
-  for (uint64_t pos = s.head; pos < end;) {
-    const uint64_t in_chunk =
-        std::min<uint64_t>((end - pos) / kRec, (kChunk - pos % kChunk) / kRec);
-    uint32_t& c = s.chunk_records[(pos / kChunk) & (s.nchunks - 1)];
-    if (pos % kChunk == 0) c = 0;
-    c += static_cast<uint32_t>(in_chunk);
-    pos += in_chunk * kRec;
-  }
-  s.head = end;
-  s.records += n;
-  __atomic_store_n(&s.hdr->records, s.records, __ATOMIC_RELEASE);
-  __atomic_store_n(&s.hdr->head, s.head, __ATOMIC_RELEASE);
+  for (size_t j = 0; j < n; ++j) assert(IsRecordType(recs[j].type));
+  AssertNormalized(recs, n);
+  s.CommitFixedRun(n);
 }
 
 bool Ring::HasRoom(const pfm_record& rec) const {
