@@ -1,27 +1,80 @@
 #include "userspace/pfmd/auth.h"
 
+#include <grp.h>
 #include <poll.h>
-#include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace pfm {
 
-uint64_t EffectiveCaps(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("CapEff:", 0) == 0)
-      return std::strtoull(line.c_str() + 7, nullptr, 16);
-  return 0;
+std::optional<Credentials> Peer::TracerCredentials() const {
+  if (privileged()) return std::nullopt;
+  return Credentials{uid, gid, groups};
+}
+
+absl::StatusOr<AuthPolicy> MakeAuthPolicy(const std::string& admin_group) {
+  AuthPolicy p;
+  if (admin_group.empty()) return p;
+  uint32_t gid;
+  if (absl::SimpleAtoi(admin_group, &gid)) {
+    p.admin_gid = gid;
+    return p;
+  }
+  std::vector<char> buf(16384);
+  group g{};
+  group* found = nullptr;
+  if (::getgrnam_r(admin_group.c_str(), &g, buf.data(), buf.size(), &found) != 0 ||
+      found == nullptr)
+    return absl::NotFoundError(absl::StrCat(
+        "--admin-group ", admin_group, ": no such group"));
+  p.admin_gid = found->gr_gid;
+  return p;
+}
+
+absl::StatusOr<Peer> PeerFromSocket(int fd, const AuthPolicy& policy) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return absl::UnavailableError(
+        absl::StrCat("SO_PEERCRED: ", strerror(errno)));
+  Peer peer;
+  peer.pid = cred.pid;
+  peer.uid = cred.uid;
+  peer.gid = cred.gid;
+  // SO_PEERGROUPS: the groups at connect(), in pfmd's user namespace.
+  std::vector<gid_t> groups(64);
+  for (;;) {
+    socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) == 0) {
+      groups.resize(glen / sizeof(gid_t));
+      break;
+    }
+    if (errno != ERANGE || glen <= groups.size() * sizeof(gid_t))
+      return absl::UnavailableError(
+          absl::StrCat("SO_PEERGROUPS: ", strerror(errno)));
+    groups.resize(glen / sizeof(gid_t));
+  }
+  // An unmapped id arrives as the overflow id (65534), never as 0.
+  peer.groups = std::move(groups);
+  peer.admin = peer.uid == 0;
+  if (policy.admin_gid.has_value()) {
+    const gid_t a = *policy.admin_gid;
+    if (peer.gid == a ||
+        std::find(peer.groups.begin(), peer.groups.end(), a) != peer.groups.end())
+      peer.admin = true;
+  }
+  return peer;
 }
 
 absl::StatusOr<TaskCreds> ReadTaskCreds(pid_t pid) {
@@ -30,32 +83,43 @@ absl::StatusOr<TaskCreds> ReadTaskCreds(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   if (!in) return absl::NotFoundError(absl::StrCat("no process ", pid));
   std::string line;
+  TaskCreds c;
+  bool uids = false, gids = false;
   while (std::getline(in, line)) {
-    if (line.rfind("Uid:", 0) != 0) continue;
+    const bool u = line.rfind("Uid:", 0) == 0, g = line.rfind("Gid:", 0) == 0;
+    if (!u && !g) continue;
     std::istringstream ss(line.substr(4));
-    TaskCreds c;
-    ss >> c.ruid >> c.euid >> c.suid;
-    if (!ss) break;
-    return c;
+    if (u) {
+      ss >> c.ruid >> c.euid >> c.suid;
+      uids = static_cast<bool>(ss);
+    } else {
+      ss >> c.rgid >> c.egid >> c.sgid;
+      gids = static_cast<bool>(ss);
+    }
+    if (uids && gids) return c;
   }
   return absl::NotFoundError(absl::StrCat("no credentials for process ", pid));
 }
 
-absl::Status MayTraceTask(uid_t uid, uint64_t caps, pid_t pid) {
+absl::Status MayTraceTask(const Peer& peer, pid_t pid) {
   absl::StatusOr<TaskCreds> c = ReadTaskCreds(pid);
   if (!c.ok()) return c.status();
-  if (caps >> kCapSysPtrace & 1) return absl::OkStatus();
-  if (c->ruid == uid && c->euid == uid && c->suid == uid) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "uid ", uid, " may not trace pid ", pid, " (owned by uid ", c->euid,
-      "): tracing needs the same uid or CAP_SYS_PTRACE, as ptrace does"));
-}
-
-absl::Status MayTracePrivileged(uid_t uid, uint64_t caps, const char* what) {
-  if ((caps >> kCapPerfmon & 1) || (caps >> kCapSysAdmin & 1))
+  if (peer.privileged()) return absl::OkStatus();
+  if (c->ruid == peer.uid && c->euid == peer.uid && c->suid == peer.uid &&
+      c->rgid == peer.gid && c->egid == peer.gid && c->sgid == peer.gid)
     return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
-      what, " needs CAP_PERFMON or CAP_SYS_ADMIN; uid ", uid, " has neither"));
+      "uid ", peer.uid, " (gid ", peer.gid, ") may not trace pid ", pid,
+      " (uids ", c->ruid, "/", c->euid, "/", c->suid, ", gids ", c->rgid, "/",
+      c->egid, "/", c->sgid, "): tracing needs the same uid and gid, as "
+      "ptrace does, or a privileged client (root or --admin-group)"));
+}
+
+absl::Status MayTracePrivileged(const Peer& peer, const char* what) {
+  if (peer.privileged()) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      what, " needs a privileged client (uid 0 or a member of pfmd's "
+      "--admin-group); uid ", peer.uid, " is neither"));
 }
 
 bool PidfdAlive(int pidfd) {
@@ -64,16 +128,19 @@ bool PidfdAlive(int pidfd) {
   return ::poll(&p, 1, 0) == 0;
 }
 
-absl::StatusOr<UniqueFd> OpenTraceTarget(uid_t uid, uint64_t caps, pid_t pid) {
+absl::StatusOr<UniqueFd> OpenTraceTarget(const Peer& peer, pid_t pid) {
   if (pid <= 0)
     return absl::InvalidArgumentError(absl::StrCat("pid ", pid, " is not a process id"));
   UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   if (!fd.valid()) {
     if (errno == ESRCH) return absl::NotFoundError(absl::StrCat("no process ", pid));
+    if (errno == EINVAL)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pid ", pid, " is a thread, not a process: give the process id"));
     return absl::UnavailableError(
         absl::StrCat("pidfd_open(", pid, "): ", strerror(errno)));
   }
-  if (absl::Status s = MayTraceTask(uid, caps, pid); !s.ok()) return s;
+  if (absl::Status s = MayTraceTask(peer, pid); !s.ok()) return s;
   // The credentials we read belong to the process the pidfd holds only if it
   // is still alive now (a recycled pid would be a different process).
   if (!PidfdAlive(fd.get()))

@@ -54,6 +54,12 @@ std::string PfmdUsage() {
   --mem-limit-total SIZE     trace memory for the whole daemon (default 1GiB)
   --mux-interval-ms N        multiplexing rotation interval (default 4)
   --idle-exit-s N            exit when idle this long (default 0 = never)
+  --admin-group NAME|GID     members are privileged like root (default: none)
+  --max-connections N        open connections, all uids (default 1024)
+  --max-connections-per-uid N  open connections of one uid (default 64)
+  --max-sessions-per-uid N   live sessions of one uid (default 256)
+  --max-tracers-per-uid N    soft-BTS tracer processes of one uid (default 16)
+  --max-perf-fds-per-uid N   host perf_event fds of one uid (default 256)
 )";
 }
 
@@ -65,7 +71,9 @@ constexpr const char* kValued[] = {
     "--socket",   "--socket-mode",      "--driver",          "--sim-pmu",
     "--sim-cpus", "--sim-tasks",        "--sim-seed",        "--sim-speed",
     "--mem-limit-per-uid", "--mem-limit-total", "--mux-interval-ms",
-    "--idle-exit-s"};
+    "--idle-exit-s", "--admin-group", "--max-connections",
+    "--max-connections-per-uid", "--max-sessions-per-uid",
+    "--max-tracers-per-uid", "--max-perf-fds-per-uid"};
 
 bool IsValued(const std::string& flag) {
   for (const char* k : kValued)
@@ -107,6 +115,19 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     return ParseInt<uint64_t>(flag, value, 1, uint64_t{1} << 40, &c->sim_speed);
   } else if (flag == "--mux-interval-ms") {
     return ParseInt(flag, value, 1, 10000, &c->mux_interval_ms);
+  } else if (flag == "--admin-group") {
+    if (value.empty()) return BadValue(flag, "''", "expected a group name or gid");
+    c->admin_group = value;
+  } else if (flag == "--max-connections") {
+    return ParseInt(flag, value, 1, 1 << 20, &c->max_connections);
+  } else if (flag == "--max-connections-per-uid") {
+    return ParseInt(flag, value, 1, 1 << 20, &c->max_connections_per_uid);
+  } else if (flag == "--max-sessions-per-uid") {
+    return ParseInt(flag, value, 1, 1 << 20, &c->max_sessions_per_uid);
+  } else if (flag == "--max-tracers-per-uid") {
+    return ParseInt(flag, value, 0, 1 << 16, &c->max_tracers_per_uid);
+  } else if (flag == "--max-perf-fds-per-uid") {
+    return ParseInt(flag, value, 0, 1 << 20, &c->max_perf_fds_per_uid);
   } else if (flag == "--idle-exit-s") {
     return ParseInt(flag, value, 0, 86400 * 365, &c->idle_exit_s);
   } else if (flag == "--mem-limit-per-uid" || flag == "--mem-limit-total") {
@@ -145,7 +166,9 @@ absl::Status ParsePfmdConfigText(const std::string& text,
           where, "unknown key '", key,
           "' (known: socket, socket_mode, driver, mem_limit_per_uid, "
           "mem_limit_total, mux_interval_ms, sim_pmu, sim_cpus, sim_tasks, "
-          "sim_seed, sim_speed, sim_paused)"));
+          "sim_seed, sim_speed, sim_paused, admin_group, max_connections, "
+          "max_connections_per_uid, max_sessions_per_uid, "
+          "max_tracers_per_uid, max_perf_fds_per_uid)"));
     if (absl::Status s = Apply(flag, value, c); !s.ok())
       return absl::InvalidArgumentError(
           absl::StrCat(where, key, " = ", value, ": ", s.message()));

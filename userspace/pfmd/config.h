@@ -28,6 +28,17 @@ struct PfmdConfig {
   // (0 = never). pfmctl's embedded daemon sets it.
   int idle_exit_s = 0;
   std::string config_file;  // the --config file read, if any
+
+  // Authorization and fair service (docs/security.md, docs/pfmd.md).
+  // A group (name or numeric gid) whose members are privileged like root:
+  // they see and control every session and may trace kernel mode and CPUs.
+  // Empty: only uid 0 is privileged.
+  std::string admin_group;
+  int max_connections = 1024;          // open connections, all uids
+  int max_connections_per_uid = 64;    // open connections of one uid
+  int max_sessions_per_uid = 256;      // live sessions of one uid
+  int max_tracers_per_uid = 16;        // soft-BTS tracer processes of one uid
+  int max_perf_fds_per_uid = 256;      // host perf_event fds of one uid
 };
 
 // Parses pfmd's flags ("--flag value" or "--flag=value"). An unknown flag or

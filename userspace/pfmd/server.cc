@@ -182,14 +182,13 @@ void Server::Accept() {
                                 stream_protocol::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     if (!ec) {
-      ucred cred{};
-      socklen_t len = sizeof(cred);
-      if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred,
-                       &len) == 0) {
-        Peer peer{cred.pid, cred.uid, cred.gid, EffectiveCaps(cred.pid)};
+      // Who the peer is, from the socket alone (userspace/pfmd/auth.h).
+      absl::StatusOr<Peer> peer =
+          PeerFromSocket(socket.native_handle(), service_.auth_policy());
+      if (peer.ok()) {
         const ConnectionId id = next_id_++;
         auto conn = std::make_shared<Connection>(*this, id, std::move(socket),
-                                                 peer);
+                                                 *std::move(peer));
         conns_[id] = conn;
         conn->Start();
       }
@@ -231,8 +230,14 @@ int RunPfmd(const PfmdConfig& config, int ready_fd) {
               << "\n";
     return 1;
   }
+  absl::StatusOr<AuthPolicy> auth = MakeAuthPolicy(config.admin_group);
+  if (!auth.ok()) {
+    std::cerr << "pfmd: " << StatusCodeName(auth.status().code()) << ": "
+              << auth.status().message() << "\n";
+    return 1;
+  }
   asio::io_context io;
-  Service service(config, machine);
+  Service service(config, machine, *auth);
   Server server(io, service);
   const std::string path = ResolveSocketPath(config.socket);
   if (absl::Status s = server.Listen(path, config.socket_mode); !s.ok()) {

@@ -125,9 +125,10 @@ class Service::HostSink : public SoftBtsSink {
   Service* s_;
 };
 
-Service::Service(PfmdConfig config, MachineInfo machine)
+Service::Service(PfmdConfig config, MachineInfo machine, AuthPolicy auth)
     : config_(std::move(config)),
       machine_(std::move(machine)),
+      auth_policy_(std::move(auth)),
       accountant_(config_.mem_limit_per_uid, config_.mem_limit_total) {
   handlers_["status"] = &Service::Status;
   handlers_["ping"] = &Service::Ping;
@@ -326,8 +327,7 @@ absl::Status Service::CheckTargetLocked(const Peer& peer,
                                         const SessionSpec& spec,
                                         UniqueFd* pidfd) {
   if (spec.filter != "user") {
-    if (absl::Status s = MayTracePrivileged(peer.uid, peer.caps,
-                                            "kernel-mode tracing");
+    if (absl::Status s = MayTracePrivileged(peer, "kernel-mode tracing");
         !s.ok())
       return s;
   }
@@ -335,7 +335,7 @@ absl::Status Service::CheckTargetLocked(const Peer& peer,
     if (spec.cpu >= machine_.cpus)
       return absl::InvalidArgumentError(absl::StrCat(
           "--cpu ", spec.cpu, ": this machine has cpus 0..", machine_.cpus - 1));
-    return MayTracePrivileged(peer.uid, peer.caps, "a CPU-wide session");
+    return MayTracePrivileged(peer, "a CPU-wide session");
   }
   if (sim_) {
     // Simulated tasks have no owner on the host (docs/pfmd.md).
@@ -349,7 +349,7 @@ absl::Status Service::CheckTargetLocked(const Peer& peer,
     }
     return absl::OkStatus();
   }
-  absl::StatusOr<UniqueFd> fd = OpenTraceTarget(peer.uid, peer.caps, spec.pid);
+  absl::StatusOr<UniqueFd> fd = OpenTraceTarget(peer, spec.pid);
   if (!fd.ok()) return fd.status();
   *pidfd = std::move(*fd);
   return absl::OkStatus();

@@ -24,6 +24,7 @@
 #include "pfm/session_spec.h"
 #include "pfm/unique_fd.h"
 #include "userspace/pfmd/accounting.h"
+#include "userspace/pfmd/auth.h"
 #include "userspace/pfmd/config.h"
 
 namespace pfm {
@@ -58,16 +59,6 @@ class ABSL_SCOPED_LOCKABLE KernelLockGuard {
   KernelLock* l_;
 };
 
-// Who is asking, from SO_PEERCRED on the connection.
-struct Peer {
-  pid_t pid = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  uint64_t caps = 0;  // effective capabilities when it connected
-  // CAP_PERFMON or CAP_SYS_ADMIN: may see and control every session.
-  bool privileged() const { return (caps >> 38 & 1) || (caps >> 21 & 1); }
-};
-
 struct ServiceReply {
   absl::Status status;
   boost::json::value result;
@@ -82,7 +73,8 @@ class Service {
  public:
   // Builds the kernel core for `machine` and, for --driver sim, the simulated
   // machine and the thread that runs it in (scaled) real time.
-  Service(PfmdConfig config, MachineInfo machine);
+  // `auth` says who is privileged (MakeAuthPolicy of --admin-group).
+  Service(PfmdConfig config, MachineInfo machine, AuthPolicy auth = {});
   ~Service();
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
@@ -95,6 +87,8 @@ class Service {
   bool Idle() const;
 
   const MachineInfo& machine() const { return machine_; }
+  // How the transport decides who is privileged (--admin-group).
+  const AuthPolicy& auth_policy() const { return auth_policy_; }
   // Called (on the server's thread) when a peer asks the daemon to stop.
   void set_shutdown_hook(std::function<void()> hook) {
     shutdown_hook_ = std::move(hook);
@@ -146,6 +140,7 @@ class Service {
 
   const PfmdConfig config_;
   const MachineInfo machine_;
+  AuthPolicy auth_policy_;
   std::map<std::string, Handler> handlers_;
   std::function<void()> shutdown_hook_;
   mutable KernelLock mu_;  // "the kernel lock": see kernel/pfm_kernel.h
