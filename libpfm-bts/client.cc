@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -37,6 +38,22 @@ absl::StatusOr<Client> Client::Connect(const std::string& path) {
       0)
     return absl::UnavailableError(absl::StrCat(
         "no pfmd answers on ", path, ": ", strerror(errno)));
+  // A socket path proves nothing about who listens on it: whoever could
+  // create the file (or its directory) could be serving a fake daemon that
+  // collects our requests or hands back crafted fds. The kernel recorded the
+  // listener's credentials at listen(); only a daemon of our own uid or of
+  // root is trusted, and this is decided before the first byte is sent.
+  ucred peer{};
+  socklen_t len = sizeof(peer);
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0)
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot read the credentials of pfmd on ", path, ": ",
+        strerror(errno), ": refusing to talk to it"));
+  const uid_t me = ::getuid();
+  if (peer.uid != me && peer.uid != 0)
+    return absl::PermissionDeniedError(absl::StrCat(
+        "pfmd on ", path, " runs as uid ", peer.uid, ", neither you (uid ", me,
+        ") nor root: refusing to talk to it"));
   return Client(std::move(fd));
 }
 

@@ -40,8 +40,12 @@ constexpr uint64_t kTaskBuffer =
     2048 * sizeof(pfm_bts_raw) + 64 * sizeof(pfm_pebs_raw);
 constexpr uint64_t kRootBuffer = 8 << 10;      // root's lossless ring data
 constexpr uint64_t kNobodyBuffer = 128 << 10;  // 65534's
-constexpr uint64_t kRootRing = PFM_RING_HEADER_BYTES + kRootBuffer;
-constexpr uint64_t kNobodyRing = PFM_RING_HEADER_BYTES + kNobodyBuffer;
+// What pfmd charges each session for its own bookkeeping, with its ring
+// (userspace/pfmd/service.cc, kSessionOverheadBytes).
+constexpr uint64_t kSessionOverhead = 4096;
+// A session's private charge: ring (header page + data) and bookkeeping.
+constexpr uint64_t kRootRing = PFM_RING_HEADER_BYTES + kRootBuffer + kSessionOverhead;
+constexpr uint64_t kNobodyRing = PFM_RING_HEADER_BYTES + kNobodyBuffer + kSessionOverhead;
 static_assert(kTaskBuffer % 2 == 0, "the split below assumes no leftover byte");
 
 uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
@@ -177,14 +181,17 @@ TEST_F(AccountingE2e, RequestOverThePerUidLimitIsRefusedStatingLimitUsageAndRequ
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << r.err;
   // The limit, what the uid uses, and what the request needs.
-  const uint64_t usage = PFM_RING_HEADER_BYTES + (256 << 10) + kTaskBuffer;
-  constexpr uint64_t request = PFM_RING_HEADER_BYTES + (1 << 20) + kTaskBuffer;
+  const uint64_t usage =
+      PFM_RING_HEADER_BYTES + (256 << 10) + kSessionOverhead + kTaskBuffer;
+  constexpr uint64_t request =
+      PFM_RING_HEADER_BYTES + (1 << 20) + kSessionOverhead + kTaskBuffer;
   EXPECT_NE(r.err.find("of 1MiB"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(absl::StrCat("uses ", usage / 1024.0, "KiB")), std::string::npos)
       << r.err << " (usage " << usage << ")";
-  // 1MiB of data + the header page, and the new task's whole buffer.
+  // 1MiB of data + the header page + bookkeeping, and the new task's whole
+  // buffer.
   static_assert(request > (1 << 20) + (1 << 16), "request rounds to 1.1MiB");
-  EXPECT_NE(r.err.find("needs 1.1MiB more (ring 1028KiB + its share"), std::string::npos)
+  EXPECT_NE(r.err.find("needs 1.1MiB more (ring 1032KiB + its share"), std::string::npos)
       << r.err << " (request " << request << ")";
   // Nothing changed.
   EXPECT_EQ(json::serialize(PfmctlJson(d_->socket(), {"status"})),

@@ -30,8 +30,14 @@ struct Credentials {
 // becoming a non-root uid loses all capabilities; the change cannot be
 // undone on this thread. A side effect of the kernel's: once any thread's
 // effective uid changes, the process is no longer dumpable. Returns 0 or
-// -errno (-EPERM if the caller may not take these credentials).
+// -errno (-EPERM if the caller may not take these credentials). A caller
+// that is not root and already has c.uid keeps its credentials (0).
 int AssumeCredentials(const Credentials& c, ErrorDetail* d);
+
+// Asks the kernel whether the calling thread may ptrace-attach to `pid`
+// (PTRACE_MODE_ATTACH_REALCREDS, as PTRACE_SEIZE would), without attaching:
+// 0, or -EPERM/-ESRCH with the reason in *d.
+int ProbePtraceAccess(pid_t pid, ErrorDetail* d);
 
 // Runs `fn` on a new thread that first assumes `c` (nullopt: runs it with the
 // caller's credentials, on the calling thread) and returns what `fn`

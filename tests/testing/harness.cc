@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -134,6 +135,10 @@ boost::json::object AsUid(uid_t uid, const std::function<boost::json::object()>&
     ::close(p[0]);
     if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0)
       ::_exit(3);
+    // setuid() from root made this child non-dumpable, which a user's own
+    // processes are not: the kernel would refuse to let the user trace its
+    // children (pfmd lets the kernel decide).
+    ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     const std::string out = boost::json::serialize(fn());
     size_t off = 0;
     while (off < out.size()) {
@@ -217,6 +222,16 @@ int Daemon::Stop() {
   ::waitpid(pid_, &status, 0);
   pid_ = -1;
   return 128 + SIGKILL;
+}
+
+int Daemon::Kill(int sig) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, sig);
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+  return status;
 }
 
 Daemon::~Daemon() {

@@ -58,6 +58,8 @@ class Daemon {
   pid_t pid() const { return pid_; }
   // Sends SIGTERM and waits; returns the exit code.
   int Stop();
+  // Sends `sig` (e.g. SIGKILL) and reaps the daemon; returns its wait status.
+  int Kill(int sig);
 
  private:
   std::string dir_;
@@ -69,9 +71,10 @@ class Daemon {
 // Opens a raw connection to a Unix socket (for malformed-input tests).
 int ConnectRaw(const std::string& path);
 
-// Runs `fn` in a forked child with uid and gid `uid` and no supplementary
-// groups, and returns the object it produced. A child that fails to drop
-// privileges or dies yields {"child_failed": ...}.
+// Runs `fn` in a forked child with uid and gid `uid`, no supplementary
+// groups and dumpable (as a user's own processes are), and returns the
+// object it produced. A child that fails to drop privileges or dies yields
+// {"child_failed": ...}.
 boost::json::object AsUid(uid_t uid,
                           const std::function<boost::json::object()>& fn);
 

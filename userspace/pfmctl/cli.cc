@@ -13,6 +13,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "userspace/pfmctl/commands.h"
 #include "userspace/pfmd/server.h"
@@ -64,15 +65,56 @@ absl::Status StartEmbedded(PfmdConfig config, const std::string& path) {
   return absl::OkStatus();
 }
 
+// "a directory owned by uid 0, mode 0755", for refusals.
+std::string DescribeFile(const struct stat& st) {
+  const char* type = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISLNK(st.st_mode)  ? "a symbolic link"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                     : S_ISREG(st.st_mode)  ? "a regular file"
+                                            : "a special file";
+  return absl::StrFormat("%s owned by uid %u, mode %04o", type, st.st_uid,
+                         st.st_mode & 07777);
+}
+
 }  // namespace
 
-std::string PrivateSocketPath() {
+absl::StatusOr<std::string> PrivateSocketPath() {
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
-  std::string dir = xdg != nullptr && *xdg == '/'
-                        ? absl::StrCat(xdg, "/pfmd")
-                        : absl::StrCat("/tmp/pfmd-", ::getuid());
-  ::mkdir(dir.c_str(), 0700);
-  return dir + "/pfmd.sock";
+  const std::string dir = xdg != nullptr && *xdg == '/'
+                              ? absl::StrCat(xdg, "/pfmd")
+                              : absl::StrCat("/tmp/pfmd-", ::getuid());
+  const uid_t me = ::getuid();
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT)
+      return absl::UnavailableError(
+          absl::StrCat("cannot inspect ", dir, ": ", strerror(errno)));
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      return absl::UnavailableError(
+          absl::StrCat("cannot create ", dir, ": ", strerror(errno)));
+    // Judge whatever is there now, not what mkdir meant to make: in /tmp
+    // another user may have won the race to create this name.
+    if (::lstat(dir.c_str(), &st) != 0)
+      return absl::UnavailableError(
+          absl::StrCat("cannot inspect ", dir, ": ", strerror(errno)));
+  }
+  // Whoever owns or can write the directory decides what listens in it.
+  if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 077) != 0)
+    return absl::PermissionDeniedError(absl::StrCat(
+        dir, " must be a directory owned by uid ", me,
+        " with no group or other permissions, but it is ",
+        DescribeFile(st), ": refusing to connect to or start a pfmd there"));
+  const std::string sock = dir + "/pfmd.sock";
+  if (::lstat(sock.c_str(), &st) != 0) {
+    if (errno == ENOENT) return sock;  // no daemon yet: ours to start
+    return absl::UnavailableError(
+        absl::StrCat("cannot inspect ", sock, ": ", strerror(errno)));
+  }
+  if (!S_ISSOCK(st.st_mode) || st.st_uid != me)
+    return absl::PermissionDeniedError(absl::StrCat(
+        sock, " must be a socket owned by uid ", me, ", but it is ",
+        DescribeFile(st), ": refusing to connect to or start a pfmd there"));
+  return sock;
 }
 
 absl::StatusOr<Client> ConnectOrStart(const CliContext& ctx,
@@ -82,24 +124,19 @@ absl::StatusOr<Client> ConnectOrStart(const CliContext& ctx,
     *path_used = ResolveSocketPath(ctx.socket_flag);
     return Client::Connect(*path_used);
   }
-  if (auto c = Client::Connect(kDefaultSocket); c.ok()) {
-    *path_used = kDefaultSocket;
-    return c;
-  }
-  const std::string priv = PrivateSocketPath();
-  *path_used = priv;
-  if (auto c = Client::Connect(priv); c.ok()) return c;
-  // The private directory must be ours and closed to others.
-  struct stat st;
-  const std::string dir = priv.substr(0, priv.rfind('/'));
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-      st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
-    return absl::PermissionDeniedError(
-        absl::StrCat(dir, " is not a private directory owned by uid ",
-                     ::getuid(), "; refusing to start an embedded pfmd there"));
-  absl::Status s = StartEmbedded(ctx.embedded, priv);
+  *path_used = kDefaultSocket;
+  absl::StatusOr<Client> system = Client::Connect(kDefaultSocket);
+  // Only "nothing listens" falls through: a refused impostor on the system
+  // socket is reported, not silently replaced by a private daemon.
+  if (system.ok() || !absl::IsUnavailable(system.status())) return system;
+  absl::StatusOr<std::string> priv = PrivateSocketPath();
+  if (!priv.ok()) return priv.status();
+  *path_used = *priv;
+  absl::StatusOr<Client> c = Client::Connect(*priv);
+  if (c.ok() || !absl::IsUnavailable(c.status())) return c;
+  absl::Status s = StartEmbedded(ctx.embedded, *priv);
   if (!s.ok()) return s;
-  return Client::Connect(priv);
+  return Client::Connect(*priv);
 }
 
 int RunPfmctl(const std::vector<std::string>& args, std::ostream& out,

@@ -92,9 +92,14 @@ absl::StatusOr<int> Status(const CliContext& ctx, const Args& args) {
 }
 
 absl::StatusOr<int> Shutdown(const CliContext& ctx, const Args& args) {
-  std::string path;
-  absl::StatusOr<Client> c = Client::Connect(ResolveSocketPath(
-      ctx.socket_flag.empty() ? PrivateSocketPath() : ctx.socket_flag));
+  // The embedded daemon unless --socket names one; never starts one.
+  std::string path = ctx.socket_flag;
+  if (path.empty()) {
+    absl::StatusOr<std::string> priv = PrivateSocketPath();
+    if (!priv.ok()) return priv.status();
+    path = *priv;
+  }
+  absl::StatusOr<Client> c = Client::Connect(path);
   if (!c.ok()) return c.status();
   absl::StatusOr<Client::Reply> r = c->Call("shutdown");
   if (!r.ok()) return r.status();
@@ -283,20 +288,59 @@ absl::StatusOr<int> SessionCreate(const CliContext& ctx, const Args& args) {
   return 0;
 }
 
+// Sessions per session_list request. One reply must fit in a wire frame
+// (1 MiB): thousands of sessions in one array did not.
+constexpr uint64_t kSessionListPage = 1000;
+
+// Every session the daemon shows us, in id order, fetched in pages: each
+// request asks for the sessions after the last id of the previous page, until
+// a page comes back short. Entries not after the requested id are dropped, so
+// a daemon that ignores "after" (one that predates paging) ends the loop
+// instead of repeating itself.
+absl::StatusOr<json::array> ListAllSessions(Client& c) {
+  json::array all;
+  std::optional<uint64_t> after;
+  for (;;) {
+    json::object args{{"limit", kSessionListPage}};
+    if (after.has_value()) args["after"] = *after;
+    absl::StatusOr<Client::Reply> r = c.Call("session_list", std::move(args));
+    if (!r.ok()) return r.status();
+    if (!r->result.is_array())
+      return absl::DataLossError("pfmd's session_list reply is not an array");
+    const json::array& page = r->result.as_array();
+    size_t taken = 0;
+    for (const json::value& s : page) {
+      const json::value* idv = s.is_object() ? s.as_object().if_contains("id") : nullptr;
+      if (idv == nullptr ||
+          !(idv->is_uint64() || (idv->is_int64() && idv->as_int64() > 0)))
+        return absl::DataLossError("pfmd listed a session without a positive id");
+      const uint64_t id = idv->to_number<uint64_t>();
+      if (after.has_value() && id <= *after) continue;
+      all.push_back(s);
+      ++taken;
+    }
+    // A page longer than the limit is a daemon that ignores "limit": it sent
+    // everything at once.
+    if (page.size() != kSessionListPage || taken == 0) break;
+    after = all.back().as_object().at("id").to_number<uint64_t>();
+  }
+  return all;
+}
+
 absl::StatusOr<int> SessionList(const CliContext& ctx, const Args& args) {
   if (args.size() > 2) return Usage("session list takes no arguments");
   absl::StatusOr<Client> c = Connect(ctx);
   if (!c.ok()) return c.status();
-  absl::StatusOr<Client::Reply> r = c->Call("session_list");
-  if (!r.ok()) return r.status();
+  absl::StatusOr<json::array> sessions = ListAllSessions(*c);
+  if (!sessions.ok()) return sessions.status();
   if (ctx.json) {
-    PrintJson(ctx, r->result);
+    PrintJson(ctx, *sessions);
     return 0;
   }
   *ctx.out << absl::StrFormat("%-4s %-6s %-9s %-12s %-9s %10s %10s %10s %6s\n", "ID",
                               "UID", "ROLE", "TARGET", "BTS", "BUFFER", "CHARGED",
                               "RECORDS", "LOST");
-  for (const json::value& s : r->result.as_array()) PrintSessionLine(*ctx.out, s.as_object());
+  for (const json::value& s : *sessions) PrintSessionLine(*ctx.out, s.as_object());
   return 0;
 }
 

@@ -4,9 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "kernel/drivers/ptrace/tracer_process.h"
 #include "userspace/pfmctl/cli.h"
 
 int main(int argc, char** argv) {
+  // The embedded pfmd re-executes this binary as its tracer processes.
+  if (int rc = pfm::MaybeRunTracerHelper(argc, argv); rc >= 0) return rc;
   ::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
   return pfm::RunPfmctl(args, std::cout, std::cerr);

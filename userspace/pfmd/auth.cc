@@ -109,10 +109,10 @@ absl::Status MayTraceTask(const Peer& peer, pid_t pid) {
       c->rgid == peer.gid && c->egid == peer.gid && c->sgid == peer.gid)
     return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
-      "uid ", peer.uid, " (gid ", peer.gid, ") may not trace pid ", pid,
-      " (uids ", c->ruid, "/", c->euid, "/", c->suid, ", gids ", c->rgid, "/",
-      c->egid, "/", c->sgid, "): tracing needs the same uid and gid, as "
-      "ptrace does, or a privileged client (root or --admin-group)"));
+      "uid ", peer.uid, " may not trace pid ", pid, " (its uids ", c->ruid, "/",
+      c->euid, "/", c->suid, ", gids ", c->rgid, "/", c->egid, "/", c->sgid,
+      "; the client has gid ", peer.gid, "): tracing needs the same uid and "
+      "gid, as ptrace does, or a privileged client (root or --admin-group)"));
 }
 
 absl::Status MayTracePrivileged(const Peer& peer, const char* what) {

@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -114,7 +116,10 @@ absl::StatusOr<Peer> PeerOfChild(const AuthPolicy& policy,
     (void)!::read(c, &b, 1);  // until the parent has looked
     ::_exit(0);
   }
-  int cfd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+  // The child may fail before it connects: never wait for it unbounded.
+  pollfd pl{lfd, POLLIN, 0};
+  int cfd = ::poll(&pl, 1, 10000) == 1 ? ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC)
+                                        : -1;
   absl::StatusOr<Peer> peer = PeerFromSocket(cfd, policy);
   ::close(cfd);
   ::close(lfd);
@@ -138,6 +143,8 @@ void BecomeNobody() {
 // daemon's namespace sees it.
 void BecomeRootOfOwnUserNamespace() {
   BecomeNobody();
+  // setuid() made this process non-dumpable, which hides its own uid_map.
+  ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
   if (::unshare(CLONE_NEWUSER) != 0) ::_exit(4);
   int fd = ::open("/proc/self/setgroups", O_WRONLY);
   if (fd >= 0) {

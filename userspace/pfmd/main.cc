@@ -3,11 +3,14 @@
 #include <string>
 #include <vector>
 
+#include "kernel/drivers/ptrace/tracer_process.h"
 #include "pfm/client.h"
 #include "userspace/pfmd/config.h"
 #include "userspace/pfmd/server.h"
 
 int main(int argc, char** argv) {
+  // pfmd re-executes itself as its soft-BTS tracer processes.
+  if (int rc = pfm::MaybeRunTracerHelper(argc, argv); rc >= 0) return rc;
   std::vector<std::string> args(argv + 1, argv + argc);
   bool help = false;
   absl::StatusOr<pfm::PfmdConfig> config = pfm::ParsePfmdFlags(args, &help);

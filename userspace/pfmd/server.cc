@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -10,7 +11,10 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <iostream>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernel/drivers/machine.h"
@@ -25,41 +29,114 @@ namespace pfm {
 
 namespace asio = boost::asio;
 using asio::local::stream_protocol;
+using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// A reply's JSON body, as the wire protocol has it (pfm/wire.h). The fds
+// of an error reply are not passed.
+std::string ReplyBody(const ServiceReply& r) {
+  boost::json::object out;
+  if (r.status.ok()) {
+    out["ok"] = true;
+    out["result"] = r.result;
+    out["fds"] = r.fds.size();
+  } else {
+    out["ok"] = false;
+    out["code"] = StatusCodeName(r.status.code());
+    out["message"] = std::string(r.status.message());
+  }
+  return boost::json::serialize(out);
+}
+
+}  // namespace
+
+ServerLimits ServerLimits::FromConfig(const PfmdConfig& config) {
+  ServerLimits l;
+  l.max_connections = config.max_connections;
+  l.max_connections_per_uid = config.max_connections_per_uid;
+  return l;
+}
+
+// One client. Owned by Server::conns_ and by its pending handlers (each
+// captures `self`), so every path into Finish runs inside a handler that
+// keeps the object alive until it returns.
+//
+// Replies are written with non-blocking sendmsg from queue_: a reply's fds
+// ride on the first byte of its frame and stay open until that byte is sent,
+// one frame per sendmsg, so the byte stream and where the fds sit are what
+// SendFrame produced (clients cannot tell). While the queue is at or over
+// the pause bound no request is taken, neither from the socket nor from
+// frames already decoded.
 class Server::Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(Server& server, ConnectionId id, stream_protocol::socket socket,
              Peer peer)
-      : server_(server), id_(id), socket_(std::move(socket)), peer_(peer) {}
+      : server_(server),
+        id_(id),
+        socket_(std::move(socket)),
+        peer_(std::move(peer)),
+        stall_timer_(server.io_) {}
+
+  uid_t uid() const { return peer_.uid; }
 
   void Start() { Read(); }
+  // Closes the socket; pending handlers run with operation_aborted.
   void Close() {
     boost::system::error_code ec;
     socket_.close(ec);
+    stall_timer_.cancel();
   }
 
  private:
+  struct Outgoing {
+    std::string bytes;          // the whole frame: length prefix and body
+    std::vector<UniqueFd> fds;  // passed with bytes[0]; closed once sent
+    size_t sent = 0;
+  };
+
+  bool Paused() const {
+    return queue_.size() >= kPauseReadingReplies ||
+           queued_bytes_ >= kPauseReadingBytes;
+  }
+
+  // async_read_some is a recv without a control buffer: fds a client
+  // attaches (SCM_RIGHTS) are released by the kernel, never installed here.
   void Read() {
+    if (reading_ || finished_ || closing_) return;
+    reading_ = true;
     auto self = shared_from_this();
     socket_.async_read_some(
         asio::buffer(buf_), [this, self](boost::system::error_code ec,
                                          size_t n) {
+          reading_ = false;
+          if (finished_) return;
+          if (ec == asio::error::eof) {
+            // The client may have half-closed after its last request and
+            // still read the replies: they go out first.
+            return CloseWhenFlushed();
+          }
           if (ec) return Finish();
-          absl::Status s = decoder_.Feed(buf_.data(), n);
-          std::string body;
-          while (s.ok() && decoder_.Next(&body)) {
-            if (!HandleFrame(body)) return Finish();
-          }
-          if (!s.ok()) {
+          if (absl::Status s = decoder_.Feed(buf_.data(), n); !s.ok()) {
             Reply(ServiceReply{s, {}, {}});
-            return Finish();
+            return CloseWhenFlushed();
           }
-          Read();
+          HandleFrames();
         });
   }
 
-  // Returns false when the connection must close.
-  bool HandleFrame(const std::string& body) {
+  // Takes decoded requests until none is left or the queue is too long,
+  // then reads more (or waits for the queue to drain: the write handler in
+  // WaitWritable resumes).
+  void HandleFrames() {
+    std::string body;
+    while (!finished_ && !closing_ && !Paused() && decoder_.Next(&body))
+      HandleFrame(body);
+    if (finished_ || closing_ || Paused()) return;
+    Read();
+  }
+
+  void HandleFrame(const std::string& body) {
     boost::system::error_code ec;
     boost::json::value v = boost::json::parse(body, ec);
     if (ec || !v.is_object()) {
@@ -70,48 +147,168 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
           {},
           {}});
     }
-    return Reply(server_.service_.Handle(id_, peer_, v.as_object()));
+    Reply(server_.service_.Handle(id_, peer_, v.as_object()));
   }
 
-  bool Reply(const ServiceReply& r) {
-    boost::json::object out;
-    std::vector<int> fds;
-    if (r.status.ok()) {
-      out["ok"] = true;
-      out["result"] = r.result;
-      for (const UniqueFd& f : r.fds) fds.push_back(f.get());
-      out["fds"] = fds.size();
-    } else {
-      out["ok"] = false;
-      out["code"] = StatusCodeName(r.status.code());
-      out["message"] = std::string(r.status.message());
+  void Reply(ServiceReply r) {
+    std::string body = ReplyBody(r);
+    if (body.size() > kMaxFrameBytes ||
+        r.fds.size() > static_cast<size_t>(kMaxFdsPerFrame)) {
+      // The client would refuse such a frame; say so instead.
+      body = ReplyBody(ServiceReply{
+          absl::InternalError(absl::StrCat(
+              "reply of ", body.size(), " bytes with ", r.fds.size(),
+              " fds exceeds the frame limits (", kMaxFrameBytes, " bytes, ",
+              kMaxFdsPerFrame, " fds)")),
+          {},
+          {}});
+      r.fds.clear();
     }
-    // Replies are small and the client waits for them: a bounded blocking
-    // send keeps the code simple; a client that stops reading is dropped.
-    absl::Status s = SendFrame(socket_.native_handle(),
-                               boost::json::serialize(out), fds, 2000);
-    return s.ok();
+    if (!r.status.ok()) r.fds.clear();
+    if (queue_.empty()) last_progress_ = Clock::now();
+    Outgoing out{EncodeFrame(body), std::move(r.fds)};
+    queued_bytes_ += out.bytes.size();
+    queue_.push_back(std::move(out));
+    if (queue_.size() > kMaxQueuedReplies ||
+        queued_bytes_ > kMaxQueuedReplyBytes) {
+      std::cerr << "pfmd: dropped connection " << id_ << " (uid " << peer_.uid
+                << ", pid " << peer_.pid << "): " << queue_.size()
+                << " replies, " << queued_bytes_
+                << " bytes queued (limit " << kMaxQueuedReplies
+                << " replies, " << kMaxQueuedReplyBytes << " bytes)\n";
+      return Finish();
+    }
+    if (!writing_) Flush();
+  }
+
+  // Writes queued frames until the queue is empty or the socket is full (then
+  // waits for it to be writable). A send error means the peer is gone.
+  void Flush() {
+    while (!queue_.empty()) {
+      Outgoing& out = queue_.front();
+      iovec iov{out.bytes.data() + out.sent, out.bytes.size() - out.sent};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
+      if (!out.fds.empty()) {
+        const size_t len = sizeof(int) * out.fds.size();
+        msg.msg_control = control;
+        msg.msg_controllen = CMSG_SPACE(len);
+        cmsghdr* c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(len);
+        for (size_t i = 0; i < out.fds.size(); ++i) {
+          const int fd = out.fds[i].get();
+          std::memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
+        }
+      }
+      const ssize_t n = ::sendmsg(socket_.native_handle(), &msg,
+                                  MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        out.sent += static_cast<size_t>(n);
+        out.fds.clear();  // the kernel holds its own references now
+        queued_bytes_ -= static_cast<size_t>(n);
+        last_progress_ = Clock::now();
+        if (out.sent == out.bytes.size()) queue_.pop_front();
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return WaitWritable();
+      return Finish();
+    }
+    if (closing_) Finish();
+  }
+
+  void WaitWritable() {
+    if (!writing_) {
+      writing_ = true;
+      auto self = shared_from_this();
+      socket_.async_wait(stream_protocol::socket::wait_write,
+                         [this, self](boost::system::error_code ec) {
+                           writing_ = false;
+                           if (finished_) return;
+                           if (ec) return Finish();
+                           Flush();
+                           if (finished_ || closing_ || reading_ || Paused())
+                             return;
+                           HandleFrames();  // resume what the queue paused
+                         });
+    }
+    if (!stall_timer_armed_) ArmStallTimer();
+  }
+
+  // Drops the connection once its replies have made no progress for
+  // kReplyStallTimeout: the peer stopped reading.
+  void ArmStallTimer() {
+    stall_timer_armed_ = true;
+    stall_timer_.expires_at(last_progress_ + kReplyStallTimeout);
+    auto self = shared_from_this();
+    stall_timer_.async_wait([this, self](boost::system::error_code ec) {
+      stall_timer_armed_ = false;
+      if (ec || finished_ || queue_.empty()) return;
+      if (Clock::now() - last_progress_ < kReplyStallTimeout)
+        return ArmStallTimer();
+      std::cerr << "pfmd: dropped connection " << id_ << " (uid " << peer_.uid
+                << ", pid " << peer_.pid << "): " << queue_.size()
+                << " replies (" << queued_bytes_
+                << " bytes) unread for " << kReplyStallTimeout.count()
+                << " ms\n";
+      Finish();
+    });
+  }
+
+  // Stops taking requests; the connection ends once its queue is written.
+  void CloseWhenFlushed() {
+    closing_ = true;
+    if (queue_.empty()) Finish();
   }
 
   void Finish() {
     if (finished_) return;
     finished_ = true;
     Close();
+    queue_.clear();  // closes fds never sent
+    queued_bytes_ = 0;
     server_.service_.Disconnected(id_);
-    server_.conns_.erase(id_);
+    server_.Closed(id_, peer_.uid);
   }
 
   Server& server_;
-  ConnectionId id_;
+  const ConnectionId id_;
   stream_protocol::socket socket_;
-  Peer peer_;
+  const Peer peer_;
   FrameDecoder decoder_;
   std::array<char, 16384> buf_;
+  std::deque<Outgoing> queue_;
+  size_t queued_bytes_ = 0;  // not yet sent, over all of queue_
+  // When the queue last moved (a byte sent, or a reply into an empty queue).
+  Clock::time_point last_progress_;
+  asio::steady_timer stall_timer_;
+  bool stall_timer_armed_ = false;
+  bool reading_ = false;   // an async_read_some is pending
+  bool writing_ = false;   // an async_wait(write) is pending
+  bool closing_ = false;   // no more requests; Finish once flushed
   bool finished_ = false;
 };
 
-Server::Server(asio::io_context& io, Service& service)
-    : io_(io), service_(service), acceptor_(io) {}
+// A refused connection, half-closed after its one reply, until the client
+// has sent its request (or hung up) or kRefusalLinger passes.
+struct Server::Refusal {
+  Refusal(stream_protocol::socket s, asio::io_context& io)
+      : socket(std::move(s)), timer(io) {}
+  stream_protocol::socket socket;
+  asio::steady_timer timer;
+};
+
+Server::Server(asio::io_context& io, Service& service, ServerLimits limits)
+    : io_(io),
+      service_(service),
+      limits_(limits),
+      acceptor_(io),
+      accept_timer_(io) {}
 
 Server::~Server() { Stop(); }
 
@@ -119,26 +316,81 @@ size_t Server::connections() const { return conns_.size(); }
 
 namespace {
 
+std::string FamilyName(int domain) {
+  switch (domain) {
+    case AF_UNIX: return "AF_UNIX";
+    case AF_INET: return "AF_INET";
+    case AF_INET6: return "AF_INET6";
+    case AF_NETLINK: return "AF_NETLINK";
+    default: return absl::StrCat("address family ", domain);
+  }
+}
+
 // systemd socket activation (sd_listen_fds(3)): LISTEN_PID names this
 // process and LISTEN_FDS >= 1 means fd 3 is a listening socket already bound
-// by the .socket unit, which owns its path and mode.
-int InheritedListenFd() {
+// by the .socket unit, which owns its path and mode. Returns -1 when no fd
+// is passed to this process. An fd 3 that is not a listening AF_UNIX stream
+// socket is FAILED_PRECONDITION: serving it, or falling back to --socket,
+// would hide a broken unit.
+absl::StatusOr<int> InheritedListenFd() {
   const char* pid = std::getenv("LISTEN_PID");
   const char* fds = std::getenv("LISTEN_FDS");
   if (pid == nullptr || fds == nullptr) return -1;
-  if (std::strtol(pid, nullptr, 10) != ::getpid() || std::strtol(fds, nullptr, 10) < 1)
+  if (std::strtol(pid, nullptr, 10) != ::getpid() ||
+      std::strtol(fds, nullptr, 10) < 1)
     return -1;
-  int type = 0;
-  socklen_t len = sizeof(type);
-  if (::getsockopt(3, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
-    return -1;
-  return 3;
+  constexpr int kFd = 3;
+  const std::string what =
+      "socket activation (LISTEN_PID, LISTEN_FDS): fd 3 must be a listening "
+      "AF_UNIX stream socket, but it is ";
+  int domain = 0, type = 0, listening = 0;
+  socklen_t len = sizeof(domain);
+  if (::getsockopt(kFd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, "not a socket (", strerror(errno), ")"));
+  if (domain != AF_UNIX)
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, "an ", FamilyName(domain), " socket"));
+  len = sizeof(type);
+  if (::getsockopt(kFd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+      type != SOCK_STREAM)
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, "an AF_UNIX ",
+        type == SOCK_DGRAM       ? "datagram"
+        : type == SOCK_SEQPACKET ? "seqpacket"
+                                 : absl::StrCat("type ", type),
+        " socket"));
+  len = sizeof(listening);
+  if (::getsockopt(kFd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 ||
+      listening == 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, "an AF_UNIX stream socket that is not listening"));
+  return kFd;
+}
+
+// What lstat found at a path, for a refusal ("a regular file").
+std::string FileKind(const std::string& path, const struct stat& st) {
+  if (S_ISLNK(st.st_mode)) {
+    char target[4096];
+    const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+    return n < 0 ? "a symbolic link"
+                 : absl::StrCat("a symbolic link to ",
+                                std::string(target, static_cast<size_t>(n)));
+  }
+  if (S_ISREG(st.st_mode)) return "a regular file";
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  return "not a socket";
 }
 
 }  // namespace
 
 absl::Status Server::Listen(const std::string& path, uint32_t mode) {
-  if (const int fd = InheritedListenFd(); fd >= 0) {
+  absl::StatusOr<int> inherited = InheritedListenFd();
+  if (!inherited.ok()) return inherited.status();
+  if (const int fd = *inherited; fd >= 0) {
     ::unsetenv("LISTEN_PID");  // not for our children
     ::unsetenv("LISTEN_FDS");
     ::unsetenv("LISTEN_FDNAMES");
@@ -155,10 +407,23 @@ absl::Status Server::Listen(const std::string& path, uint32_t mode) {
     return absl::InvalidArgumentError(absl::StrCat(
         "socket path '", path, "' is empty or longer than ",
         sizeof(sockaddr_un{}.sun_path) - 1, " bytes"));
-  if (Client::Connect(path).ok())
-    return absl::AlreadyExistsError(
-        absl::StrCat("a pfmd already answers on ", path));
-  ::unlink(path.c_str());  // stale socket file: nothing answered on it
+  // Only a stale socket is ever removed: the path may be a typo or point
+  // (through a symlink) at someone else's file, and pfmd often runs as root.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "socket path ", path, " is ", FileKind(path, st),
+          ", not a socket; pfmd replaces only a stale socket, so nothing "
+          "was removed"));
+    if (Client::Connect(path).ok())
+      return absl::AlreadyExistsError(
+          absl::StrCat("a pfmd already answers on ", path));
+    ::unlink(path.c_str());  // stale socket file: nothing answered on it
+  } else if (errno != ENOENT) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot check socket path ", path, ": ", strerror(errno)));
+  }
   boost::system::error_code ec;
   acceptor_.open(stream_protocol(), ec);
   if (!ec) acceptor_.bind(stream_protocol::endpoint(path), ec);
@@ -181,15 +446,37 @@ void Server::Accept() {
   acceptor_.async_accept([this](boost::system::error_code ec,
                                 stream_protocol::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      // Who the peer is, from the socket alone (userspace/pfmd/auth.h).
-      absl::StatusOr<Peer> peer =
-          PeerFromSocket(socket.native_handle(), service_.auth_policy());
-      if (peer.ok()) {
+    if (ec) {
+      // Asio retries the per-connection errors (ECONNABORTED, EPROTO) itself;
+      // what arrives here is EMFILE, ENFILE, ENOBUFS, ENOMEM and the like,
+      // which retrying at once would only repeat at 100% CPU. The pending
+      // connections wait in the listen backlog meanwhile.
+      if (!accept_backing_off_) {
+        accept_backing_off_ = true;
+        std::cerr << "pfmd: accept: " << ec.message() << " ("
+                  << conns_.size() << " connections open); retrying every "
+                  << kAcceptBackoff.count() << " ms until it succeeds\n";
+      }
+      accept_timer_.expires_after(kAcceptBackoff);
+      accept_timer_.async_wait([this](boost::system::error_code ec) {
+        if (ec || !acceptor_.is_open()) return;
+        Accept();
+      });
+      return;
+    }
+    accept_backing_off_ = false;
+    // Who the peer is, from the socket alone (userspace/pfmd/auth.h).
+    absl::StatusOr<Peer> peer =
+        PeerFromSocket(socket.native_handle(), service_.auth_policy());
+    if (peer.ok()) {
+      if (absl::Status s = CheckCaps(peer->uid); !s.ok()) {
+        Refuse(std::move(socket), s, *peer);
+      } else {
         const ConnectionId id = next_id_++;
         auto conn = std::make_shared<Connection>(*this, id, std::move(socket),
                                                  *std::move(peer));
         conns_[id] = conn;
+        ++conns_per_uid_[conn->uid()];
         conn->Start();
       }
     }
@@ -197,11 +484,92 @@ void Server::Accept() {
   });
 }
 
+absl::Status Server::CheckCaps(uid_t uid) const {
+  // uid 0 is not capped per uid, so root can always reach a daemon that
+  // another user floods; it counts toward the total like everyone.
+  if (uid != 0) {
+    auto it = conns_per_uid_.find(uid);
+    const int open = it == conns_per_uid_.end() ? 0 : it->second;
+    if (open >= limits_.max_connections_per_uid)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "uid ", uid, " has ", open, " connections open (limit ",
+          limits_.max_connections_per_uid, ", --max-connections-per-uid)"));
+  }
+  if (conns_.size() >= static_cast<size_t>(limits_.max_connections))
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "pfmd has ", conns_.size(), " connections open (limit ",
+        limits_.max_connections, ", --max-connections)"));
+  return absl::OkStatus();
+}
+
+void Server::Refuse(stream_protocol::socket socket, const absl::Status& why,
+                    const Peer& peer) {
+  // One line a second at most: a client looping on connect must not fill
+  // the log.
+  const Clock::time_point now = Clock::now();
+  if (now - last_refusal_log_ >= std::chrono::seconds(1)) {
+    std::cerr << "pfmd: refused a connection of uid " << peer.uid << " (pid "
+              << peer.pid << "): " << why.message();
+    if (unlogged_refusals_ > 0)
+      std::cerr << " (and " << unlogged_refusals_
+                << " more refusals since the last line)";
+    std::cerr << "\n";
+    last_refusal_log_ = now;
+    unlogged_refusals_ = 0;
+  } else {
+    ++unlogged_refusals_;
+  }
+  // A new connection's send buffer is empty: the small frame fits at once.
+  (void)SendFrame(socket.native_handle(), ReplyBody(ServiceReply{why, {}, {}}),
+                  {}, /*timeout_ms=*/0);
+  boost::system::error_code ec;
+  socket.shutdown(stream_protocol::socket::shutdown_send, ec);
+  if (refusals_.size() >= kMaxLingeringRefusals) return;  // closed at once
+  const uint64_t id = next_refusal_++;
+  auto r = std::make_shared<Refusal>(std::move(socket), io_);
+  refusals_[id] = r;
+  auto done = [this, id] {
+    auto it = refusals_.find(id);
+    if (it == refusals_.end()) return;
+    std::shared_ptr<Refusal> r = std::move(it->second);
+    refusals_.erase(it);
+    // Take what the client sent, so closing does not reset the connection
+    // before it reads the refusal; bounded, it is only a courtesy.
+    char scratch[4096];
+    for (int i = 0; i < 16; ++i) {
+      if (::recv(r->socket.native_handle(), scratch, sizeof(scratch),
+                 MSG_DONTWAIT) <= 0)
+        break;
+    }
+    boost::system::error_code ec;
+    r->socket.close(ec);
+    r->timer.cancel();
+  };
+  r->socket.async_wait(stream_protocol::socket::wait_read,
+                       [done](boost::system::error_code) { done(); });
+  r->timer.expires_after(kRefusalLinger);
+  r->timer.async_wait([done](boost::system::error_code ec) {
+    if (ec != asio::error::operation_aborted) done();
+  });
+}
+
+void Server::Closed(ConnectionId id, uid_t uid) {
+  auto it = conns_per_uid_.find(uid);
+  if (it != conns_per_uid_.end() && --it->second <= 0) conns_per_uid_.erase(it);
+  conns_.erase(id);
+}
+
 void Server::Stop() {
   boost::system::error_code ec;
   if (acceptor_.is_open()) acceptor_.close(ec);
+  accept_timer_.cancel();
   auto conns = conns_;
   for (auto& [id, c] : conns) c->Close();
+  for (auto& [id, r] : refusals_) {
+    r->socket.close(ec);
+    r->timer.cancel();
+  }
+  refusals_.clear();
   if (!path_.empty()) {
     ::unlink(path_.c_str());
     path_.clear();
@@ -238,7 +606,7 @@ int RunPfmd(const PfmdConfig& config, int ready_fd) {
   }
   asio::io_context io;
   Service service(config, machine, *auth);
-  Server server(io, service);
+  Server server(io, service, ServerLimits::FromConfig(config));
   const std::string path = ResolveSocketPath(config.socket);
   if (absl::Status s = server.Listen(path, config.socket_mode); !s.ok()) {
     std::cerr << "pfmd: " << StatusCodeName(s.code()) << ": " << s.message()

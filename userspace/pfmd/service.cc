@@ -14,6 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "kernel/drivers/perf/perf_events.h"
 #include "kernel/drivers/ptrace/soft_bts.h"
+#include "kernel/drivers/credentials.h"
+#include "kernel/drivers/ptrace/tracer_process.h"
 #include "kernel/drivers/sim/sim_machine.h"
 #include "kernel/pfm_kernel.h"
 #include "pfm/events.h"
@@ -53,6 +55,27 @@ json::value RatioJson(const PmuArbiter::Reading& r) {
   return r.ratio;
 }
 
+// How long a snapshot waits for a soft-BTS tracer to hand over what it
+// holds (a tracee stopped in a blocking syscall answers at once; the bound
+// covers a helper that does not answer).
+constexpr std::chrono::milliseconds kSnapshotDrainWait{500};
+
+// What pfmd itself holds for a session besides its ring and DS buffers: the
+// session record, its requests and replies (an estimate, charged so a uid
+// cannot grow pfmd without limit through sessions that have no ring); and
+// per host perf_event fd, the kernel's perf_event and pfmd's PerfEvent.
+constexpr uint64_t kSessionOverheadBytes = 4096;
+constexpr uint64_t kPerfEventBytes = 4096;
+// A soft-BTS tracer process: measured resident set (PSS) of an attached
+// helper on this machine, rounded up (docs/security.md). It is part of the
+// traced task's shared pool, split among the uids tracing it.
+constexpr uint64_t kTracerProcessBytes = 2ull << 20;
+// `sim run` advances at most this much virtual time per request, so one
+// request holds the daemon for about a second at most.
+constexpr uint64_t kMaxSimRunNs = 10'000'000'000ull;
+// Sessions per session_list reply (about 300 bytes each).
+constexpr uint64_t kSessionListPage = 1000;
+
 uint64_t MonotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -88,6 +111,14 @@ struct Service::Session {
   std::vector<std::unique_ptr<PerfEvent>> perf;  // host counters/breakpoints
   bool host_bts = false;                         // uses the pid's tracer
   UniqueFd pidfd;
+  // What the session itself costs pfmd besides rings and DS buffers (its
+  // bookkeeping and its perf events), charged to its uid like a ring.
+  uint64_t overhead_bytes = 0;
+  // The traced process's end, as its tracer saw it (host); kept per
+  // session, so a new process at a recycled pid never inherits it.
+  bool exited = false;
+  int64_t exit_status = -1;
+  int fatal_signal = 0;
 };
 
 // The ptrace tracers' view of the core: every call takes the kernel lock.
@@ -110,12 +141,17 @@ class Service::HostSink : public SoftBtsSink {
   void Exited(TaskId task, uint64_t now_ns, int64_t wait_status) override {
     KernelLockGuard l(&s_->mu_);
     s_->kernel_->TaskExit(task, now_ns, wait_status);
-    s_->exit_status_[task.pid] = wait_status;
+    for (auto& [id, s] : s_->sessions_)
+      if (s->host_bts && s->pid == task.pid && !s->exited) {
+        s->exited = true;
+        s->exit_status = wait_status;
+      }
   }
   void Signaled(TaskId task, uint64_t now_ns, int signo) override {
     KernelLockGuard l(&s_->mu_);
     s_->kernel_->ds().TaskCrashed(task, now_ns, signo);
-    s_->fatal_signal_[task.pid] = signo;
+    for (auto& [id, s] : s_->sessions_)
+      if (s->host_bts && s->pid == task.pid && !s->exited) s->fatal_signal = signo;
   }
 
  private:
@@ -166,10 +202,10 @@ Service::~Service() {
   }
   if (sim_thread_.joinable()) sim_thread_.join();
   // Tracers first: their threads call into the kernel.
-  std::vector<std::unique_ptr<SoftBtsTracer>> tracers;
+  std::vector<std::unique_ptr<TracerProcess>> tracers;
   {
     KernelLockGuard l(&mu_);
-    for (auto& [pid, t] : tracers_) tracers.push_back(std::move(t));
+    for (auto& [pid, t] : tracers_) tracers.push_back(std::move(t.process));
     tracers_.clear();
     for (auto& t : retired_) tracers.push_back(std::move(t));
     retired_.clear();
@@ -229,24 +265,34 @@ void Service::Disconnected(ConnectionId conn) {
   ReapTracers();
 }
 
-absl::Status Service::StartTracer(int32_t pid) {
+absl::Status Service::StartTracer(int32_t pid, const Peer& peer) {
   {
     KernelLockGuard l(&mu_);
     auto it = tracers_.find(pid);
     if (it != tracers_.end()) {
-      if (!it->second->done()) return absl::OkStatus();
+      if (!it->second.process->done()) return absl::OkStatus();
       // The pid's earlier process is gone (pid reuse): a new tracer.
-      retired_.push_back(std::move(it->second));
+      retired_.push_back(std::move(it->second.process));
       tracers_.erase(it);
     }
+    if (!peer.privileged()) {
+      int mine = 0;
+      for (const auto& [p, t] : tracers_) mine += t.uid == peer.uid;
+      if (mine >= config_.max_tracers_per_uid)
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "uid ", peer.uid, " has ", mine, " soft-BTS tracer processes (limit ",
+            config_.max_tracers_per_uid, ", --max-tracers-per-uid)"));
+    }
   }
-  std::unique_ptr<SoftBtsTracer> t;
+  // The tracer is a helper process holding the client's credentials, so the
+  // kernel decides whether it may attach (kernel/drivers/ptrace/tracer_process.h).
+  std::unique_ptr<TracerProcess> t;
   ErrorDetail d;
-  SoftBtsOptions opt;
-  const int err = SoftBtsTracer::Start(pid, opt, sink_.get(), &t, &d);
+  const int err =
+      TracerProcess::Start(pid, peer.TracerCredentials(), sink_.get(), &t, &d);
   if (err < 0) return ErrnoToStatus(err, d);
   KernelLockGuard l(&mu_);
-  tracers_[pid] = std::move(t);
+  tracers_[pid] = Tracer{std::move(t), peer.uid};
   return absl::OkStatus();
 }
 
@@ -255,12 +301,12 @@ void Service::RetireTracerIfUnusedLocked(int32_t pid, const Session* leaving) {
   if (it == tracers_.end()) return;
   for (const auto& [id, s] : sessions_)
     if (s.get() != leaving && s->host_bts && s->pid == pid) return;
-  retired_.push_back(std::move(it->second));
+  retired_.push_back(std::move(it->second.process));
   tracers_.erase(it);
 }
 
 void Service::ReapTracers() {
-  std::vector<std::unique_ptr<SoftBtsTracer>> stop;
+  std::vector<std::unique_ptr<TracerProcess>> stop;
   {
     KernelLockGuard l(&mu_);
     stop.swap(retired_);
@@ -351,6 +397,15 @@ absl::Status Service::CheckTargetLocked(const Peer& peer,
   }
   absl::StatusOr<UniqueFd> fd = OpenTraceTarget(peer, spec.pid);
   if (!fd.ok()) return fd.status();
+  // The kernel's own answer, with the client's credentials: what a tracer
+  // of this client would get (a tracer shared with other sessions was
+  // attached with someone else's).
+  ErrorDetail d;
+  if (int err = RunWithCredentials(
+          peer.TracerCredentials(),
+          [&] { return ProbePtraceAccess(spec.pid, &d); }, &d);
+      err < 0)
+    return ErrnoToStatus(err, d);
   *pidfd = std::move(*fd);
   return absl::OkStatus();
 }
@@ -371,13 +426,16 @@ void Service::ReleaseLocked(Session& s) {
     const uint64_t shrunk = accountant_.Detach(s.uid, s.ring_bytes, s.pool);
     if (shrunk != 0 && s.pid > 0) {
       const DsLimits& lim = kernel_->ds().limits();
-      const uint64_t pebs = AreaBytes(0, lim.task_pebs_records);
+      const uint64_t pebs = AreaBytes(0, lim.task_pebs_records) +
+                            (sim_ ? 0 : kTracerProcessBytes);
       const uint32_t bts = static_cast<uint32_t>(
           shrunk > pebs ? (shrunk - pebs) / sizeof(pfm_bts_raw) : 0);
       kernel_->ds().ResizeTaskContext(s.pid, bts, now, nullptr);
     }
     s.charged = false;
   }
+  if (s.overhead_bytes) accountant_.Detach(s.uid, s.overhead_bytes, 0);
+  s.overhead_bytes = 0;
   s.pidfd.reset();
 }
 
@@ -445,8 +503,40 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
   const uint64_t now = NowLocked();
   s->id = next_session_;
 
-  // 1. Memory: ring + share of the context's DS buffers, checked together.
+  // 0. Per-uid caps, then what the session costs pfmd besides rings
+  // (charged like a ring, so it counts against --mem-limit-per-uid).
+  const int perf_fds =
+      sim_ ? 0 : static_cast<int>(sp.counters.size() + sp.breakpoints.size());
+  if (!peer.privileged()) {
+    int sessions = 0, fds = 0;
+    for (const auto& [id, o] : sessions_) {
+      if (o->uid != peer.uid) continue;
+      ++sessions;
+      fds += static_cast<int>(o->perf.size());
+    }
+    if (sessions >= config_.max_sessions_per_uid)
+      return Error(absl::ResourceExhaustedError(absl::StrCat(
+          "uid ", peer.uid, " has ", sessions, " sessions (limit ",
+          config_.max_sessions_per_uid, ", --max-sessions-per-uid)")));
+    if (fds + perf_fds > config_.max_perf_fds_per_uid)
+      return Error(absl::ResourceExhaustedError(absl::StrCat(
+          "uid ", peer.uid, " holds ", fds, " perf events and asks for ", perf_fds,
+          " more (limit ", config_.max_perf_fds_per_uid, ", --max-perf-fds-per-uid)")));
+  }
+  const uint64_t overhead =
+      kSessionOverheadBytes + uint64_t(perf_fds) * kPerfEventBytes;
   const bool consumer = sp.bts != "off" || !sp.pebs_event.empty();
+  if (!consumer) {  // else charged with the ring, in one step
+    if (absl::Status st = accountant_.Attach(
+            peer.uid, overhead, 0, 0, 0,
+            absl::StrCat("session ", s->id, "'s bookkeeping and perf events"));
+        !st.ok())
+      return Error(st);
+    s->overhead_bytes = overhead;
+  }
+
+  // 1. Memory: ring (with the session's overhead) + share of the context's
+  // DS buffers, checked together.
   const uint64_t history_records =
       sp.bts == "history"
           ? std::max<uint64_t>(1, (sp.buffer_bytes ? sp.buffer_bytes
@@ -476,17 +566,24 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
       s->pool = TaskPool(sp.pid);
       pool_bytes = AreaBytes(lim.task_bts_records, lim.task_pebs_records);
       pool_min = AreaBytes(lim.min_bts_records, lim.task_pebs_records);
+      // On the host, the task's tracer process is part of what its tracers
+      // share (it lives exactly as long as a branch consumer of the task).
+      if (!sim_) {
+        pool_bytes += kTracerProcessBytes;
+        pool_min += kTracerProcessBytes;
+      }
     } else {
       s->pool = CpuPool(sp.cpu);
       pool_bytes = AreaBytes(lim.cpu_bts_records, lim.cpu_pebs_records);
       pool_min = pool_bytes;
     }
     if (absl::Status st = accountant_.Attach(
-            peer.uid, s->ring_bytes, s->pool, pool_bytes, pool_min,
-            absl::StrCat("session ", s->id, "'s ring"));
+            peer.uid, s->ring_bytes + overhead, s->pool, pool_bytes, pool_min,
+            absl::StrCat("session ", s->id, "'s ring and bookkeeping"));
         !st.ok())
       return Error(st);
     s->charged = true;
+    s->overhead_bytes = overhead;  // released with the ring, see ReleaseLocked
   }
 
   // 2. Counters, PEBS and breakpoints: admission by the arbiter.
@@ -513,6 +610,7 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
   }
   const PerfTarget target =
       sp.pid >= 0 ? PerfTarget::Task(sp.pid) : PerfTarget::Cpu(sp.cpu);
+  const std::optional<Credentials> creds = peer.TracerCredentials();
   for (size_t i = 0; i < counters.size(); ++i) {
     pfm_pmu_req r = base;
     r.kind = PFM_REQ_COUNTER;
@@ -529,10 +627,20 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
     }
     if (!sim_) {
       auto pe = std::make_unique<PerfEvent>();
-      const int err = counters[i].hardware
-                          ? OpenHardwareCounter(perf_caps_, target, r.type, r.config,
-                                                pe.get(), &d)
-                          : OpenSoftwareCounter(target, r.config, pe.get(), &d);
+      // Opened with the client's credentials: the kernel's perf access
+      // rules for that task apply (userspace/pfmd/auth.h).
+      const int err = RunWithCredentials(
+          creds,
+          [&] {
+            // An unprivileged client counts user mode only, as the
+            // kernel allows it at perf_event_paranoid >= 2.
+            return counters[i].hardware
+                       ? OpenHardwareCounter(perf_caps_, target, r.type, r.config,
+                                             pe.get(), &d, creds.has_value())
+                       : OpenSoftwareCounter(target, r.config, pe.get(), &d,
+                                             creds.has_value());
+          },
+          &d);
       if (err < 0) {
         if (q.id) kernel_->arbiter().Remove(q.id, now);
         return fail(ErrnoToStatus(err, d));
@@ -566,8 +674,13 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
       // An execute breakpoint is 1 byte in DR7 (the spec's length), but
       // perf's ABI wants bp_len = sizeof(long) for HW_BREAKPOINT_X on x86.
       const uint32_t len = r.bp_kind == PFM_BP_X ? sizeof(long) : bp.len;
-      const int err = OpenBreakpoint(perf_caps_, target, bp.addr, len,
-                                     r.bp_kind, pe.get(), &d);
+      const int err = RunWithCredentials(
+          creds,
+          [&] {
+            return OpenBreakpoint(perf_caps_, target, bp.addr, len, r.bp_kind,
+                                  pe.get(), &d);
+          },
+          &d);
       if (err < 0) {
         kernel_->arbiter().Remove(q.id, now);
         return fail(ErrnoToStatus(err, d));
@@ -605,7 +718,7 @@ ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,
   // The soft-BTS tracer of the target (one per pid, shared by its sessions),
   // started without the kernel lock: its thread reports into the kernel.
   if (need_tracer) {
-    if (absl::Status st = StartTracer(sp.pid); !st.ok()) {
+    if (absl::Status st = StartTracer(sp.pid, peer); !st.ok()) {
       KernelLockGuard l(&mu_);
       auto it = sessions_.find(created);
       if (it != sessions_.end()) {
@@ -658,7 +771,8 @@ json::object Service::SessionJsonLocked(const Session& s, bool detail) const {
                  {"format", s.spec.format},
                  {"detached", s.spec.detached},
                  {"buffer_bytes", s.buffer_bytes},
-                 {"charged_bytes", (s.charged ? s.ring_bytes : 0) + share},
+                 {"charged_bytes",
+                  (s.charged ? s.ring_bytes : 0) + s.overhead_bytes + share},
                  {"records", has ? st.records : 0},
                  {"lost", has ? st.lost : 0}};
   if (has) o["overwritten"] = st.overwritten;
@@ -666,15 +780,14 @@ json::object Service::SessionJsonLocked(const Session& s, bool detail) const {
     bool exited = false;
     if (sim_) {
       exited = !sim_->HasTask(s.pid);
-    } else if (auto e = exit_status_.find(s.pid); e != exit_status_.end()) {
+    } else if (s.exited) {
       exited = true;
-      o["exit_status"] = e->second;
+      o["exit_status"] = s.exit_status;
     } else if (s.pidfd.valid()) {
       exited = !PidfdAlive(s.pidfd.get());
     }
     o["state"] = exited ? "exited" : "running";
-    if (auto f = fatal_signal_.find(s.pid); f != fatal_signal_.end())
-      o["fatal_signal"] = f->second;
+    if (s.fatal_signal != 0) o["fatal_signal"] = s.fatal_signal;
   }
   if (!detail) return o;
   const uint64_t now = NowLocked();
@@ -728,12 +841,12 @@ json::object Service::SessionJsonLocked(const Session& s, bool detail) const {
   if (s.host_bts) {
     auto t = tracers_.find(s.pid);
     if (t != tracers_.end()) {
-      SoftBtsTracer::Stats ts = t->second->stats();
+      SoftBtsTracer::Stats ts = t->second.process->stats();
       o["soft_bts"] = json::object{{"steps", ts.steps},
                                    {"branches", ts.branches},
                                    {"singleblock", ts.singleblock_honoured}};
       json::array maps;
-      for (const TraceeMapping& me : t->second->maps())
+      for (const TraceeMapping& me : t->second.process->maps())
         maps.push_back(json::object{{"start", Hex(me.start)},
                                     {"end", Hex(me.end)},
                                     {"offset", Hex(me.offset)},
@@ -744,13 +857,30 @@ json::object Service::SessionJsonLocked(const Session& s, bool detail) const {
   return o;
 }
 
+// One page of sessions, in id order: those after "after" (default 0), at
+// most "limit" (1..kSessionListPage, the default), so a reply stays far
+// below the frame limit however many sessions exist; clients page on.
 ServiceReply Service::SessionList(ConnectionId, const Peer& peer,
-                                  const boost::json::object&) {
+                                  const boost::json::object& req) {
+  uint64_t after = 0, limit = kSessionListPage;
+  if (const json::value* a = req.if_contains("after")) {
+    if (!a->is_uint64() && !(a->is_int64() && a->as_int64() >= 0))
+      return Error(absl::InvalidArgumentError("\"after\" must be a session id"));
+    after = a->to_number<uint64_t>();
+  }
+  if (const json::value* n = req.if_contains("limit")) {
+    if (!n->is_uint64() && !(n->is_int64() && n->as_int64() > 0))
+      return Error(absl::InvalidArgumentError(absl::StrCat(
+          "\"limit\" must be 1..", kSessionListPage)));
+    limit = std::clamp<uint64_t>(n->to_number<uint64_t>(), 1, kSessionListPage);
+  }
   KernelLockGuard l(&mu_);
   json::array out;
-  for (const auto& [id, s] : sessions_) {
-    if (s->uid != peer.uid && !peer.privileged()) continue;
-    out.push_back(SessionJsonLocked(*s, false));
+  for (auto it = sessions_.upper_bound(after);
+       it != sessions_.end() && out.size() < limit; ++it) {
+    const Session& s = *it->second;
+    if (s.uid != peer.uid && !peer.privileged()) continue;
+    out.push_back(SessionJsonLocked(s, false));
   }
   return Ok(std::move(out));
 }
@@ -779,23 +909,22 @@ ServiceReply Service::SessionRing(ConnectionId, const Peer& peer,
   const json::value* drain_v = req.if_contains("drain");
   const bool drain = drain_v && drain_v->is_bool() && drain_v->as_bool();
   if (drain) {
-    // A soft-BTS tracer holds up to a DS area of branches on its own
-    // thread: ask it to drain, and wait for it without the kernel lock (its
-    // drain takes that lock). Tracers are only destroyed on this thread.
-    SoftBtsTracer* tracer = nullptr;
+    // A soft-BTS tracer holds up to a DS area of branches in its process:
+    // ask it to drain, and wait (on a condition its reader signals) without
+    // the kernel lock, which its drain takes. Tracers are only destroyed on
+    // this thread.
+    TracerProcess* tracer = nullptr;
     {
       KernelLockGuard l(&mu_);
       absl::StatusOr<Session*> s = FindLocked(peer, req);
       if (s.ok() && (*s)->host_bts) {
         auto it = tracers_.find((*s)->pid);
-        if (it != tracers_.end() && !it->second->done()) tracer = it->second.get();
+        if (it != tracers_.end() && !it->second.process->done())
+          tracer = it->second.process.get();
       }
     }
-    if (tracer != nullptr) {
-      const uint64_t ticket = tracer->RequestDrain();
-      for (int i = 0; i < 200 && !tracer->DrainServed(ticket) && !tracer->done(); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    if (tracer != nullptr)
+      tracer->WaitDrain(tracer->RequestDrain(), kSnapshotDrainWait);
   }
   KernelLockGuard l(&mu_);
   absl::StatusOr<Session*> s = FindLocked(peer, req);
@@ -891,6 +1020,12 @@ ServiceReply Service::Sim(ConnectionId, const Peer& peer,
   if (!sim_)
     return Error(absl::FailedPreconditionError(
         "the sim command needs pfmd --driver sim (this one runs the host)"));
+  // The simulated machine is the daemon owner's test bench: its clock and
+  // tasks are shared by every session on it.
+  if (peer.uid != ::geteuid() && !peer.privileged())
+    return Error(absl::PermissionDeniedError(absl::StrCat(
+        "the sim command is for the daemon's owner (uid ", ::geteuid(),
+        ") or a privileged client; uid ", peer.uid, " is neither")));
   const json::value* a = req.if_contains("action");
   const std::string action = a && a->is_string() ? std::string(a->as_string()) : "";
   // Exited tasks keep their stats; only `exit` needs a live one.
@@ -911,9 +1046,11 @@ ServiceReply Service::Sim(ConnectionId, const Peer& peer,
   if (action == "run") {
     const json::value* ns = req.if_contains("ns");
     if (ns == nullptr || !(ns->is_uint64() || ns->is_int64()) ||
-        ns->to_number<int64_t>() <= 0 || ns->to_number<int64_t>() > 3600e9)
-      return Error(absl::InvalidArgumentError(
-          "sim run needs \"ns\": 1..3600e9 virtual nanoseconds"));
+        ns->to_number<int64_t>() <= 0 ||
+        ns->to_number<uint64_t>() > kMaxSimRunNs)
+      return Error(absl::InvalidArgumentError(absl::StrCat(
+          "sim run needs \"ns\": 1..", kMaxSimRunNs,
+          " virtual nanoseconds per request (it holds the daemon while it runs)")));
     sim_->Run(ns->to_number<uint64_t>());
     return Ok(json::object{{"now", sim_->now()}});
   }

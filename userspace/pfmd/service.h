@@ -67,7 +67,7 @@ struct ServiceReply {
 
 class Kernel;
 class SimMachine;
-class SoftBtsTracer;
+class TracerProcess;
 
 class Service {
  public:
@@ -132,7 +132,7 @@ class Service {
   void SimLoop();
   // Host driver: soft-BTS tracers are started and stopped outside the kernel
   // lock (their threads take it in the sink); see kernel/pfm_kernel.h.
-  absl::Status StartTracer(int32_t pid) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status StartTracer(int32_t pid, const Peer& peer) ABSL_LOCKS_EXCLUDED(mu_);
   void RetireTracerIfUnusedLocked(int32_t pid, const Session* leaving)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapTracers() ABSL_LOCKS_EXCLUDED(mu_);
@@ -154,10 +154,14 @@ class Service {
   std::thread sim_thread_;
   std::unique_ptr<HostSink> sink_;
   PerfCaps perf_caps_;  // host: what /sys/bus/event_source/devices offers
-  std::map<int32_t, std::unique_ptr<SoftBtsTracer>> tracers_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<SoftBtsTracer>> retired_ ABSL_GUARDED_BY(mu_);
-  std::map<int32_t, int64_t> exit_status_ ABSL_GUARDED_BY(mu_);  // host tracees
-  std::map<int32_t, int> fatal_signal_ ABSL_GUARDED_BY(mu_);
+  // Host soft-BTS tracers, one helper process per traced pid (shared by its
+  // sessions), with the uid that started it (for --max-tracers-per-uid).
+  struct Tracer {
+    std::unique_ptr<TracerProcess> process;
+    uid_t uid = 0;
+  };
+  std::map<int32_t, Tracer> tracers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<TracerProcess>> retired_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pfm

@@ -180,7 +180,7 @@ int SoftwareEventByName(const std::string& name, uint64_t* config) {
 }
 
 int OpenSoftwareCounter(PerfTarget target, uint64_t config, PerfEvent* out,
-                        ErrorDetail* d) {
+                        ErrorDetail* d, bool user_only) {
   if (config >= PERF_COUNT_SW_MAX)
     return SetError(d, -EINVAL, "unknown software event %llu",
                     (unsigned long long)config);
@@ -188,11 +188,14 @@ int OpenSoftwareCounter(PerfTarget target, uint64_t config, PerfEvent* out,
   std::memset(&attr, 0, sizeof(attr));
   attr.type = PERF_TYPE_SOFTWARE;
   attr.config = config;
+  attr.exclude_kernel = user_only;
+  attr.exclude_hv = user_only;
   return OpenPerfEvent(attr, target, "software counter", out, d);
 }
 
 int OpenHardwareCounter(const PerfCaps& caps, PerfTarget target, uint32_t type,
-                        uint64_t config, PerfEvent* out, ErrorDetail* d) {
+                        uint64_t config, PerfEvent* out, ErrorDetail* d,
+                        bool user_only) {
   if (type != PERF_TYPE_HARDWARE && type != PERF_TYPE_RAW)
     return SetError(d, -EINVAL, "hardware counter type must be HARDWARE or RAW");
   if (!caps.cpu_pmu) return NoCpuPmu(caps, "hardware counters", d);
@@ -200,6 +203,8 @@ int OpenHardwareCounter(const PerfCaps& caps, PerfTarget target, uint32_t type,
   std::memset(&attr, 0, sizeof(attr));
   attr.type = type;
   attr.config = config;
+  attr.exclude_kernel = user_only;
+  attr.exclude_hv = user_only;
   return OpenPerfEvent(attr, target, "hardware counter", out, d);
 }
 

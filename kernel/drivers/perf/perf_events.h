@@ -97,12 +97,14 @@ int OpenPerfEvent(const perf_event_attr& attr, PerfTarget target,
 // -ENOENT for other names.
 int SoftwareEventByName(const std::string& name, uint64_t* config);
 
+// `user_only` counts user mode only (exclude_kernel, exclude_hv): what an
+// unprivileged opener may ask for at perf_event_paranoid >= 2.
 int OpenSoftwareCounter(PerfTarget target, uint64_t config, PerfEvent* out,
-                        ErrorDetail* d);
+                        ErrorDetail* d, bool user_only = false);
 // PERF_TYPE_HARDWARE (`config` = PERF_COUNT_HW_*) or PERF_TYPE_RAW.
 int OpenHardwareCounter(const PerfCaps& caps, PerfTarget target,
                         uint32_t type, uint64_t config, PerfEvent* out,
-                        ErrorDetail* d);
+                        ErrorDetail* d, bool user_only = false);
 // PERF_TYPE_BREAKPOINT. `bp_type` is HW_BREAKPOINT_R/W/RW/X; `len` 1, 2, 4
 // or 8 (X: must be sizeof(long), as the kernel requires). Pinned: a
 // breakpoint is never multiplexed by the kernel.

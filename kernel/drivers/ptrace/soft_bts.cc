@@ -247,7 +247,7 @@ class SoftBtsRun {
       // writable alias), and not [vsyscall], whose calls the kernel
       // emulates (it returns to the caller without running the bytes).
       const bool trusted = !e.writable && !e.shared && e.path != "[vsyscall]" &&
-                           e.end <= kUserAddressEnd;
+                           e.end <= kSoftBtsUserAddressEnd;
       regions_.push_back(Region{e.start, e.end, trusted});
     }
     std::sort(regions_.begin(), regions_.end(),
@@ -341,7 +341,6 @@ class SoftBtsRun {
   int probe_left_ = 0;
 
   // Computed RIPs (see soft_bts.h).
-  static constexpr uint64_t kUserAddressEnd = 1ull << 56;
   struct Region {
     uint64_t start = 0;
     uint64_t end = 0;

@@ -33,6 +33,10 @@ class Client {
   };
 
   // Connects to the daemon at `path`. UNAVAILABLE when nothing listens.
+  // PERMISSION_DENIED when the listener (SO_PEERCRED) is neither this
+  // process's real uid nor root: such a daemon could be anyone's fake, so
+  // the connection is closed before a byte is sent. Connect itself sends
+  // nothing; the first bytes on the wire are those of the first Call.
   static absl::StatusOr<Client> Connect(const std::string& path);
 
   // Sends {"op": op, ...args} and waits for the reply. A refusal comes back

@@ -1,0 +1,125 @@
+// The soft-BTS tracer in a process of its own: what lets a traced program
+// outlive pfmd, and what lets the kernel decide what a client may trace
+// (docs/security.md).
+//
+// Why a process and not a thread of pfmd: a single-step in flight, or a
+// tracee stopped after one, has the trap flag set by the tracer (x86
+// TIF_FORCED_TF; PTRACE_SETREGS cannot clear it, only a resume or a detach
+// can). When the tracer process dies, the kernel unlinks its tracees
+// without clearing that flag, so the next instruction raises a SIGTRAP
+// nobody catches and the tracee dies. If pfmd itself is the tracer, a
+// SIGKILL, a crash or the OOM killer of pfmd kills every traced program.
+// Here the tracer is a small helper process; it follows pfmd by its socket:
+// when pfmd goes away for any reason, the helper drains, detaches cleanly
+// (PTRACE_DETACH clears the flag) and exits, and the tracee runs on.
+//
+// Credentials: the helper takes the client's uid, gid and groups (and so
+// no capabilities) before it attaches, unless the client is privileged. The
+// kernel then applies its own ptrace rules to the attach (same ids,
+// dumpable, Yama, LSMs), and a setuid/setgid exec by the tracee does not
+// raise its privileges, exactly as for any unprivileged tracer.
+//
+// The helper is the same binary re-executed (/proc/self/exe) with
+// kTracerHelperFlag: every program that starts tracers (pfmd; pfmctl, which
+// embeds a pfmd) calls MaybeRunTracerHelper first thing in main().
+//
+// Trust: pfmd trusts nothing the helper sends. The helper runs as the
+// client, who may signal it; it can only misreport the branches of a task
+// the client may trace anyway. Messages are bounded and validated, task
+// identity and time come from pfmd, never from the message.
+//
+// Threading: TracerProcess's sink callbacks come from its reader thread, one
+// at a time (as SoftBtsTracer's come from its tracer thread). Everything
+// else may be called from any thread; Stop() not from a sink callback.
+#ifndef PFM_KERNEL_DRIVERS_PTRACE_TRACER_PROCESS_H_
+#define PFM_KERNEL_DRIVERS_PTRACE_TRACER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernel/drivers/credentials.h"
+#include "kernel/drivers/ptrace/soft_bts.h"
+#include "kernel/uapi/pfm_error.h"
+
+namespace pfm {
+
+inline constexpr char kTracerHelperFlag[] = "--pfm-tracer-helper";
+
+// If argv is a helper invocation (argv[1] == kTracerHelperFlag), runs the
+// helper and returns its exit code (>= 0); otherwise returns -1 at once.
+int MaybeRunTracerHelper(int argc, char** argv);
+
+class TracerProcess {
+ public:
+  // Starts a helper that takes `creds` (nullopt: keeps the caller's) and
+  // attaches a SoftBtsTracer with default options to `pid`; returns once it
+  // is attached (0) or failed (the helper's errno, e.g. -EPERM with the
+  // kernel's reason in *d). `exe` is the binary to run as the helper
+  // (default: this program). `sink` must outlive the TracerProcess.
+  static int Start(pid_t pid, const std::optional<Credentials>& creds,
+                   SoftBtsSink* sink, std::unique_ptr<TracerProcess>* out,
+                   ErrorDetail* d, const std::string& exe = "/proc/self/exe");
+
+  ~TracerProcess();
+  TracerProcess(const TracerProcess&) = delete;
+  TracerProcess& operator=(const TracerProcess&) = delete;
+
+  // Asks the helper to drain and detach (the tracee runs on), waits for it
+  // to exit and reaps it. Safe twice and after the tracee exited. A helper
+  // that does not answer within kStopTimeout is killed.
+  void Stop();
+  // The tracee exited, the helper is gone, or Stop() ran.
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  pid_t helper_pid() const { return helper_; }
+
+  // As last reported by the helper (at every drain and a few times a second).
+  SoftBtsTracer::Stats stats() const;
+  std::vector<TraceeMapping> maps() const;
+
+  // Asks the helper to drain its DS area now; DrainServed(ticket) turns true
+  // once it did (or the helper is gone). WaitDrain blocks until then or
+  // `timeout`, on a condition the reader signals.
+  uint64_t RequestDrain();
+  bool DrainServed(uint64_t ticket) const;
+  bool WaitDrain(uint64_t ticket, std::chrono::milliseconds timeout);
+
+  static constexpr std::chrono::milliseconds kStopTimeout{5000};
+
+ private:
+  TracerProcess(pid_t pid, pid_t helper, int fd, SoftBtsSink* sink);
+  void ReadLoop();
+  bool Send(uint32_t type, const void* payload, uint32_t len, bool wait);
+  void MarkDone();
+
+  const pid_t pid_;     // the tracee
+  const pid_t helper_;  // the helper process (our child)
+  const int fd_;        // our end of the socket pair
+  SoftBtsSink* const sink_;
+  std::thread reader_;
+  std::atomic<bool> done_{false};
+  std::atomic<uint64_t> next_ticket_{1};
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  uint64_t served_ = 0;  // every ticket < served_ was served
+  bool stopped_ = false;
+  bool reaped_ = false;
+  SoftBtsTracer::Stats stats_;
+  std::vector<TraceeMapping> maps_;
+  std::mutex send_mu_;
+  std::mutex stop_mu_;  // serializes Stop()
+};
+
+}  // namespace pfm
+
+#endif  // PFM_KERNEL_DRIVERS_PTRACE_TRACER_PROCESS_H_

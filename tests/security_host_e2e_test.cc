@@ -1,0 +1,416 @@
+// End to end, issue "Security first": the findings of the red-team pass,
+// each reproduced against a root pfmd with the host driver and asserted
+// fixed. The unprivileged side is uid 65534, through `setpriv` (for
+// programs: copies of pfmctl and of a probe program in a world-readable
+// directory, since the runfiles tree is not readable by that uid) or a
+// forked child (AsUid) talking to the socket itself.
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "pfm/client.h"
+#include "pfm/wire.h"
+#include "tests/testing/harness.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+using testing::AsUid;
+using testing::Daemon;
+using testing::Pfmctl;
+using testing::PfmctlJson;
+using testing::Result;
+
+constexpr uid_t kNobody = 65534;
+const std::vector<std::string> kAsNobody = {"/usr/bin/setpriv", "--reuid=65534",
+                                            "--regid=65534", "--clear-groups",
+                                            "--"};
+
+std::vector<std::string> AsNobody(std::vector<std::string> argv) {
+  std::vector<std::string> out = kAsNobody;
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+bool CopyTo(const std::string& from, const std::string& to, mode_t mode) {
+  std::ifstream in(from, std::ios::binary);
+  std::ofstream out(to, std::ios::binary);
+  out << in.rdbuf();
+  out.close();
+  return in && out && ::chmod(to.c_str(), mode) == 0;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Processes whose command line is a tracer helper for `tracee`.
+std::vector<pid_t> TracerHelpersOf(pid_t tracee) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::string cmd = ReadAll(absl::StrCat("/proc/", pid, "/cmdline"));
+    for (char& c : cmd)
+      if (c == '\0') c = ' ';
+    if (cmd.find("--pfm-tracer-helper 3 " + std::to_string(tracee) + " ") !=
+            std::string::npos ||
+        cmd == "pfm-tracer --pfm-tracer-helper 3 " + std::to_string(tracee) + " ")
+      out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// A child that computes for about `seconds` and exits 0.
+pid_t SpawnWorker(int seconds) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    volatile uint64_t x = 0;
+    for (int i = 0; i < seconds * 20; ++i) {
+      for (int j = 0; j < 20000; ++j) x += j;
+      ::usleep(50000);
+    }
+    ::_exit(0);
+  }
+  return pid;
+}
+
+// One request on a raw connection, as plain JSON (the child of AsUid sends
+// these: pfm::Client would refuse to talk from inside a user namespace).
+json::object RawCall(int fd, json::object req) {
+  const std::string body = json::serialize(req);
+  if (!SendFrame(fd, body, {}).ok()) return {{"send_failed", true}};
+  absl::StatusOr<Frame> f = RecvFrame(fd, 5000);
+  if (!f.ok()) return {{"recv_failed", std::string(f.status().message())}};
+  boost::system::error_code ec;
+  json::value v = json::parse(f->body, ec);
+  return ec || !v.is_object() ? json::object{{"bad_reply", f->body}} : v.as_object();
+}
+
+class SecurityHostE2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
+    d_ = std::make_unique<Daemon>(std::vector<std::string>{"--driver", "host"});
+    ASSERT_TRUE(d_->started());
+    socket_ = d_->socket();
+    ASSERT_EQ(::chmod(socket_.substr(0, socket_.rfind('/')).c_str(), 0755), 0);
+    dir_ = testing::MakeSocketDir();
+    ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);
+    pfmctl_ = dir_ + "/pfmctl";
+    probe_ = dir_ + "/probe";
+    setuid_probe_ = dir_ + "/probe-setuid";
+    ASSERT_TRUE(CopyTo(testing::PfmctlPath(), pfmctl_, 0755));
+    const std::string probe = testing::Runfile("tests/setuid_probe");
+    ASSERT_TRUE(CopyTo(probe, probe_, 0755));
+    ASSERT_TRUE(CopyTo(probe, setuid_probe_, 0755));
+    ASSERT_EQ(::chown(setuid_probe_.c_str(), 0, 0), 0);
+    ASSERT_EQ(::chmod(setuid_probe_.c_str(), 04755), 0);
+  }
+  void TearDown() override {
+    for (pid_t p : children_) {
+      ::kill(p, SIGKILL);
+      ::waitpid(p, nullptr, 0);
+    }
+    if (!dir_.empty()) testing::Run({"rm", "-rf", dir_});
+  }
+  // pfmctl as uid 65534, on the root daemon.
+  Result NobodyPfmctl(std::vector<std::string> args, int timeout_s = 60) {
+    std::vector<std::string> argv = {pfmctl_, "--socket", socket_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::Run(AsNobody(argv), {}, timeout_s);
+  }
+  // The probe run setuid root by uid 65534 prints euid 0 (else this
+  // machine does not honour setuid here and the test says so).
+  void RequireSetuidWorks() {
+    Result r = testing::Run(AsNobody({setuid_probe_, "euid"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (r.out.find("euid=0 ruid=65534") == std::string::npos)
+      GTEST_SKIP() << "setuid does not take effect in " << dir_ << ": " << r.out;
+  }
+  uint64_t Sessions() {
+    return PfmctlJson(socket_, {"status"}).at("sessions").to_number<uint64_t>();
+  }
+
+  std::unique_ptr<Daemon> d_;
+  std::string socket_, dir_, pfmctl_, probe_, setuid_probe_;
+  std::vector<pid_t> children_;
+};
+
+// Finding 3a: a traced program that execs a setuid-root binary must not get
+// root while an unprivileged client traces it.
+TEST_F(SecurityHostE2e, SetuidExecOfATracedProgramKeepsTheCallersIds) {
+  RequireSetuidWorks();
+  if (HasFatalFailure() || IsSkipped()) return;
+  const std::string trace = dir_ + "/setuid.trace";
+  Result r = NobodyPfmctl({"record", "--bts", "lossless", "-o", trace, "--",
+                           setuid_probe_, "euid"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("euid=65534 ruid=65534"), std::string::npos)
+      << "the traced setuid program ran with other ids: " << r.out;
+  EXPECT_EQ(r.out.find("euid=0"), std::string::npos) << r.out;
+  // The trace is the client's and holds the program's branches.
+  Result rep = NobodyPfmctl({"report", trace});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  EXPECT_NE(rep.out.find(" branch"), std::string::npos) << rep.out;
+  EXPECT_EQ(Sessions(), 0u);
+}
+
+// The issue's check with passwd. `passwd -S root` refuses uid 65534 whatever
+// its euid (passwd checks the real uid), so the check that can fail is the
+// user's own status: only with euid 0 can passwd read /etc/shadow for it.
+// Untraced, the setuid program shows the shadow fields; traced by uid
+// 65534's pfm session it must run without them.
+TEST_F(SecurityHostE2e, PasswdTracedAsNobodyDoesNotRunAsRoot) {
+  testing::Result control = testing::Run(AsNobody({"/usr/bin/passwd", "-S"}));
+  if (control.exit_code != 0 || control.out.rfind("nobody ", 0) != 0)
+    GTEST_SKIP() << "passwd -S as uid 65534 does not run setuid here: "
+                 << control.out << control.err;
+  const std::string trace = dir_ + "/passwd.trace";
+  Result r = NobodyPfmctl(
+      {"record", "--bts", "lossless", "-o", trace, "--", "/usr/bin/passwd", "-S"}, 280);
+  ASSERT_NE(r.err.find("recorded"), std::string::npos) << r.err;
+  EXPECT_NE(r.out, control.out)
+      << "traced passwd read /etc/shadow, i.e. ran as root: " << r.out;
+  // And root's status is refused as for any unprivileged caller.
+  EXPECT_EQ(r.out.find("root "), std::string::npos) << r.out;
+}
+
+// Finding 3b: the kernel refuses a direct PTRACE_ATTACH to one's own
+// non-dumpable process; so does pfmd, with the kernel's reason.
+TEST_F(SecurityHostE2e, NonDumpableOwnProcessIsRefusedWithTheKernelsReason) {
+  const pid_t nd = ::fork();
+  if (nd == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 ||
+        ::setuid(kNobody) != 0)
+      ::_exit(3);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::execl(probe_.c_str(), "probe", "nondumpable", "30", nullptr);
+    ::_exit(127);
+  }
+  children_.push_back(nd);
+  const pid_t dumpable = ::fork();
+  if (dumpable == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 ||
+        ::setuid(kNobody) != 0)
+      ::_exit(3);
+    ::execl("/bin/sleep", "sleep", "30", nullptr);
+    ::_exit(127);
+  }
+  children_.push_back(dumpable);
+  // Until the probe has made itself non-dumpable (its /proc files turn to
+  // root's).
+  for (int i = 0; i < 200; ++i) {
+    struct stat st;
+    if (::stat(absl::StrCat("/proc/", nd, "/status").c_str(), &st) == 0 &&
+        st.st_uid == 0)
+      break;
+    ::usleep(10000);
+  }
+  for (std::vector<std::string> extra :
+       {std::vector<std::string>{"--bts", "history"},
+        std::vector<std::string>{"--counter", "task-clock"}}) {
+    std::vector<std::string> args = {"session", "create", "--role", "debugger",
+                                     "--pid", std::to_string(nd)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Result r = NobodyPfmctl(args);
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.err.find("PERMISSION_DENIED"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("the kernel refuses"), std::string::npos) << r.err;
+  }
+  // The same user's dumpable process is fine.
+  Result ok = NobodyPfmctl({"session", "create", "--pid", std::to_string(dumpable),
+                            "--counter", "task-clock"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(Sessions(), 1u);
+}
+
+// Finding 1: root of a user namespace is root of nothing pfmd serves.
+TEST_F(SecurityHostE2e, RootOfAUserNamespaceGetsNothingOfRoots) {
+  const pid_t target = SpawnWorker(30);
+  children_.push_back(target);
+  const uint64_t id = PfmctlJson(socket_, {"session", "create", "--pid",
+                                           std::to_string(target), "--counter",
+                                           "task-clock"})
+                          .at("id")
+                          .to_number<uint64_t>();
+  const std::string socket = socket_;
+  json::object got = AsUid(kNobody, [&]() -> json::object {
+    // setuid() made this child non-dumpable, which hides its own uid_map.
+    ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    if (::unshare(CLONE_NEWUSER) != 0) return {{"no_userns", true}};
+    auto write = [](const char* path, const char* text) {
+      const int fd = ::open(path, O_WRONLY);
+      const bool ok = fd >= 0 && ::write(fd, text, std::strlen(text)) > 0;
+      if (fd >= 0) ::close(fd);
+      return ok;
+    };
+    write("/proc/self/setgroups", "deny");
+    if (!write("/proc/self/uid_map", "0 65534 1") ||
+        !write("/proc/self/gid_map", "0 65534 1") || ::getuid() != 0)
+      return {{"no_userns", true}};
+    const int fd = testing::ConnectRaw(socket);
+    if (fd < 0) return {{"connect_failed", true}};
+    json::object out{
+        {"ping", RawCall(fd, {{"op", "ping"}})},
+        {"trace_root",
+         RawCall(fd, {{"op", "session_create"},
+                      {"spec", {{"pid", target}, {"bts", "history"}, {"detached", false}}}})},
+        {"cpu", RawCall(fd, {{"op", "session_create"},
+                             {"spec", {{"cpu", 0},
+                                       {"counters", json::array{"task-clock"}},
+                                       {"detached", false}}}})},
+        {"list", RawCall(fd, {{"op", "session_list"}})},
+        {"kill", RawCall(fd, {{"op", "session_kill"}, {"id", id}})},
+        {"shutdown", RawCall(fd, {{"op", "shutdown"}})}};
+    ::close(fd);
+    return out;
+  });
+  if (got.contains("no_userns")) GTEST_SKIP() << "user namespaces are not available";
+  ASSERT_FALSE(got.contains("child_failed")) << got;
+  EXPECT_EQ(got.at("ping").at("result").at("peer_uid").to_number<uint64_t>(), kNobody)
+      << got;
+  for (const char* op : {"trace_root", "cpu", "shutdown"}) {
+    EXPECT_EQ(got.at(op).at("code"), "PERMISSION_DENIED") << op << ": " << got.at(op);
+  }
+  EXPECT_EQ(got.at("kill").at("code"), "NOT_FOUND") << got.at("kill");
+  EXPECT_TRUE(got.at("list").at("result").as_array().empty()) << got.at("list");
+  // Root's session is untouched and the daemon still serves.
+  EXPECT_EQ(Sessions(), 1u);
+}
+
+// Finding 2: a client that connects, then execs a setuid-root program that
+// keeps the socket, is still the uid that connected.
+TEST_F(SecurityHostE2e, ConnectThenExecSetuidIsStillTheConnectingUid) {
+  RequireSetuidWorks();
+  if (HasFatalFailure() || IsSkipped()) return;
+  const std::string socket = socket_, probe = setuid_probe_;
+  auto via_setuid = [&](const std::string& request) {
+    return AsUid(kNobody, [&]() -> json::object {
+      const int fd = testing::ConnectRaw(socket);
+      if (fd < 0) return {{"connect_failed", true}};
+      int out[2];
+      if (::pipe(out) != 0) return {{"pipe_failed", true}};
+      const pid_t c = ::fork();
+      if (c == 0) {
+        ::dup2(out[1], 1);
+        // The connection survives the exec as fd 3 (dup2 clears CLOEXEC;
+        // if it already is 3, clear it by hand).
+        if (fd == 3) {
+          ::fcntl(3, F_SETFD, 0);
+        } else {
+          ::dup2(fd, 3);
+        }
+        ::execl(probe.c_str(), "probe", "request", "3", request.c_str(), nullptr);
+        ::_exit(127);
+      }
+      ::close(out[1]);
+      ::close(fd);
+      std::string text;
+      char buf[4096];
+      for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;)
+        text.append(buf, static_cast<size_t>(n));
+      ::waitpid(c, nullptr, 0);
+      return {{"out", text}};
+    });
+  };
+  json::object ping = via_setuid(R"({"op":"ping"})");
+  ASSERT_TRUE(ping.contains("out")) << ping;
+  const std::string ping_out(ping.at("out").as_string());
+  EXPECT_NE(ping_out.find("euid=0"), std::string::npos)
+      << "the probe did not run setuid root: " << ping_out;
+  EXPECT_NE(ping_out.find("\"peer_uid\":65534"), std::string::npos) << ping_out;
+  json::object cpu = via_setuid(
+      R"({"op":"session_create","spec":{"cpu":0,"counters":["task-clock"],"detached":false}})");
+  const std::string cpu_out(cpu.at("out").as_string());
+  EXPECT_NE(cpu_out.find("PERMISSION_DENIED"), std::string::npos) << cpu_out;
+  EXPECT_EQ(Sessions(), 0u);
+}
+
+// --admin-group: its members are privileged like root.
+TEST_F(SecurityHostE2e, AdminGroupMembersSeeEverySession) {
+  Daemon admin({"--driver", "host", "--admin-group", "65534"});
+  ASSERT_TRUE(admin.started());
+  const std::string socket = admin.socket();
+  ASSERT_EQ(::chmod(socket.substr(0, socket.rfind('/')).c_str(), 0755), 0);
+  const pid_t target = SpawnWorker(30);
+  children_.push_back(target);
+  PfmctlJson(socket, {"session", "create", "--pid", std::to_string(target),
+                      "--counter", "task-clock"});
+  json::object got = AsUid(kNobody, [&]() -> json::object {
+    absl::StatusOr<Client> c = Client::Connect(socket);
+    if (!c.ok()) return {{"connect", std::string(c.status().message())}};
+    absl::StatusOr<Client::Reply> r = c->Call("session_list", {});
+    if (!r.ok()) return {{"list", std::string(r.status().message())}};
+    return {{"n", r->result.as_array().size()}};
+  });
+  ASSERT_TRUE(got.contains("n")) << got;
+  EXPECT_EQ(got.at("n").to_number<uint64_t>(), 1u);
+}
+
+// Finding 4: whatever pfmd dies of, a traced process runs on untraced.
+TEST_F(SecurityHostE2e, SigkillOfPfmdLeavesTheTraceeRunning) {
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    Daemon d({"--driver", "host"});
+    ASSERT_TRUE(d.started());
+    const pid_t worker = SpawnWorker(2);
+    const std::string id = absl::StrCat(
+        PfmctlJson(d.socket(), {"session", "create", "--role", "profiler", "--pid",
+                                std::to_string(worker), "--bts", "lossless"})
+            .at("id")
+            .to_number<uint64_t>());
+    // Mid-trace: the tracer has stepped.
+    uint64_t steps = 0;
+    for (int i = 0; i < 200 && steps == 0; ++i) {
+      json::value s = PfmctlJson(d.socket(), {"session", "show", id});
+      if (const json::value* sb = s.as_object().if_contains("soft_bts"))
+        steps = sb->at("steps").to_number<uint64_t>();
+      if (steps == 0) ::usleep(10000);
+    }
+    ASSERT_GT(steps, 0u);
+    ASSERT_EQ(TracerHelpersOf(worker).size(), 1u);
+    const int killed = d.Kill(SIGKILL);
+    ASSERT_TRUE(WIFSIGNALED(killed) && WTERMSIG(killed) == SIGKILL);
+    int st = 0;
+    ASSERT_EQ(::waitpid(worker, &st, 0), worker);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        << "the tracee died: status " << st
+        << (WIFSIGNALED(st) ? absl::StrCat(" (signal ", WTERMSIG(st), ")") : "");
+    // The tracer process left by itself.
+    std::vector<pid_t> left = TracerHelpersOf(worker);
+    for (int i = 0; i < 500 && !left.empty(); ++i) {
+      ::usleep(10000);
+      left = TracerHelpersOf(worker);
+    }
+    EXPECT_TRUE(left.empty()) << "a tracer helper outlived its daemon";
+  }
+}
+
+}  // namespace
+}  // namespace pfm
