@@ -416,9 +416,20 @@ absl::Status Server::Listen(const std::string& path, uint32_t mode) {
           "socket path ", path, " is ", FileKind(path, st),
           ", not a socket; pfmd replaces only a stale socket, so nothing "
           "was removed"));
-    if (Client::Connect(path).ok())
-      return absl::AlreadyExistsError(
-          absl::StrCat("a pfmd already answers on ", path));
+    // Anything that accepts a connection there is live, whoever runs it
+    // (Client::Connect would also refuse a daemon of another uid).
+    if (const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        probe >= 0) {
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::memcpy(a.sun_path, path.data(), path.size());
+      const bool live =
+          ::connect(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+      ::close(probe);
+      if (live)
+        return absl::AlreadyExistsError(
+            absl::StrCat("something already listens on ", path));
+    }
     ::unlink(path.c_str());  // stale socket file: nothing answered on it
   } else if (errno != ENOENT) {
     return absl::UnavailableError(
