@@ -259,5 +259,35 @@ TEST_F(SecurityE2e, KernelModeAndCpuWideNeedPrivilege) {
   EXPECT_EQ(Sessions(), 0u);
 }
 
+// The simulated machine is the daemon owner's: another uid may not pause,
+// run or end its tasks, and nobody may hold the daemon with one huge run.
+TEST(SimOwnership, SimCommandIsForTheOwnerAndBoundedInTime) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
+  Daemon d({"--driver", "sim", "--sim-tasks", "2", "--sim-paused"});
+  ASSERT_TRUE(d.started());
+  const std::string dir = d.socket().substr(0, d.socket().rfind('/'));
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  const std::string socket = d.socket();
+  json::object got = AsUid(kNobody, [&]() -> json::object {
+    absl::StatusOr<Client> c = Client::Connect(socket);
+    if (!c.ok()) return {{"connect", std::string(c.status().message())}};
+    return {{"run", CallJson(*c, "sim", {{"action", "run"}, {"ns", 1000}})},
+            {"exit", CallJson(*c, "sim", {{"action", "exit"}, {"pid", 1000}})},
+            {"resume", CallJson(*c, "sim", {{"action", "resume"}})}};
+  });
+  ASSERT_FALSE(got.contains("child_failed")) << got;
+  for (const char* op : {"run", "exit", "resume"}) {
+    EXPECT_EQ(Str(got.at(op).at("code")), "PERMISSION_DENIED") << op << ": " << got;
+  }
+  // The owner may, within the bound; 3600 s of virtual time is refused
+  // (it held the daemon for 5 minutes), nothing ran.
+  testing::Result big = testing::Pfmctl(socket, {"sim", "run", "3600000000000"});
+  EXPECT_NE(big.exit_code, 0);
+  EXPECT_NE(big.err.find("INVALID_ARGUMENT"), std::string::npos) << big.err;
+  EXPECT_NE(big.err.find("10000000000"), std::string::npos) << big.err;
+  json::value ran = PfmctlJson(socket, {"sim", "run", "1000000"});
+  EXPECT_EQ(Num(ran.at("now")), 1000000u) << ran;
+}
+
 }  // namespace
 }  // namespace pfm

@@ -373,6 +373,61 @@ TEST_F(SecurityHostE2e, AdminGroupMembersSeeEverySession) {
   EXPECT_EQ(got.at("n").to_number<uint64_t>(), 1u);
 }
 
+// A process's end is kept per session (no longer per pid): a new process at
+// a recycled pid is not the old one, and does not show its exit.
+TEST_F(SecurityHostE2e, RecycledPidDoesNotInheritAnExitedProcessesState) {
+  const pid_t old = ::fork();
+  if (old == 0) {
+    ::usleep(300000);
+    ::_exit(7);
+  }
+  const std::string old_id = absl::StrCat(
+      PfmctlJson(socket_, {"session", "create", "--role", "debugger", "--pid",
+                           std::to_string(old), "--bts", "history"})
+          .at("id")
+          .to_number<uint64_t>());
+  int st = 0;
+  ASSERT_EQ(::waitpid(old, &st, 0), old);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+  json::value shown;
+  for (int i = 0; i < 200; ++i) {
+    shown = PfmctlJson(socket_, {"session", "show", old_id});
+    if (shown.as_object().contains("exit_status")) break;
+    ::usleep(10000);
+  }
+  ASSERT_EQ(shown.at("state"), "exited") << shown;
+  ASSERT_EQ(shown.at("exit_status").to_number<int64_t>(), 7 << 8) << shown;
+  // The same pid again: ns_last_pid makes the next fork take it (retried if
+  // some other process forks in between).
+  pid_t reused = -1;
+  for (int attempt = 0; attempt < 20 && reused != old; ++attempt) {
+    if (reused > 0) {
+      ::kill(reused, SIGKILL);
+      ::waitpid(reused, nullptr, 0);
+    }
+    std::ofstream("/proc/sys/kernel/ns_last_pid") << (old - 1);
+    reused = ::fork();
+    if (reused == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+  }
+  children_.push_back(reused);
+  if (reused != old) GTEST_SKIP() << "could not get pid " << old << " again";
+  const std::string new_id = absl::StrCat(
+      PfmctlJson(socket_, {"session", "create", "--pid", std::to_string(old),
+                           "--counter", "task-clock"})
+          .at("id")
+          .to_number<uint64_t>());
+  json::value fresh = PfmctlJson(socket_, {"session", "show", new_id});
+  EXPECT_EQ(fresh.at("state"), "running") << fresh;
+  EXPECT_FALSE(fresh.as_object().contains("exit_status")) << fresh;
+  // The old session still tells the old process's end.
+  shown = PfmctlJson(socket_, {"session", "show", old_id});
+  EXPECT_EQ(shown.at("state"), "exited") << shown;
+  EXPECT_EQ(shown.at("exit_status").to_number<int64_t>(), 7 << 8) << shown;
+}
+
 // Finding 4: whatever pfmd dies of, a traced process runs on untraced.
 TEST_F(SecurityHostE2e, SigkillOfPfmdLeavesTheTraceeRunning) {
   for (int round = 0; round < 3; ++round) {
