@@ -65,12 +65,12 @@ int Measure(int n, bool one_session, int iters, OpCost* out) {
 
   // Switches within one mux interval: no rotation is due.
   uint64_t w0 = a.work_units();
-  uint64_t t0 = NowNs();
+  uint64_t t0 = MonotonicNs();
   for (int i = 0; i < iters; ++i) {
     a.SwitchOut(0, ++now);
     a.SwitchIn(0, task, ++now);
   }
-  uint64_t t1 = NowNs();
+  uint64_t t1 = MonotonicNs();
   out->switch_ns = double(t1 - t0) / iters;
   out->switch_work = double(a.work_units() - w0) / iters;
 
@@ -78,12 +78,12 @@ int Measure(int n, bool one_session, int iters, OpCost* out) {
   now += kMux;
   a.Tick(0, now);
   w0 = a.work_units();
-  t0 = NowNs();
+  t0 = MonotonicNs();
   for (int i = 0; i < iters; ++i) {
     now += kMux + 1;
     a.Tick(0, now);
   }
-  t1 = NowNs();
+  t1 = MonotonicNs();
   out->rotate_ns = double(t1 - t0) / iters;
   out->rotate_work = double(a.work_units() - w0) / iters;
   // Sanity: the task is still on the hardware with a full set of counters.

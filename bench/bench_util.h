@@ -1,4 +1,5 @@
 // Shared helpers of the bench/ binaries: flags, timing, medians, output.
+// Time is MonotonicNs() (kernel/drivers/clock.h), the clock the drivers use.
 //
 // Every benchmark prints exactly one JSON document on stdout (human notes go
 // to stderr) and compares against a baseline measured in the same run, never
@@ -6,12 +7,13 @@
 #ifndef PFM_BENCH_BENCH_UTIL_H_
 #define PFM_BENCH_BENCH_UTIL_H_
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <boost/json.hpp>
+
+#include "kernel/drivers/clock.h"
 
 namespace pfm::bench {
 
@@ -22,12 +24,6 @@ struct Options {
 
 // Parses --json and --quick; prints usage and exits 2 on anything else.
 Options ParseOptions(int argc, char** argv, const char* what);
-
-inline uint64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Median of `v` (the mean of the two middle values for an even count);
 // 0 for an empty vector. Takes a copy: callers keep their order.

@@ -6,8 +6,9 @@
 // see the same records. The fixed ring is the baseline (64 bytes a record).
 //
 // Per-field cost: the fixed ring's records are re-encoded with the real
-// codec (EncodedSize/EncodeRecord, chunk resets included) while the varint
-// length of each field is counted from the codec state before the record:
+// codec as the writer places them (PlaceCompactRecord: chunk resets and
+// padding included) while the varint length of each field is counted from
+// the codec state before the record:
 // lead byte, time delta, cpu/pid/tid, misc+flags, from delta, to delta.
 // The target is <= 4 bytes per branch.
 #include <unistd.h>
@@ -21,24 +22,15 @@
 #include "bench/bench_util.h"
 #include "bench/soft_bts_run.h"
 #include "kernel/drivers/sim/sim_machine.h"
-#include "kernel/ds/compact_codec.h"
 #include "kernel/ds/ds_allocator.h"
 #include "kernel/pfm_kernel.h"
+#include "kernel/uapi/compact_codec.h"
+#include "kernel/uapi/ring_format.h"
 
 namespace pfm::bench {
 namespace {
 
 constexpr uint64_t kRingBytes = 64ull << 20;
-
-size_t VarLen(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-uint64_t ZigZag(int64_t v) { return (uint64_t(v) << 1) ^ uint64_t(v >> 63); }
 
 struct FieldCost {
   uint64_t records = 0, branches = 0;
@@ -65,25 +57,27 @@ struct FieldCost {
   }
 };
 
-// Re-encodes `recs` chunk by chunk as the ring writer does and attributes
-// each branch's bytes to its fields.
+// Re-encodes `recs` chunk by chunk as the ring writer does (the writer's
+// own placement, PlaceCompactRecord) and attributes each branch's bytes to
+// its fields.
 FieldCost Attribute(const std::vector<pfm_record>& recs) {
+  namespace lead = compact_lead;
+  auto zz = [](uint64_t delta) { return VarintBytes(ZigZag(delta)); };
   FieldCost f;
   CodecState st;
   uint8_t buf[kMaxCompactRecordBytes];
-  uint64_t in_chunk = 0;
+  uint64_t head = 0;
   for (const pfm_record& r : recs) {
-    size_t n = EncodedSize(r, st);
-    if (in_chunk + n > PFM_RING_CHUNK) {  // PAD to the end, new sync point
-      f.pad += PFM_RING_CHUNK - in_chunk;
-      f.total += PFM_RING_CHUNK - in_chunk;
-      in_chunk = 0;
-      st.Reset();
-      n = EncodedSize(r, st);
-    }
-    const CodecState before = st;
-    EncodeRecord(r, &st, buf);
-    in_chunk += n;
+    const CodecState prev = st;
+    uint64_t start = 0;
+    const size_t n = PlaceCompactRecord(head, r, &st, buf, &start);
+    // PAD to the end of a chunk the record did not fit.
+    f.pad += start - head;
+    f.total += start - head;
+    head = start + n;
+    // The state the record was encoded against: reset at a chunk start.
+    const CodecState before =
+        start % PFM_RING_CHUNK == 0 ? CodecState() : prev;
     f.total += n;
     ++f.records;
     if (r.type != PFM_REC_BRANCH) {
@@ -91,38 +85,38 @@ FieldCost Attribute(const std::vector<pfm_record>& recs) {
       continue;
     }
     ++f.branches;
-    if (n == kMaxCompactRecordBytes && (buf[0] & 0xF) == 0xF) {
+    if ((buf[0] & lead::kTypeMask) == lead::kEscape) {
       ++f.escapes;
       f.other_payload += n;
       continue;
     }
     f.lead += 1;
-    if ((buf[0] & 0xF) == 0xE) {
-      // The short form (kernel/ds/compact_codec.h): lead bits say which of
-      // time and `to` were predicted; cpu/pid/tid/misc/flags cost nothing.
+    if ((buf[0] & lead::kTypeMask) == lead::kShortBranch) {
+      // The short form: lead bits say which of time and `to` were
+      // predicted; cpu/pid/tid/misc/flags cost nothing.
       ++f.short_form;
       const uint64_t delta = r.time - before.time;
-      if (buf[0] & 0x50) {
+      if (buf[0] & (lead::kTimeSameBit | lead::kTimeAdjBit)) {
         ++f.time_predicted;
       } else {
-        f.time += VarLen(ZigZag(int64_t(delta - before.time_delta)));
+        f.time += zz(delta - before.time_delta);
       }
-      f.from += VarLen(ZigZag(int64_t(r.u.branch.from - before.branch_to)));
-      if (buf[0] & 0x20) {
+      f.from += zz(r.u.branch.from - before.branch_to);
+      if (buf[0] & lead::kToCachedBit) {
         ++f.to_predicted;
       } else {
-        f.to += VarLen(ZigZag(int64_t(r.u.branch.to - r.u.branch.from)));
+        f.to += zz(r.u.branch.to - r.u.branch.from);
       }
       continue;
     }
-    f.time += VarLen(ZigZag(int64_t(r.time - before.time)));
-    if (r.cpu != before.cpu) f.ids += VarLen(r.cpu);
-    if (r.pid != before.pid) f.ids += VarLen(r.pid);
-    if (r.tid != before.tid) f.ids += VarLen(r.tid);
+    f.time += zz(r.time - before.time);
+    if (r.cpu != before.cpu) f.ids += VarintBytes(r.cpu);
+    if (r.pid != before.pid) f.ids += VarintBytes(r.pid);
+    if (r.tid != before.tid) f.ids += VarintBytes(r.tid);
     if (r.misc != before.branch_misc || r.u.branch.flags != before.branch_flags)
-      f.misc_flags += VarLen(r.misc) + VarLen(r.u.branch.flags);
-    f.from += VarLen(ZigZag(int64_t(r.u.branch.from - before.branch_to)));
-    f.to += VarLen(ZigZag(int64_t(r.u.branch.to - r.u.branch.from)));
+      f.misc_flags += VarintBytes(r.misc) + VarintBytes(r.u.branch.flags);
+    f.from += zz(r.u.branch.from - before.branch_to);
+    f.to += zz(r.u.branch.to - r.u.branch.from);
   }
   return f;
 }
@@ -204,6 +198,7 @@ int RunSim(uint64_t virtual_ns, pfm_filter filter, boost::json::array* rows,
   m.debug_registers = 4;
   m.bts = m.pebs = true;
   Kernel k(m, KernelOptions{});
+  KernelLockGuard held(&k.lock());  // the sim calls the core's hooks
   SimConfig cfg;
   cfg.machine = m;
   cfg.tasks = 4;
@@ -214,10 +209,10 @@ int RunSim(uint64_t virtual_ns, pfm_filter filter, boost::json::array* rows,
     return 1;
   }
   Pair p;
-  if (AttachPair(k.ds(), kFirstSimPid, filter, &p) != 0) return 1;
+  if (AttachPair(k.ds_for_benchmarks(), kFirstSimPid, filter, &p) != 0) return 1;
   sim->Run(virtual_ns);
   sim->ExitTask(kFirstSimPid, 0);
-  rows->push_back(Report(k.ds(), p,
+  rows->push_back(Report(k.ds_for_benchmarks(), p,
                          filter == PFM_FILTER_USER ? "sim, user branches"
                                                    : "sim, user+kernel branches",
                          per));

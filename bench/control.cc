@@ -175,13 +175,13 @@ int main(int argc, char** argv) {
   rt_us.reserve(rounds);
   ping_us.reserve(rounds);
   for (int i = 0; i < rounds; ++i) {
-    uint64_t t0 = NowNs();
+    uint64_t t0 = MonotonicNs();
     auto id = Create(c, i);
     if (!id.ok()) return Fail("session_create", id.status());
     if (auto st = Kill(c, *id); !st.ok()) return Fail("session_kill", st);
-    uint64_t t1 = NowNs();
+    uint64_t t1 = MonotonicNs();
     if (auto p = c.Call("ping"); !p.ok()) return Fail("ping", p.status());
-    uint64_t t2 = NowNs();
+    uint64_t t2 = MonotonicNs();
     rt_us.push_back((t1 - t0) / 1e3);
     ping_us.push_back((t2 - t1) / 1e3);
   }
@@ -189,23 +189,23 @@ int main(int argc, char** argv) {
   // 2. 1000 sessions alive at once.
   const long rss_before = d.RssKib();
   std::vector<uint64_t> ids;
-  uint64_t t0 = NowNs();
+  uint64_t t0 = MonotonicNs();
   for (int i = 0; i < alive; ++i) {
     auto id = Create(c, i);
     if (!id.ok()) return Fail("session_create (alive)", id.status());
     ids.push_back(*id);
   }
-  const double create_s = (NowNs() - t0) / 1e9;
-  t0 = NowNs();
+  const double create_s = (MonotonicNs() - t0) / 1e9;
+  t0 = MonotonicNs();
   auto status = c.Call("status");
   if (!status.ok()) return Fail("status", status.status());
-  const double status_ms = (NowNs() - t0) / 1e6;
+  const double status_ms = (MonotonicNs() - t0) / 1e6;
   const uint64_t listed = status->result.at("sessions").to_number<uint64_t>();
   const long rss_during = d.RssKib();
-  t0 = NowNs();
+  t0 = MonotonicNs();
   for (uint64_t id : ids)
     if (auto st = Kill(c, id); !st.ok()) return Fail("session_kill (alive)", st);
-  const double kill_s = (NowNs() - t0) / 1e9;
+  const double kill_s = (MonotonicNs() - t0) / 1e9;
   auto status2 = c.Call("status");
   if (!status2.ok()) return Fail("status", status2.status());
   const uint64_t left = status2->result.at("sessions").to_number<uint64_t>();

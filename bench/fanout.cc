@@ -111,24 +111,24 @@ int RunFanout(size_t records, int consumers,
   // BTS records without software), so WriteBts stays outside the clock, as
   // does the reader moving tail.
   uint64_t timed = 0;
-  uint64_t t0 = NowNs();
+  uint64_t t0 = MonotonicNs();
   ds.Switch(0, now, TaskId{0, 0}, task, false);
-  timed += NowNs() - t0;
+  timed += MonotonicNs() - t0;
   Stream stream;
   for (size_t i = 0; i < records; ++i) {
     if (ds.Area(0)->WriteBts(stream.Next()) == DsArea::kInterrupt) {
-      t0 = NowNs();
+      t0 = MonotonicNs();
       ds.Drain(0, ++now);
-      timed += NowNs() - t0;
+      timed += MonotonicNs() - t0;
       for (const MappedHeader& m : maps) {
         const uint64_t head = __atomic_load_n(&m.hdr()->head, __ATOMIC_ACQUIRE);
         __atomic_store_n(&m.hdr()->tail, head, __ATOMIC_RELEASE);
       }
     }
   }
-  t0 = NowNs();
+  t0 = MonotonicNs();
   ds.Switch(0, ++now, task, TaskId{0, 0}, false);
-  timed += NowNs() - t0;
+  timed += MonotonicNs() - t0;
   out->seconds = timed / 1e9;
   out->ring_bytes_written = out->records = out->lost = 0;
   for (size_t c = 0; c < ids.size(); ++c) {
@@ -152,7 +152,7 @@ double RunMemcpy(uint64_t records, int consumers) {
     std::memset(dst.back().get(), 0, kRingBytes);  // fault the pages in first
   }
   const uint64_t total = records * PFM_RECORD_FIXED_SIZE;
-  const uint64_t t0 = NowNs();
+  const uint64_t t0 = MonotonicNs();
   uint64_t pos = 0;
   for (uint64_t done = 0; done < total; done += piece) {
     const size_t n = std::min<uint64_t>(piece, total - done);
@@ -163,7 +163,7 @@ double RunMemcpy(uint64_t records, int consumers) {
     pos += piece;
     if ((pos & (kRingBytes - 1)) + piece > kRingBytes) pos = 0;
   }
-  return (NowNs() - t0) / 1e9;
+  return (MonotonicNs() - t0) / 1e9;
 }
 
 }  // namespace

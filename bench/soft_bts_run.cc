@@ -69,7 +69,7 @@ int TraceSpawned(pid_t pid, DsAllocator* ds, const SoftBtsOptions& opt,
     Abandon(pid, nullptr);
     return rc;
   }
-  const uint64_t t0 = NowNs();
+  const uint64_t t0 = MonotonicNs();
   if (int rc = Release(pid, &d); rc != 0) {
     std::fprintf(stderr, "Release: %s\n", d.message);
     tracer->Stop();
@@ -78,7 +78,7 @@ int TraceSpawned(pid_t pid, DsAllocator* ds, const SoftBtsOptions& opt,
   // Exited() ends the trace; done() covers a tracer that stops without it.
   while (!sink.WaitExited(std::chrono::milliseconds(100)) && !tracer->done()) {
   }
-  out->seconds = (NowNs() - t0) / 1e9;
+  out->seconds = (MonotonicNs() - t0) / 1e9;
   tracer->Stop();
   out->stats = tracer->stats();
   out->exit_status = sink.exit_status();

@@ -53,7 +53,7 @@ int BareLoop(const std::vector<std::string>& argv, BareResult* out) {
   }
   int status = 0;
   if (waitpid(pid, &status, 0) != pid || !WIFSTOPPED(status)) return -ECHILD;
-  const uint64_t t0 = NowNs();
+  const uint64_t t0 = MonotonicNs();
   uint64_t steps = 0;
   for (;;) {
     int sig = 0;
@@ -64,7 +64,7 @@ int BareLoop(const std::vector<std::string>& argv, BareResult* out) {
     if (WIFEXITED(status) || WIFSIGNALED(status)) break;
     ++steps;
   }
-  out->seconds = (NowNs() - t0) / 1e9;
+  out->seconds = (MonotonicNs() - t0) / 1e9;
   out->steps = steps;
   return 0;
 }

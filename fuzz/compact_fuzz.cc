@@ -4,7 +4,8 @@
 #include <vector>
 
 #include "fuzz/fuzz_targets.h"
-#include "kernel/ds/compact_codec.h"
+#include "kernel/uapi/compact_codec.h"
+#include "kernel/uapi/ring_format.h"
 
 namespace pfm::fuzz {
 

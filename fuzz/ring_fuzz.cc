@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_targets.h"
+#include "kernel/uapi/compact_codec.h"
 #include "kernel/uapi/pfm_uapi.h"
 #include "pfm/ring_reader.h"
 

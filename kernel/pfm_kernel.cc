@@ -9,17 +9,104 @@ Kernel::Kernel(const MachineInfo& machine, const KernelOptions& options)
       ds_(machine.cpus > 0 ? machine.cpus : 1, options.ds),
       arbiter_(machine, options.mux_interval_ns),
       running_(machine.cpus > 0 ? machine.cpus : 1) {
+  KernelLockGuard l(&lock_);
   ds_.set_pebs_router(this);
 }
 
-Kernel::~Kernel() { ds_.set_pebs_router(nullptr); }
+Kernel::~Kernel() {
+  KernelLockGuard l(&lock_);
+  ds_.set_pebs_router(nullptr);
+}
 
-DsArea* Kernel::Area(int cpu) { return ds_.Area(cpu); }
+// ---- the owner's verbs ----
 
-void Kernel::DsInterrupt(int cpu, uint64_t now_ns) { ds_.Drain(cpu, now_ns); }
+int Kernel::AttachConsumer(const ConsumerParams& params, uint64_t now,
+                           ErrorDetail* d) {
+  lock_.AssertHeld();
+  return ds_.Attach(params, now, d);
+}
+
+void Kernel::DetachConsumer(ConsumerId id, uint64_t now) {
+  lock_.AssertHeld();
+  ds_.Detach(id, now);
+}
+
+Ring* Kernel::ConsumerRing(ConsumerId id) const {
+  lock_.AssertHeld();
+  return ds_.ring(id);
+}
+
+int Kernel::ConsumerStatsOf(ConsumerId id, ConsumerStats* out) const {
+  lock_.AssertHeld();
+  return ds_.Stats(id, out);
+}
+
+int64_t Kernel::ResizeTaskBuffer(int32_t pid, uint32_t bts_records, uint64_t now,
+                                 ErrorDetail* d) {
+  lock_.AssertHeld();
+  return ds_.ResizeTaskContext(pid, bts_records, now, d);
+}
+
+void Kernel::DrainCpu(int cpu, uint64_t now) {
+  lock_.AssertHeld();
+  ds_.Drain(cpu, now);
+}
+
+void Kernel::DrainForeign(DsArea& area, TaskId task, int cpu, uint64_t now) {
+  lock_.AssertHeld();
+  ds_.DrainForeign(area, task, cpu, now);
+}
+
+void Kernel::TaskCrashed(TaskId task, uint64_t now, int signo) {
+  lock_.AssertHeld();
+  ds_.TaskCrashed(task, now, signo);
+}
+
+int Kernel::AddRequest(const pfm_pmu_req& req, uint64_t session, const char* label,
+                       uint64_t now, ErrorDetail* d) {
+  lock_.AssertHeld();
+  return arbiter_.Add(req, session, label, now, d);
+}
+
+void Kernel::RemoveRequest(RequestId id, uint64_t now) {
+  lock_.AssertHeld();
+  arbiter_.Remove(id, now);
+}
+
+int Kernel::ReadRequest(RequestId id, uint64_t now, PmuArbiter::Reading* out) const {
+  lock_.AssertHeld();
+  return arbiter_.Read(id, now, out);
+}
+
+void Kernel::DescribeHolders(uint64_t now, std::vector<PmuArbiter::Holder>* out) const {
+  lock_.AssertHeld();
+  arbiter_.Describe(now, out);
+}
+
+TaskId Kernel::Running(int cpu) const {
+  lock_.AssertHeld();
+  return cpu >= 0 && cpu < static_cast<int>(running_.size()) ? running_[cpu]
+                                                             : TaskId{};
+}
+
+// ---- CoreHooks ----
+// Virtual overrides cannot carry the capability requirement for clang's
+// analysis (callers hold the lock through the CoreHooks interface), so each
+// asserts it at run time and tells the analysis so.
+
+DsArea* Kernel::Area(int cpu) {
+  lock_.AssertHeld();
+  return ds_.Area(cpu);
+}
+
+void Kernel::DsInterrupt(int cpu, uint64_t now_ns) {
+  lock_.AssertHeld();
+  ds_.Drain(cpu, now_ns);
+}
 
 void Kernel::ContextSwitch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
                            bool preempt) {
+  lock_.AssertHeld();
   assert(cpu >= 0 && cpu < static_cast<int>(running_.size()));
   ds_.Switch(cpu, now_ns, prev, next, preempt);  // drains with prev's counters
   arbiter_.SwitchOut(cpu, now_ns);
@@ -28,37 +115,43 @@ void Kernel::ContextSwitch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
 }
 
 void Kernel::TaskExit(TaskId task, uint64_t now_ns, int64_t status) {
+  lock_.AssertHeld();
   ds_.TaskExit(task, now_ns, status);
 }
 
 TraceConfig Kernel::TaskConfig(int cpu, TaskId task) {
+  lock_.AssertHeld();
   return ds_.Config(cpu, task);
 }
 
-bool Kernel::TaskHeld(TaskId task) { return ds_.Held(task); }
+bool Kernel::TaskHeld(TaskId task) {
+  lock_.AssertHeld();
+  return ds_.Held(task);
+}
 
 int Kernel::ScheduledCounters(int cpu, ScheduledCounter* out, int max) {
+  lock_.AssertHeld();
   return arbiter_.Scheduled(cpu, out, max);
 }
 
 void Kernel::AddCount(uint32_t request, uint64_t delta) {
+  lock_.AssertHeld();
   arbiter_.AddCount(request, delta);
 }
 
 void Kernel::Tick(int cpu, uint64_t now_ns) {
+  lock_.AssertHeld();
   // A rotation may give a PEBS counter to another event: samples already in
   // the buffer belong to the one that held it.
   if (ds_.Area(cpu)->pebs_count() != 0) ds_.Drain(cpu, now_ns);
   arbiter_.Tick(cpu, now_ns);
 }
 
+// Called back by the DS allocator from inside a drain, i.e. with the lock
+// held by whoever started the drain.
 uint32_t Kernel::OwnerOf(int cpu, int counter) const {
+  lock_.AssertHeld();
   return arbiter_.OnCounter(cpu, counter);
-}
-
-TaskId Kernel::Running(int cpu) const {
-  return cpu >= 0 && cpu < static_cast<int>(running_.size()) ? running_[cpu]
-                                                             : TaskId{};
 }
 
 }  // namespace pfm

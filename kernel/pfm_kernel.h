@@ -1,26 +1,27 @@
-// The Kernel facade: the arbitration core a driver talks to (CoreHooks).
-// It joins the DS allocator (kernel/ds) and the PMU arbiter
-// (kernel/pmu_arbiter) and orders their work on every hardware event:
+// The Kernel facade: the arbitration core, as drivers (CoreHooks) and its
+// owner (pfmd) see it. It joins the DS allocator (kernel/ds) and the PMU
+// arbiter (kernel/pmu_arbiter), owns the kernel lock, and orders their work
+// on every hardware event:
 //   - a context switch drains the DS buffers first (records and PEBS
 //     samples are attributed and routed with the counters that were on the
 //     hardware while they were written), then switches the counters;
 //   - a multiplexing tick drains pending PEBS samples before a rotation can
 //     hand their counter to another event.
 //
-// Locking: the Kernel is not thread-safe. Its owner (pfmd) holds one lock
-// ("the kernel lock") around every call, hooks included:
-//   1. the sim driver runs under the kernel lock (SimMachine::Run is called
-//      with it held, so its hooks run with it held);
-//   2. a ptrace tracer thread takes the kernel lock in its sink before
-//      calling DrainForeign/Switch/TaskExit;
-//   3. nothing that waits (I/O, sleeps, joins) happens with it held.
+// Locking: kernel/kernel_lock.h has the rules. Every entry point below (the
+// owner's verbs and the CoreHooks) asserts that the caller holds lock().
+// Errors are negative errnos with an ErrorDetail, as in kernel/ds and
+// kernel/pmu_arbiter; nothing here allocates on the record path or reads a
+// clock (times come in as arguments).
 #ifndef PFM_KERNEL_PFM_KERNEL_H_
 #define PFM_KERNEL_PFM_KERNEL_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "kernel/drivers/driver.h"
 #include "kernel/ds/ds_allocator.h"
+#include "kernel/kernel_lock.h"
 #include "kernel/pmu_arbiter/arbiter.h"
 
 namespace pfm {
@@ -34,12 +35,55 @@ class Kernel : public CoreHooks, public PebsRouter {
  public:
   Kernel(const MachineInfo& machine, const KernelOptions& options);
   ~Kernel() override;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
 
-  DsAllocator& ds() { return ds_; }
-  PmuArbiter& arbiter() { return arbiter_; }
+  KernelLock& lock() const ABSL_LOCK_RETURNED(lock_) { return lock_; }
   const MachineInfo& machine() const { return machine_; }
+  // Fixed at construction: no lock needed.
+  const DsLimits& ds_limits() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return ds_.limits();
+  }
 
-  // CoreHooks
+  // ---- the owner's verbs ----
+  // Consumers of a context's Debug Store stream (kernel/ds/ds_allocator.h).
+  int AttachConsumer(const ConsumerParams& params, uint64_t now, ErrorDetail* d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  void DetachConsumer(ConsumerId id, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  Ring* ConsumerRing(ConsumerId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  int ConsumerStatsOf(ConsumerId id, ConsumerStats* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  int64_t ResizeTaskBuffer(int32_t pid, uint32_t bts_records, uint64_t now,
+                           ErrorDetail* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // Brings consumers up to date: drains the area of `cpu` now.
+  void DrainCpu(int cpu, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // A soft-BTS tracer's own area for `task` (to be replaced by the task's
+  // own DS area, see docs/ds.md).
+  void DrainForeign(DsArea& area, TaskId task, int cpu, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // The task got a fatal signal: its history consumers freeze.
+  void TaskCrashed(TaskId task, uint64_t now, int signo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+
+  // Counters and breakpoints (kernel/pmu_arbiter/arbiter.h).
+  int AddRequest(const pfm_pmu_req& req, uint64_t session, const char* label,
+                 uint64_t now, ErrorDetail* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  void RemoveRequest(RequestId id, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  int ReadRequest(RequestId id, uint64_t now, PmuArbiter::Reading* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  void DescribeHolders(uint64_t now, std::vector<PmuArbiter::Holder>* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+
+  // The allocator itself, for benchmarks that drive it as a whole
+  // (bench/compact.cc); pfmd uses the verbs above.
+  DsAllocator& ds_for_benchmarks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_) {
+    lock_.AssertHeld();
+    return ds_;
+  }
+
+  // What runs on each CPU now (for `resources` and on-demand drains).
+  TaskId Running(int cpu) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+
+  // ---- CoreHooks (the hardware side) ----
   DsArea* Area(int cpu) override;
   void DsInterrupt(int cpu, uint64_t now_ns) override;
   void ContextSwitch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
@@ -51,17 +95,15 @@ class Kernel : public CoreHooks, public PebsRouter {
   void AddCount(uint32_t request, uint64_t delta) override;
   void Tick(int cpu, uint64_t now_ns) override;
 
-  // PebsRouter
+  // PebsRouter (called back by the DS allocator during a drain).
   uint32_t OwnerOf(int cpu, int counter) const override;
 
-  // What runs on each CPU now (for `resources`).
-  TaskId Running(int cpu) const;
-
  private:
-  MachineInfo machine_;
-  DsAllocator ds_;
-  PmuArbiter arbiter_;
-  std::vector<TaskId> running_;
+  mutable KernelLock lock_;
+  const MachineInfo machine_;
+  DsAllocator ds_ ABSL_GUARDED_BY(lock_);
+  PmuArbiter arbiter_ ABSL_GUARDED_BY(lock_);
+  std::vector<TaskId> running_ ABSL_GUARDED_BY(lock_);
 };
 
 }  // namespace pfm

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kernel/drivers/machine.h"
 
 namespace pfm {
 namespace {
@@ -25,21 +26,10 @@ std::mutex& LibpfmMutex() {
 // "not yet initialised" without initialising (libpfm4 has no direct query).
 bool LibpfmInitialised() { return pfm_find_event("") != PFM_ERR_NOINIT; }
 
-std::optional<pfm_pmu_info_t> PmuInfo(int p) {
-  pfm_pmu_info_t info;
-  std::memset(&info, 0, sizeof(info));
-  info.size = sizeof(info);
-  if (pfm_get_pmu_info(static_cast<pfm_pmu_t>(p), &info) != PFM_SUCCESS)
-    return std::nullopt;
-  return info;
-}
-
 bool PmuActive(const std::string& name) {
-  for (int p = PFM_PMU_NONE; p < PFM_PMU_MAX; ++p) {
-    std::optional<pfm_pmu_info_t> info = PmuInfo(p);
-    if (info && info->is_present && absl::EqualsIgnoreCase(name, info->name))
+  for (const pfm_pmu_info_t& info : LibpfmPmus())
+    if (info.is_present && absl::EqualsIgnoreCase(name, info.name))
       return true;
-  }
   return false;
 }
 
@@ -228,9 +218,9 @@ absl::Status ForcePmu(const std::string& pmu) {
   ::setenv("LIBPFM_FORCE_PMU", "-", 1);
   const int probe = pfm_initialize();
   bool known = false;
-  for (int p = PFM_PMU_NONE; probe == PFM_SUCCESS && p < PFM_PMU_MAX; ++p) {
-    std::optional<pfm_pmu_info_t> info = PmuInfo(p);
-    if (info && absl::EqualsIgnoreCase(pmu, info->name)) known = true;
+  if (probe == PFM_SUCCESS) {
+    for (const pfm_pmu_info_t& info : LibpfmPmus())
+      if (absl::EqualsIgnoreCase(pmu, info.name)) known = true;
   }
   pfm_terminate();  // nothing was activated: leaves no state behind
   if (probe != PFM_SUCCESS || !known) {

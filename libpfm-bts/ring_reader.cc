@@ -13,10 +13,6 @@
 namespace pfm {
 namespace {
 
-constexpr uint64_t kChunk = PFM_RING_CHUNK;
-constexpr uint64_t kMaxDataBytes = 1ull << 30;
-
-uint64_t ChunkFloor(uint64_t pos) { return pos & ~(kChunk - 1); }
 uint64_t Load(const __u64* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 
 }  // namespace
@@ -28,8 +24,9 @@ absl::StatusOr<RingReader> RingReader::Map(UniqueFd fd) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot fstat the ring fd: ", strerror(errno)));
   const uint64_t size = static_cast<uint64_t>(sb.st_size);
-  if (!S_ISREG(sb.st_mode) || size < PFM_RING_HEADER_BYTES + 2 * kChunk ||
-      size > PFM_RING_HEADER_BYTES + kMaxDataBytes)
+  if (!S_ISREG(sb.st_mode) ||
+      size < PFM_RING_HEADER_BYTES + kMinRingDataBytes ||
+      size > PFM_RING_HEADER_BYTES + kMaxRingDataBytes)
     return absl::InvalidArgumentError(
         absl::StrCat("ring fd of ", size, " bytes is not a ring"));
   // Without a shrink seal the writer could truncate the file under us and
@@ -65,19 +62,18 @@ absl::StatusOr<RingReader> RingReader::Map(UniqueFd fd) {
     return absl::InvalidArgumentError(
         absl::StrCat("ring header_bytes ", h.header_bytes, ", expected ",
                      PFM_RING_HEADER_BYTES));
-  if (h.chunk_bytes != kChunk)
+  if (h.chunk_bytes != kRingChunk)
     return absl::InvalidArgumentError(absl::StrCat(
-        "ring chunk_bytes ", h.chunk_bytes, ", expected ", kChunk));
+        "ring chunk_bytes ", h.chunk_bytes, ", expected ", kRingChunk));
   const uint64_t d = h.data_bytes;
-  if (d < 2 * kChunk || d > kMaxDataBytes || (d & (d - 1)) != 0 ||
-      PFM_RING_HEADER_BYTES + d != size)
+  if (!IsValidRingDataBytes(d) || PFM_RING_HEADER_BYTES + d != size)
     return absl::InvalidArgumentError(
         absl::StrCat("ring data_bytes ", d, " does not match a file of ",
                      size, " bytes"));
-  if (h.format != PFM_FORMAT_FIXED && h.format != PFM_FORMAT_COMPACT)
+  if (!IsRingFormat(h.format))
     return absl::InvalidArgumentError(
         absl::StrCat("ring format ", unsigned{h.format}, " is unknown"));
-  if (h.mode != PFM_RING_HISTORY && h.mode != PFM_RING_LOSSLESS)
+  if (!IsRingMode(h.mode))
     return absl::InvalidArgumentError(
         absl::StrCat("ring mode ", unsigned{h.mode}, " is unknown"));
   if (h.mode == PFM_RING_HISTORY && h.history_records == 0)
@@ -91,13 +87,8 @@ absl::StatusOr<RingReader> RingReader::Map(UniqueFd fd) {
   // consumed before) the cursor starts at the chunk's sync point and skips
   // what lies below tail: the writer never reuses the chunk holding tail.
   r.tail_ = Load(&r.hdr_->tail);
-  r.cursor_.pos = r.SyncPoint(r.tail_);
+  r.cursor_.pos = RingSyncPoint(r.format_, r.tail_);
   return r;
-}
-
-uint64_t RingReader::SyncPoint(uint64_t pos) const {
-  // Fixed records carry no delta state: any record boundary will do.
-  return format_ == PFM_FORMAT_FIXED ? pos : ChunkFloor(pos);
 }
 
 RingReader::RingReader(RingReader&& o) noexcept { *this = std::move(o); }
@@ -134,7 +125,7 @@ size_t RingReader::Consume(std::vector<pfm_record>* out, size_t max) {
   if (mode_ != PFM_RING_LOSSLESS || !status_.ok() || max == 0) return 0;
   const uint64_t head = Load(&hdr_->head);
   // The writer keeps head within one ring of the chunk holding our tail.
-  if (head < tail_ || head - ChunkFloor(tail_) > data_bytes_) {
+  if (!RingHeadAllowed(tail_, head, data_bytes_)) {
     status_ = absl::DataLossError(absl::StrCat(
         "ring head ", head, " is impossible for tail ", tail_));
     return 0;
@@ -171,17 +162,16 @@ absl::Status RingReader::Snapshot(std::vector<pfm_record>* out) const {
         absl::StrCat("ring head ", head0, " is below tail ", tail0));
   // The writer may have moved on between the two loads; bytes more than a
   // ring below head0 are gone anyway.
-  uint64_t base = ChunkFloor(tail0);
-  if (head0 - base > data_bytes_)
-    base = ChunkFloor(head0 - data_bytes_ + kChunk - 1);
+  const uint64_t base = RingSnapshotBase(tail0, head0, data_bytes_);
 
-  // Copy to the same offsets, so the cursor walks the copy like the ring.
+  // Copy to the same offsets, so decoding walks the copy like the ring.
   std::vector<uint8_t> copy(data_bytes_);
   const uint64_t mask = data_bytes_ - 1;
-  // Advance by the bytes copied, never past head0: p += kChunk would wrap for
-  // a head near 2^64 (a hostile header; found by fuzz/ring_fuzz.cc).
+  // Advance by the bytes copied, never past head0: p += kRingChunk would
+  // wrap for a head near 2^64 (a hostile header; found by
+  // fuzz/ring_fuzz.cc).
   for (uint64_t p = base; p < head0;) {
-    const uint64_t n = head0 - p < kChunk ? head0 - p : kChunk;
+    const uint64_t n = head0 - p < kRingChunk ? head0 - p : kRingChunk;
     memcpy(copy.data() + (p & mask), data_ + (p & mask), n);
     p += n;
   }
@@ -193,24 +183,13 @@ absl::Status RingReader::Snapshot(std::vector<pfm_record>* out) const {
   if (tail1 < tail0)
     return absl::DataLossError(
         absl::StrCat("ring tail went back from ", tail0, " to ", tail1));
-
-  RingCursor cur;
-  cur.pos = SyncPoint(tail1) > base ? SyncPoint(tail1) : base;
-  const uint64_t keep_from = tail1 > base ? tail1 : base;
-  pfm_record rec;
-  uint64_t at = 0;
-  for (;;) {
-    const int r = cur.Next(copy.data(), data_bytes_, format_, head0, &rec, &at);
-    if (r == 0) break;
-    if (r < 0) {
-      out->clear();
-      return absl::DataLossError(
-          absl::StrCat("malformed record at ring position ", cur.pos));
-    }
-    if (at >= keep_from) out->push_back(rec);
-  }
-  if (mode_ == PFM_RING_HISTORY && out->size() > history_records_)
-    out->erase(out->begin(), out->end() - history_records_);
+  // Decodes from at or above base (tail1 >= tail0), inside the copy.
+  uint64_t bad = 0;
+  if (DecodeRingSnapshot(copy.data(), data_bytes_, format_, tail1, head0,
+                         mode_ == PFM_RING_HISTORY ? history_records_ : 0,
+                         out, &bad) != 0)
+    return absl::DataLossError(
+        absl::StrCat("malformed record at ring position ", bad));
   return absl::OkStatus();
 }
 

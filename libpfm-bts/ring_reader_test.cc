@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernel/ds/compact_codec.h"
+#include "kernel/uapi/compact_codec.h"
 #include "kernel/ds/ring.h"
 
 namespace pfm {

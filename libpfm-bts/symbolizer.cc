@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "kernel/uapi/pfm_uapi.h"
 #include "pfm/unique_fd.h"
 
 namespace pfm {
@@ -169,7 +170,7 @@ Dwfl_Module* Symbolizer::ModuleFor(const MapEntry& m) {
 }
 
 std::string Symbolizer::Symbolize(uint64_t addr) {
-  if (addr >= kKernelAddressStart) return "[kernel]";
+  if (PFM_ADDR_IS_KERNEL(addr)) return "[kernel]";
   const MapEntry* m = Find(addr);
   if (m == nullptr) return "";
   if (Dwfl_Module* mod = ModuleFor(*m)) {
@@ -187,7 +188,7 @@ std::string Symbolizer::Symbolize(uint64_t addr) {
 }
 
 std::string Symbolizer::ModuleOf(uint64_t addr) const {
-  if (addr >= kKernelAddressStart) return "[kernel]";
+  if (PFM_ADDR_IS_KERNEL(addr)) return "[kernel]";
   const MapEntry* m = Find(addr);
   return m == nullptr ? "" : Basename(m->path);
 }

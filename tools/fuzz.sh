@@ -44,8 +44,8 @@ build() {
 for t in "${targets[@]}"; do
   case "$t" in
     wire) build wire fuzz/wire_fuzz.cc libpfm-bts/wire.cc libpfm-bts/session_spec.cc -lboost_json ;;
-    compact) build compact fuzz/compact_fuzz.cc kernel/ds/compact_codec.cc ;;
-    ring) build ring fuzz/ring_fuzz.cc libpfm-bts/ring_reader.cc kernel/ds/compact_codec.cc ;;
+    compact) build compact fuzz/compact_fuzz.cc kernel/uapi/compact_codec.cc kernel/uapi/ring_format.cc ;;
+    ring) build ring fuzz/ring_fuzz.cc libpfm-bts/ring_reader.cc kernel/uapi/compact_codec.cc kernel/uapi/ring_format.cc ;;
     *) echo "fuzz: unknown target $t (wire, compact, ring)" >&2; exit 2 ;;
   esac
 done

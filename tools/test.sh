@@ -19,6 +19,14 @@ if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
   failed=1
 fi
 rm -f "$log"
+# clang's -Wthread-safety over the code under the kernel lock, counted as
+# one test (tools/thread_safety.sh).
+if tools/thread_safety.sh; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  rc=1
+fi
 # The libFuzzer targets (fuzz/), PFM_FUZZ_SECONDS each (default 30, seed PFM_FUZZ_SEED or 1; 0 skips),
 # counted as one test. Their stored inputs also replay in
 # //fuzz:fuzz_regression_test above.

@@ -5,9 +5,10 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "kernel/drivers/machine.h"
 
 namespace pfm {
 namespace {
@@ -58,12 +59,7 @@ int DescribeHostMachine(MachineInfo* out, ErrorDetail* detail) {
   m.pmu = "none";
   m.pmu_desc = "no CPU PMU in " + devices + " (a VM without a virtual PMU?)";
   if (cpu_pmu && pfm_initialize() == PFM_SUCCESS) {
-    for (int p = PFM_PMU_NONE; p < PFM_PMU_MAX; ++p) {
-      pfm_pmu_info_t info;
-      std::memset(&info, 0, sizeof(info));
-      info.size = sizeof(info);
-      if (pfm_get_pmu_info(static_cast<pfm_pmu_t>(p), &info) != PFM_SUCCESS)
-        continue;
+    for (const pfm_pmu_info_t& info : LibpfmPmus()) {
       if (!info.is_present || info.type != PFM_PMU_TYPE_CORE) continue;
       m.pmu = info.name;
       m.pmu_desc = info.desc;

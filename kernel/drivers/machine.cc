@@ -21,17 +21,23 @@ bool IsIntelCore(const pfm_pmu_info_t& info) {
 
 }  // namespace
 
-std::vector<std::string> LibpfmCorePmuNames() {
-  std::vector<std::string> names;
-  if (InitLibpfm() != PFM_SUCCESS) return names;
+std::vector<pfm_pmu_info_t> LibpfmPmus() {
+  std::vector<pfm_pmu_info_t> out;
   for (int p = PFM_PMU_NONE; p < PFM_PMU_MAX; ++p) {
     pfm_pmu_info_t info;
     std::memset(&info, 0, sizeof(info));
     info.size = sizeof(info);
-    if (pfm_get_pmu_info(static_cast<pfm_pmu_t>(p), &info) != PFM_SUCCESS)
-      continue;
-    if (info.type == PFM_PMU_TYPE_CORE) names.push_back(info.name);
+    if (pfm_get_pmu_info(static_cast<pfm_pmu_t>(p), &info) == PFM_SUCCESS)
+      out.push_back(info);
   }
+  return out;
+}
+
+std::vector<std::string> LibpfmCorePmuNames() {
+  std::vector<std::string> names;
+  if (InitLibpfm() != PFM_SUCCESS) return names;
+  for (const pfm_pmu_info_t& info : LibpfmPmus())
+    if (info.type == PFM_PMU_TYPE_CORE) names.push_back(info.name);
   return names;
 }
 
@@ -43,12 +49,7 @@ int DescribeSimMachine(const std::string& pmu_name, int cpus,
   if (InitLibpfm() != PFM_SUCCESS)
     return SetError(detail, -EOPNOTSUPP, "libpfm4 failed to initialise: %s",
                     pfm_strerror(InitLibpfm()));
-  for (int p = PFM_PMU_NONE; p < PFM_PMU_MAX; ++p) {
-    pfm_pmu_info_t info;
-    std::memset(&info, 0, sizeof(info));
-    info.size = sizeof(info);
-    if (pfm_get_pmu_info(static_cast<pfm_pmu_t>(p), &info) != PFM_SUCCESS)
-      continue;
+  for (const pfm_pmu_info_t& info : LibpfmPmus()) {
     if (pmu_name != info.name) continue;
     if (info.type != PFM_PMU_TYPE_CORE)
       return SetError(detail, -EINVAL,

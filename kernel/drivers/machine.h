@@ -7,6 +7,8 @@
 #ifndef PFM_KERNEL_DRIVERS_MACHINE_H_
 #define PFM_KERNEL_DRIVERS_MACHINE_H_
 
+#include <perfmon/pfmlib.h>
+
 #include <string>
 #include <vector>
 
@@ -27,6 +29,14 @@ int DescribeSimMachine(const std::string& pmu_name, int cpus,
 
 // Names of the core PMUs libpfm4 knows (for error messages and --help).
 std::vector<std::string> LibpfmCorePmuNames();
+
+// Every PMU libpfm4's tables describe (pfm_get_pmu_info succeeds), in table
+// order, present on this machine or not (is_present says). The one walk of
+// libpfm4's PMU table, for the machine descriptions here and for event
+// names (libpfm-bts/events.cc). Does not initialise libpfm4: the callers do
+// that themselves, each with its own error reporting; uninitialised, the
+// list is empty. Not thread-safe against libpfm4's own (re)initialisation.
+std::vector<pfm_pmu_info_t> LibpfmPmus();
 
 }  // namespace pfm
 

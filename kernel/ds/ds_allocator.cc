@@ -7,20 +7,10 @@
 #include <cstring>
 #include <string>
 
+#include "kernel/uapi/ring_format.h"
+
 namespace pfm {
 namespace {
-
-// x86-64 canonical addresses: the upper half is kernel space (Intel SDM
-// Vol. 1, "Canonical Addressing"; Linux maps the kernel there).
-constexpr uint64_t kKernelSpaceStart = 0xffff800000000000ull;
-
-[[maybe_unused]] bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
-
-uint64_t RoundUpPow2(uint64_t v) {
-  uint64_t p = 1;
-  while (p < v) p <<= 1;
-  return p;
-}
 
 // The worst case bytes `records` records take in a ring of either format,
 // with chunk padding (a record never straddles a chunk).
@@ -38,7 +28,7 @@ inline void TranslateBts(const pfm_bts_raw& b, uint64_t time, uint16_t cpu,
   out->cpu = cpu;
   out->misc =
       ((b.flags & PFM_BTS_RAW_PREDICTED) ? PFM_MISC_BRANCH_PREDICTED : 0u) |
-      (b.from >= kKernelSpaceStart ? PFM_MISC_BRANCH_KERNEL_FROM : 0u);
+      (PFM_ADDR_IS_KERNEL(b.from) ? PFM_MISC_BRANCH_KERNEL_FROM : 0u);
   out->time = time;
   out->pid = pid;
   out->tid = tid;
@@ -90,8 +80,7 @@ struct DsAllocator::CpuState {
 uint64_t DsAllocator::RingDataBytes(const ConsumerParams& params) {
   if (params.req.bts == PFM_BTS_HISTORY)
     return HistoryRingBytes(params.history_records);
-  return std::max<uint64_t>(RoundUpPow2(params.req.ring_bytes),
-                            2 * PFM_RING_CHUNK);
+  return RingDataBytesFor(params.req.ring_bytes);
 }
 
 DsAllocator::DsAllocator(int cpus, const DsLimits& limits) : limits_(limits) {
@@ -191,9 +180,10 @@ int DsAllocator::Attach(const ConsumerParams& params, uint64_t now,
   } else {
     rc.mode = PFM_RING_LOSSLESS;
     rc.block = block;
-    if (r.ring_bytes > (1ull << 30))
-      return SetError(detail, -EINVAL, "ring of %llu bytes: at most 1 GiB",
-                      static_cast<unsigned long long>(r.ring_bytes));
+    if (r.ring_bytes > kMaxRingDataBytes)
+      return SetError(detail, -EINVAL, "ring of %llu bytes: at most %llu",
+                      static_cast<unsigned long long>(r.ring_bytes),
+                      static_cast<unsigned long long>(kMaxRingDataBytes));
     rc.data_bytes = RingDataBytes(params);
     if (block) {
       const uint64_t per_drain = limits_.task_bts_records +
@@ -206,7 +196,7 @@ int DsAllocator::Attach(const ConsumerParams& params, uint64_t now,
                         "one drain of the task's DS buffer can write); "
                         "asked for %llu",
                         static_cast<unsigned long long>(
-                            RoundUpPow2(2 * reserve)),
+                            RingDataBytesFor(2 * reserve)),
                         static_cast<unsigned long long>(r.ring_bytes));
     }
   }

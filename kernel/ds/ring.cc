@@ -10,25 +10,15 @@
 #include <cstring>
 #include <new>
 
-#include "kernel/ds/compact_codec.h"
+#include "kernel/uapi/compact_codec.h"
+#include "kernel/uapi/ring_format.h"
 
-// Space rule (both modes): the writer never reuses the chunk that holds tail,
-// i.e. a record may end at most at ChunkFloor(tail) + data_bytes. A reader
-// whose tail is mid-chunk can then always re-decode that chunk from its start
-// (the compact codec's sync point) — after re-mapping, or for a non-consuming
-// snapshot — at the cost of under one chunk of capacity. In history mode tail
-// is always chunk-aligned, so nothing is lost there.
+// Space rule (both modes): the tail-chunk rule of kernel/uapi/ring_format.h,
+// which the reader checks: a record may end at most at ChunkFloor(tail) +
+// data_bytes.
 
 namespace pfm {
 namespace {
-
-constexpr uint64_t kChunk = PFM_RING_CHUNK;
-constexpr uint64_t kMaxDataBytes = 1ull << 30;
-static_assert(kChunk % PFM_RECORD_FIXED_SIZE == 0,
-              "fixed records never straddle a chunk");
-
-uint64_t ChunkFloor(uint64_t pos) { return pos & ~(kChunk - 1); }
-bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 // Where one record would go: its bytes, its start (after a PAD when it does
 // not fit the current chunk) and the codec state after it.
@@ -50,28 +40,19 @@ void Plan(pfm_format format, uint64_t head, const CodecState& st,
     p->start = head;
   } else {
     p->st = st;
-    if (head % kChunk == 0) p->st.Reset();
-    p->start = head;
-    p->size = EncodeRecord(rec, &p->st, p->bytes);
-    if (head % kChunk + p->size > kChunk) {
-      // Restart in the next chunk, from a reset state: the encoding changes.
-      p->start = ChunkFloor(head) + kChunk;
-      p->st.Reset();
-      p->size = EncodeRecord(rec, &p->st, p->bytes);
-    }
+    p->size = PlaceCompactRecord(head, rec, &p->st, p->bytes, &p->start);
   }
   assert(p->size > 0 && p->size <= sizeof(p->bytes));
   p->end = p->start + p->size;
 }
 
 // Debug builds: the batch paths copy records verbatim, so they must come
-// normalized (what Write does per record). Invalid types are WriteBatch's to
-// count as lost.
-void AssertNormalized([[maybe_unused]] const pfm_record* recs,
-                      [[maybe_unused]] size_t n) {
+// of ring record types and normalized (what Write does per record).
+void AssertValidAndNormalized([[maybe_unused]] const pfm_record* recs,
+                              [[maybe_unused]] size_t n) {
 #ifndef NDEBUG
   for (size_t j = 0; j < n; ++j) {
-    if (!IsRecordType(recs[j].type)) continue;
+    assert(IsRecordType(recs[j].type));
     pfm_record norm = recs[j];
     NormalizeRecord(&norm);
     assert(memcmp(&norm, &recs[j], sizeof(norm)) == 0);
@@ -107,9 +88,9 @@ struct Ring::State {
   // (no planning copy; the fan-out's hot path).
   Result WriteFixed(const pfm_record& rec);
   // Fixed format, nothing pending: copies the longest prefix of recs[0..n)
-  // that is valid, fits and does not wrap the data area. Returns its length
-  // (0 when the first record is invalid or does not fit).
-  size_t WriteFixedRun(const pfm_record* recs, size_t n, bool valid);
+  // (valid, normalized) that fits and does not wrap the data area. Returns
+  // its length (0 when the first record does not fit).
+  size_t WriteFixedRun(const pfm_record* recs, size_t n);
   // Fixed format: k records were copied to [head, head + 64k); counts them
   // per chunk and publishes head.
   void CommitFixedRun(size_t k);
@@ -117,8 +98,8 @@ struct Ring::State {
 };
 
 // History: data_bytes >= 64 * n + 2 chunks keeps n records. After the writer
-// drops the fewest chunks for a record, at least data_bytes - kChunk bytes of
-// whole chunks lie in [tail, head) and each whole chunk holds at least 64
+// drops the fewest chunks for a record, at least data_bytes - kRingChunk bytes
+// of whole chunks lie in [tail, head) and each whole chunk holds at least 64
 // records in either format (fixed: exactly 64; compact: records are at most
 // 63 bytes and a chunk ends early only when the next record does not fit, so
 // more than 4096 - 63 bytes of it are records). Hence >= n + 64 survive.
@@ -129,10 +110,7 @@ uint64_t HistoryRingBytes(uint64_t records) {
   // Past 2^56 records the product overflows; any such ring is refused
   // (> 1 GiB) anyway, so answer the largest power of two.
   if (records > (1ull << 56)) return 1ull << 63;
-  const uint64_t need = records * kPerRecord + 2 * kChunk;
-  uint64_t bytes = 2 * kChunk;
-  while (bytes < need) bytes <<= 1;
-  return bytes;
+  return RingDataBytesFor(records * kPerRecord + 2 * kRingChunk);
 }
 
 int Ring::Create(const RingConfig& config, const char* name,
@@ -142,14 +120,13 @@ int Ring::Create(const RingConfig& config, const char* name,
   };
   if (out == nullptr)
     return SetError(detail, -EINVAL, "Ring::Create needs an output pointer");
-  if (!IsPowerOfTwo(config.data_bytes) || config.data_bytes < 2 * kChunk ||
-      config.data_bytes > kMaxDataBytes)
+  if (!IsValidRingDataBytes(config.data_bytes))
     return SetError(detail, -EINVAL,
                     "ring data_bytes %llu: must be a power of two between "
                     "%llu and %llu",
-                    ull(config.data_bytes), ull(2 * kChunk),
-                    ull(kMaxDataBytes));
-  if (config.format != PFM_FORMAT_FIXED && config.format != PFM_FORMAT_COMPACT)
+                    ull(config.data_bytes), ull(kMinRingDataBytes),
+                    ull(kMaxRingDataBytes));
+  if (!IsRingFormat(config.format))
     return SetError(detail, -EINVAL,
                     "ring format %d: expected fixed (1) or compact (2)",
                     static_cast<int>(config.format));
@@ -168,7 +145,7 @@ int Ring::Create(const RingConfig& config, const char* name,
                       "got %llu",
                       ull(config.history_records), ull(need),
                       ull(config.data_bytes));
-  } else if (config.mode != PFM_RING_LOSSLESS) {
+  } else if (!IsRingMode(config.mode)) {
     return SetError(detail, -EINVAL,
                     "ring mode %d: expected history (1) or lossless (2)",
                     static_cast<int>(config.mode));
@@ -178,7 +155,8 @@ int Ring::Create(const RingConfig& config, const char* name,
   std::unique_ptr<State> st(new (std::nothrow) State());
   if (ring == nullptr || st == nullptr)
     return SetError(detail, -ENOMEM, "out of memory for a ring");
-  st->nchunks = config.data_bytes / kChunk;  // a power of two: indexed by mask
+  // A power of two: chunk slots are indexed by mask.
+  st->nchunks = config.data_bytes / kRingChunk;
   assert(IsPowerOfTwo(st->nchunks));
   st->chunk_records.reset(new (std::nothrow) uint32_t[st->nchunks]());
   if (st->chunk_records == nullptr)
@@ -260,7 +238,7 @@ bool Ring::State::Fits(uint64_t end) const {
   // The reader owns tail and may be buggy or hostile: a tail beyond head
   // must not let the writer run past what it wrote itself.
   if (t > head) t = head;
-  return end <= ChunkFloor(t) + config.data_bytes;
+  return RingHeadAllowed(t, end, config.data_bytes);
 }
 
 void Ring::State::MakeRoom(uint64_t end) {
@@ -270,10 +248,10 @@ void Ring::State::MakeRoom(uint64_t end) {
     // reused so that a concurrent reader can tell what it copied is torn.
     bool dropped = false;
     while (end > s.tail + config.data_bytes) {
-      uint32_t& n = s.chunk_records[(s.tail / kChunk) & (s.nchunks - 1)];
+      uint32_t& n = s.chunk_records[(s.tail / kRingChunk) & (s.nchunks - 1)];
       s.overwritten += n;
       n = 0;
-      s.tail += kChunk;
+      s.tail += kRingChunk;
       dropped = true;
     }
     if (dropped) {
@@ -301,8 +279,8 @@ Ring::Result Ring::State::WriteFixed(const pfm_record& rec) {
   auto* slot = reinterpret_cast<pfm_record*>(data + (head & (config.data_bytes - 1)));
   memcpy(slot, &rec, sizeof(rec));
   NormalizeRecord(slot);
-  uint32_t& n = chunk_records[(head / kChunk) & (nchunks - 1)];
-  if (head % kChunk == 0) n = 0;
+  uint32_t& n = chunk_records[(head / kRingChunk) & (nchunks - 1)];
+  if (head % kRingChunk == 0) n = 0;
   ++n;
   head = end;
   ++records;
@@ -311,8 +289,7 @@ Ring::Result Ring::State::WriteFixed(const pfm_record& rec) {
   return kWritten;
 }
 
-size_t Ring::State::WriteFixedRun(const pfm_record* recs, size_t n,
-                                  bool valid) {
+size_t Ring::State::WriteFixedRun(const pfm_record* recs, size_t n) {
   constexpr uint64_t kRec = PFM_RECORD_FIXED_SIZE;
   const uint64_t mask = config.data_bytes - 1;
   // Fixed records fill chunks exactly (no PAD), so consecutive chunks are
@@ -321,16 +298,7 @@ size_t Ring::State::WriteFixedRun(const pfm_record* recs, size_t n,
   if (config.mode == PFM_RING_LOSSLESS) {
     uint64_t t = __atomic_load_n(&hdr->tail, __ATOMIC_ACQUIRE);
     if (t > head) t = head;  // see Fits
-    const uint64_t limit = ChunkFloor(t) + config.data_bytes;
-    k = std::min<uint64_t>(k, limit > head ? (limit - head) / kRec : 0);
-  }
-  if (!valid) {
-    for (size_t i = 0; i < k; ++i) {
-      if (!IsRecordType(recs[i].type)) {
-        k = i;
-        break;
-      }
-    }
+    k = std::min<uint64_t>(k, RingRoom(t, head, config.data_bytes) / kRec);
   }
   if (k == 0) return 0;
   const uint64_t end = head + k * kRec;
@@ -345,10 +313,10 @@ void Ring::State::CommitFixedRun(size_t k) {
   constexpr uint64_t kRec = PFM_RECORD_FIXED_SIZE;
   const uint64_t end = head + k * kRec;
   for (uint64_t pos = head; pos < end;) {
-    const uint64_t in_chunk =
-        std::min<uint64_t>((end - pos) / kRec, (kChunk - pos % kChunk) / kRec);
-    uint32_t& c = chunk_records[(pos / kChunk) & (nchunks - 1)];
-    if (pos % kChunk == 0) c = 0;
+    const uint64_t in_chunk = std::min<uint64_t>(
+        (end - pos) / kRec, (kRingChunk - pos % kRingChunk) / kRec);
+    uint32_t& c = chunk_records[(pos / kRingChunk) & (nchunks - 1)];
+    if (pos % kRingChunk == 0) c = 0;
     c += static_cast<uint32_t>(in_chunk);
     pos += in_chunk * kRec;
   }
@@ -364,8 +332,8 @@ void Ring::State::Commit(const Placement& p) {
   const uint64_t mask = config.data_bytes - 1;
   if (p.start != s.head) data[s.head & mask] = PFM_REC_PAD;
   memcpy(data + (p.start & mask), p.bytes, p.size);
-  uint32_t& n = s.chunk_records[(p.start / kChunk) & (s.nchunks - 1)];
-  if (p.start % kChunk == 0) n = 0;
+  uint32_t& n = s.chunk_records[(p.start / kRingChunk) & (s.nchunks - 1)];
+  if (p.start % kRingChunk == 0) n = 0;
   ++n;
   if (config.format == PFM_FORMAT_COMPACT) s.codec = p.st;
   s.head = p.end;
@@ -425,29 +393,18 @@ Ring::Result Ring::Write(const pfm_record& rec) {
   return kWritten;
 }
 
-size_t Ring::WriteBatch(const pfm_record* recs, size_t n) {
-  return WriteBatchImpl(recs, n, /*valid=*/false);
-}
-
 size_t Ring::WriteValidBatch(const pfm_record* recs, size_t n) {
-#ifndef NDEBUG
-  for (size_t j = 0; j < n; ++j) assert(IsRecordType(recs[j].type));
-#endif
-  return WriteBatchImpl(recs, n, /*valid=*/true);
-}
-
-size_t Ring::WriteBatchImpl(const pfm_record* recs, size_t n, bool valid) {
   State& s = *st_;
-  AssertNormalized(recs, n);
+  AssertValidAndNormalized(recs, n);
   size_t i = 0;
   while (i < n) {
     if (config_.format == PFM_FORMAT_FIXED && s.pending_lost == 0) {
-      const size_t k = s.WriteFixedRun(recs + i, n - i, valid);
+      const size_t k = s.WriteFixedRun(recs + i, n - i);
       i += k;
       if (k > 0) continue;
     }
-    // A LOST record to write first, a record that does not fit or an
-    // invalid one, or a compact ring: one record at a time.
+    // A LOST record to write first, a record that does not fit, or a
+    // compact ring: one record at a time.
     if (Write(recs[i]) == kWouldBlock) return i;
     ++i;
   }
@@ -472,25 +429,8 @@ void Ring::CommitFixed(size_t n) {
   State& s = *st_;
   [[maybe_unused]] const auto* recs = reinterpret_cast<const pfm_record*>(
       s.data + (s.head & (config_.data_bytes - 1)));
-  for (size_t j = 0; j < n; ++j) assert(IsRecordType(recs[j].type));
-  AssertNormalized(recs, n);
+  AssertValidAndNormalized(recs, n);
   s.CommitFixedRun(n);
-}
-
-bool Ring::HasRoom(const pfm_record& rec) const {
-  if (config_.mode == PFM_RING_HISTORY) return true;
-  if (!IsRecordType(rec.type)) return false;
-  uint64_t head = st_->head;
-  CodecState codec = st_->codec;
-  Placement p;
-  if (st_->pending_lost > 0) {
-    Plan(config_.format, head, codec, LostRecord(rec, st_->pending_lost), &p);
-    if (!st_->Fits(p.end)) return false;
-    head = p.end;
-    codec = p.st;
-  }
-  Plan(config_.format, head, codec, rec, &p);
-  return st_->Fits(p.end);
 }
 
 void Ring::End() {
@@ -503,31 +443,17 @@ uint64_t Ring::lost() const { return st_->lost; }
 uint64_t Ring::overwritten() const { return st_->overwritten; }
 
 void Ring::Snapshot(std::vector<pfm_record>* out) const {
-  out->clear();
   const uint64_t head = st_->head;
   uint64_t tail = st_->tail;
   if (config_.mode == PFM_RING_LOSSLESS) {
     tail = __atomic_load_n(&hdr_->tail, __ATOMIC_ACQUIRE);
     if (tail > head) tail = head;
-    // A reader that moved tail back below what the writer may have reused
-    // gets only what is still intact.
-    if (head - tail > config_.data_bytes) tail = head - config_.data_bytes;
   }
-  RingCursor cur;
-  cur.pos = ChunkFloor(tail);
-  if (head - cur.pos > config_.data_bytes) cur.pos += kChunk;
-  pfm_record rec;
-  uint64_t at = 0;
   // The writer produced these bytes itself, so a decode error is a bug.
-  int r;
-  while ((r = cur.Next(data_, config_.data_bytes, config_.format, head, &rec,
-                       &at)) > 0) {
-    if (at >= tail) out->push_back(rec);
-  }
+  [[maybe_unused]] const int r = DecodeRingSnapshot(
+      data_, config_.data_bytes, config_.format, tail, head,
+      config_.mode == PFM_RING_HISTORY ? config_.history_records : 0, out);
   assert(r == 0);
-  if (config_.mode == PFM_RING_HISTORY &&
-      out->size() > config_.history_records)
-    out->erase(out->begin(), out->end() - config_.history_records);
 }
 
 }  // namespace pfm

@@ -4,7 +4,10 @@
 // "Consumer rings in shared memory"): a 4096-byte pfm_ring_header page, then
 // data_bytes of data made of PFM_RING_CHUNK-byte chunks. A record never
 // straddles a chunk; a PFM_REC_PAD byte ends a chunk early. In the compact
-// encoding the codec state resets at every chunk start (a sync point).
+// encoding the codec state resets at every chunk start (a sync point). The
+// rules this writer and the reader share (limits, the tail-chunk rule,
+// placement, snapshot decoding) are kernel/uapi/ring_format.h's, so that
+// neither side has its own copy to drift.
 //
 // Modes:
 //   history  : the writer overwrites the oldest data, a whole chunk at a
@@ -36,7 +39,7 @@
 namespace pfm {
 
 struct RingConfig {
-  uint64_t data_bytes = 0;  // power of two, multiple of PFM_RING_CHUNK
+  uint64_t data_bytes = 0;  // IsValidRingDataBytes (kernel/uapi/ring_format.h)
   pfm_ring_mode mode = PFM_RING_LOSSLESS;
   pfm_format format = PFM_FORMAT_FIXED;
   bool block = false;            // lossless only
@@ -61,31 +64,29 @@ class Ring {
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
 
-  // Appends one record (any type but PAD). See the modes above.
+  // Appends one record. A PAD or unknown type is refused and counted lost.
+  // See the modes above.
   Result Write(const pfm_record& rec);
   // Appends recs[0..n) in order, as n calls of Write would (losses counted
   // the same way), and returns how many were taken before one was refused
   // with kWouldBlock (n when none was): the caller counts recs[ret..n) as
-  // refused. The records must be as NormalizeRecord leaves them (unused
-  // union bytes zero; the fan-out translates them that way once). A fixed
-  // ring copies runs of records with one memcpy per chunk and publishes head
-  // once per chunk; compact rings encode record by record.
-  size_t WriteBatch(const pfm_record* recs, size_t n);
-  // WriteBatch for records already known to be of ring record types
-  // (IsRecordType) and normalized, as the fan-out's translated batches are:
-  // no per-record check on the copy path. Checked by assert only.
+  // refused. The records must be of ring record types (IsRecordType) and as
+  // NormalizeRecord leaves them (unused union bytes zero), as the fan-out's
+  // translated batches are: no per-record check on the copy path, checked by
+  // assert only. A fixed ring copies runs of records with one memcpy per
+  // chunk and publishes head once per chunk; compact rings encode record by
+  // record.
   size_t WriteValidBatch(const pfm_record* recs, size_t n);
   // Zero-copy writing, for a lossless fixed ring with nothing pending: the
   // slots of the next records, contiguous, for the caller to fill, or null
-  // when fewer than n fit there (then use WriteBatch). Nothing is visible to
-  // readers (the slots are free space past head) until CommitFixed(n)
-  // publishes them; a reservation not committed changes nothing.
+  // when fewer than n fit there (then use WriteValidBatch). Nothing is
+  // visible to readers (the slots are free space past head) until
+  // CommitFixed(n) publishes them; a reservation not committed changes
+  // nothing.
   pfm_record* ReserveFixed(size_t n);
   // Publishes the n records written into the last ReserveFixed(n) slots
   // (normalized, valid types).
   void CommitFixed(size_t n);
-  // Lossless + block: true when `rec` would be written now (not kWouldBlock).
-  bool HasRoom(const pfm_record& rec) const;
   // Bytes free for the writer now (lossless: the reader's tail counts;
   // history: always data_bytes minus what one chunk may hold back).
   uint64_t FreeBytes() const {
@@ -111,7 +112,6 @@ class Ring {
 
  private:
   Ring() = default;
-  size_t WriteBatchImpl(const pfm_record* recs, size_t n, bool valid);
   RingConfig config_;
   int fd_ = -1;
   void* map_ = nullptr;

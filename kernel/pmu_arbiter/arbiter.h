@@ -26,6 +26,13 @@
 //
 // Thread-safety: none. The caller (the kernel facade) serialises all calls.
 // Policy details: docs/arbiter.md.
+//
+// This class is the front over the parts in this folder: admission.h
+// (validation, pinned admission, refusal messages), flexible_pool.h
+// (session queues, the deal, rotation), cpu_slots.h (one CPU's slots),
+// context.h (task and CPU contexts) and request.h (the data model). Here:
+// the contexts' lifecycle and clocks, the per-CPU switch and timer, and
+// readings.
 #ifndef PFM_KERNEL_PMU_ARBITER_ARBITER_H_
 #define PFM_KERNEL_PMU_ARBITER_ARBITER_H_
 
@@ -35,21 +42,23 @@
 #include <vector>
 
 #include "kernel/drivers/driver.h"
+#include "kernel/pmu_arbiter/request.h"  // RequestId, kFixedCounterBase
 #include "kernel/uapi/pfm_error.h"
 #include "kernel/uapi/pfm_uapi.h"
 
 namespace pfm {
 
-using RequestId = uint32_t;  // > 0; 0 means "none"
+namespace arbiter_internal {
+class Admission;
+struct Context;
+struct ContextTable;
+}  // namespace arbiter_internal
 
-// Hardware counter numbering shared with drivers (ScheduledCounter::counter):
-// GP counters are 0..gp_counters-1, fixed counter i is kFixedCounterBase + i.
-inline constexpr int kFixedCounterBase = 32;
 inline constexpr uint64_t kDefaultMuxIntervalNs = 4'000'000;  // 4 ms
 
 class PmuArbiter {
  public:
-  static constexpr int kLabelBytes = 48;
+  static constexpr int kLabelBytes = arbiter_internal::kLabelBytes;  // 48
 
   // `m` gives the shape: cpus (> 0), gp_counters and fixed_counters (each
   // clamped to 32), pebs_counter_mask (restricted to the GP counters) and
@@ -142,59 +151,29 @@ class PmuArbiter {
   // the same work however many requests wait.
   uint64_t work_units() const { return work_units_; }
 
-  int gp_counters() const { return n_gp_; }
-  int fixed_counters() const { return n_fixed_; }
-  int debug_registers() const { return n_dr_; }
+  int gp_counters() const { return shape_.gp_counters; }
+  int fixed_counters() const { return shape_.fixed_counters; }
+  int debug_registers() const { return shape_.debug_registers; }
 
  private:
-  struct Request;
-  struct SessionQueue;
-  struct Pool;
-  struct Context;
-  struct Cpu;
-  struct Demand;
+  using Context = arbiter_internal::Context;
+  using Request = arbiter_internal::Request;
+  struct Cpu;  // one CPU: its slots and what runs there
 
-  int Validate(const pfm_pmu_req& req, ErrorDetail* d) const;
-  int FixedCounterFor(uint32_t type, uint64_t config) const;
-  int AdmitPinned(const pfm_pmu_req& req, const Request& r, ErrorDetail* d);
-  int Refuse(int cls_kind, const Demand& held, const Context* cpu_ctx,
-             const Context* task_ctx, ErrorDetail* d) const;
-  Context* FindContext(const pfm_pmu_req& req) const;
   Context* GetOrCreateContext(const pfm_pmu_req& req, uint64_t now);
   void MaybeDeleteContext(Context* c);
   void MarkDirty(const Context* c);
-  static void LinkFixed(Pool& p, SessionQueue* s, Request* r);
-  static void UnlinkFixed(Pool& p, SessionQueue* s, Request* r);
-
-  uint64_t CtxNow(const Context& c, uint64_t now) const;
-  void PutOn(Cpu& cpu, int cpu_index, Request* r, int slot, uint64_t now);
-  void TakeOff(Request* r, uint64_t now);
-  int FindFreeCounter(const Cpu& cpu, const Request& r) const;
-  int FindFreeDr(const Cpu& cpu) const;
-  void Rebuild(int cpu_index, uint64_t now);
-  void InstallPinned(int cpu_index, uint64_t now);
-  void DealClass(int cpu_index, int cls, uint64_t now);
-  Request* NextCandidate(Pool& p);
-  void Place(Cpu& cpu, int cpu_index, Pool& p, Request* r, int slot,
-             uint64_t now);
-  void Rotate(Pool& p);
   bool MaybeRotate(Context* c, uint64_t now);
+  void Rebuild(int cpu_index, uint64_t now);
 
-  int cpus_;
-  int n_gp_;
-  int n_fixed_;
-  int n_dr_;
-  uint32_t gp_mask_;
-  uint32_t pebs_mask_;
-  uint64_t mux_interval_ns_;
-
+  const arbiter_internal::PmuShape shape_;
+  const uint64_t mux_interval_ns_;
+  const std::unique_ptr<const arbiter_internal::Admission> admission_;
+  const std::unique_ptr<arbiter_internal::ContextTable> contexts_;
   RequestId next_id_ = 1;
-  uint64_t deal_stamp_ = 0;
   uint64_t work_units_ = 0;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
-  std::unordered_map<int32_t, std::unique_ptr<Context>> tasks_;
-  std::vector<std::unique_ptr<Context>> cpu_ctx_;  // [cpus_], null if none
-  std::vector<std::unique_ptr<Cpu>> cpu_;          // [cpus_]
+  std::vector<std::unique_ptr<Cpu>> cpu_;  // [cpus]
 };
 
 }  // namespace pfm

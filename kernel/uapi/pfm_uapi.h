@@ -60,6 +60,18 @@ struct pfm_pebs_raw {
  * offsets into the buffers a driver was given (the model keeps no pointers).
  */
 #define PFM_DS_MAX_PEBS_COUNTERS 8
+
+/*
+ * x86-64 address space: user addresses are below 2^47 with 4-level paging
+ * and below 2^56 with 5-level; kernel addresses start at 0xffff800000000000
+ * (4-level) or 0xff00000000000000 (5-level); everything between is
+ * non-canonical and never executes (Intel SDM Vol. 1, 3.3.7.1 "Canonical
+ * Addressing"; Linux Documentation/arch/x86/x86_64/mm.rst). So one boundary
+ * classifies a branch address under both paging modes: below it is user
+ * mode, at or above it kernel mode.
+ */
+#define PFM_X86_USER_ADDR_END (1ULL << 56)
+#define PFM_ADDR_IS_KERNEL(a) ((__u64)(a) >= PFM_X86_USER_ADDR_END)
 struct pfm_ds_save_area {
   __u64 bts_buffer_base;
   __u64 bts_index;

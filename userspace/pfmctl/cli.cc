@@ -1,216 +1,111 @@
 #include "userspace/pfmctl/cli.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <iostream>
-#include <map>
+#include <exception>
+#include <ostream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "userspace/pfmctl/commands.h"
-#include "userspace/pfmd/server.h"
+#include "absl/strings/string_view.h"
+#include "pfm/client.h"
+#include "userspace/pfmctl/context.h"
+#include "userspace/pfmctl/daemon_commands.h"
+#include "userspace/pfmctl/flags.h"
+#include "userspace/pfmctl/session_commands.h"
+#include "userspace/pfmctl/trace_commands.h"
 
 namespace pfm {
 namespace {
 
-constexpr int kEmbeddedIdleExitS = 600;
+struct Command {
+  const char* name;
+  CommandFn run;
+};
 
-// Starts a daemon in a grandchild of this process (double fork, so it is
-// nobody's zombie), listening on `path`; returns once it listens.
-absl::Status StartEmbedded(PfmdConfig config, const std::string& path) {
-  config.socket = path;
-  config.socket_mode = 0600;
-  if (config.idle_exit_s == 0) config.idle_exit_s = kEmbeddedIdleExitS;
-  int ready[2];
-  if (::pipe2(ready, O_CLOEXEC) != 0)
-    return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
-  pid_t child = ::fork();
-  if (child < 0) {
-    ::close(ready[0]);
-    ::close(ready[1]);
-    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
-  }
-  if (child == 0) {
-    ::close(ready[0]);
-    ::setsid();
-    if (::fork() != 0) ::_exit(0);
-    int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    const std::string log = path + ".log";
-    int logfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                       0600);
-    ::dup2(devnull, 0);
-    ::dup2(devnull, 1);
-    ::dup2(logfd >= 0 ? logfd : devnull, 2);
-    ::_exit(RunPfmd(config, ready[1]));
-  }
-  ::close(ready[1]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  pollfd p{ready[0], POLLIN, 0};
-  char c = 0;
-  int r = ::poll(&p, 1, 15000);
-  ssize_t n = r > 0 ? ::read(ready[0], &c, 1) : 0;
-  ::close(ready[0]);
-  if (n != 1)
-    return absl::UnavailableError(absl::StrCat(
-        "the embedded pfmd did not start on ", path, " (see ", path, ".log)"));
-  return absl::OkStatus();
+constexpr Command kCommands[] = {
+    {"status", StatusCommand},     {"shutdown", ShutdownCommand},
+    {"session", SessionCommand},   {"resources", ResourcesCommand},
+    {"sim", SimCommand},           {"snapshot", SnapshotCommand},
+    {"stream", StreamCommand},     {"report", ReportCommand},
+    {"record", RecordCommand},
+};
+
+// The one error line. Messages may come from pfmd or from an exception:
+// line breaks in them would break the one-line contract (DESIGN §9).
+void PrintError(std::ostream& err, absl::string_view code, absl::string_view message) {
+  std::string line = absl::StrCat("pfmctl: ", code, ": ", message);
+  for (char& ch : line)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  err << line << "\n";
 }
 
-// "a directory owned by uid 0, mode 0755", for refusals.
-std::string DescribeFile(const struct stat& st) {
-  const char* type = S_ISDIR(st.st_mode)    ? "a directory"
-                     : S_ISLNK(st.st_mode)  ? "a symbolic link"
-                     : S_ISSOCK(st.st_mode) ? "a socket"
-                     : S_ISREG(st.st_mode)  ? "a regular file"
-                                            : "a special file";
-  return absl::StrFormat("%s owned by uid %u, mode %04o", type, st.st_uid,
-                         st.st_mode & 07777);
+int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CliContext ctx;
+  ctx.out = &out;
+  ctx.err = &err;
+  absl::StatusOr<CommandArgs> rest = ParseGlobalFlags(args, &ctx);
+  absl::StatusOr<int> rc = 0;
+  if (!rest.ok()) {
+    rc = rest.status();
+  } else if (rest->empty() || (*rest)[0] == "help" || (*rest)[0] == "--help" ||
+             (*rest)[0] == "-h") {
+    (rest->empty() ? err : out) << PfmctlUsage();
+    return rest->empty() ? 2 : 0;
+  } else {
+    rc = UsageError(absl::StrCat("unknown command '", (*rest)[0], "' (see pfmctl help)"));
+    for (const Command& c : kCommands)
+      if ((*rest)[0] == c.name) rc = c.run(ctx, *rest);
+  }
+  if (!rc.ok()) {
+    const absl::Status& s = rc.status();
+    PrintError(err, StatusCodeName(s.code()), s.message());
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return *rc;
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> PrivateSocketPath() {
-  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
-  const std::string dir = xdg != nullptr && *xdg == '/'
-                              ? absl::StrCat(xdg, "/pfmd")
-                              : absl::StrCat("/tmp/pfmd-", ::getuid());
-  const uid_t me = ::getuid();
-  struct stat st;
-  if (::lstat(dir.c_str(), &st) != 0) {
-    if (errno != ENOENT)
-      return absl::UnavailableError(
-          absl::StrCat("cannot inspect ", dir, ": ", strerror(errno)));
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-      return absl::UnavailableError(
-          absl::StrCat("cannot create ", dir, ": ", strerror(errno)));
-    // Judge whatever is there now, not what mkdir meant to make: in /tmp
-    // another user may have won the race to create this name.
-    if (::lstat(dir.c_str(), &st) != 0)
-      return absl::UnavailableError(
-          absl::StrCat("cannot inspect ", dir, ": ", strerror(errno)));
-  }
-  // Whoever owns or can write the directory decides what listens in it.
-  if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 077) != 0)
-    return absl::PermissionDeniedError(absl::StrCat(
-        dir, " must be a directory owned by uid ", me,
-        " with no group or other permissions, but it is ",
-        DescribeFile(st), ": refusing to connect to or start a pfmd there"));
-  const std::string sock = dir + "/pfmd.sock";
-  if (::lstat(sock.c_str(), &st) != 0) {
-    if (errno == ENOENT) return sock;  // no daemon yet: ours to start
-    return absl::UnavailableError(
-        absl::StrCat("cannot inspect ", sock, ": ", strerror(errno)));
-  }
-  if (!S_ISSOCK(st.st_mode) || st.st_uid != me)
-    return absl::PermissionDeniedError(absl::StrCat(
-        sock, " must be a socket owned by uid ", me, ", but it is ",
-        DescribeFile(st), ": refusing to connect to or start a pfmd there"));
-  return sock;
-}
-
-absl::StatusOr<Client> ConnectOrStart(const CliContext& ctx,
-                                      std::string* path_used) {
-  const char* env = std::getenv(kSocketEnv);
-  if (!ctx.socket_flag.empty() || (env != nullptr && *env != '\0')) {
-    *path_used = ResolveSocketPath(ctx.socket_flag);
-    return Client::Connect(*path_used);
-  }
-  *path_used = kDefaultSocket;
-  absl::StatusOr<Client> system = Client::Connect(kDefaultSocket);
-  // Only "nothing listens" falls through: a refused impostor on the system
-  // socket is reported, not silently replaced by a private daemon.
-  if (system.ok() || !absl::IsUnavailable(system.status())) return system;
-  absl::StatusOr<std::string> priv = PrivateSocketPath();
-  if (!priv.ok()) return priv.status();
-  *path_used = *priv;
-  absl::StatusOr<Client> c = Client::Connect(*priv);
-  if (c.ok() || !absl::IsUnavailable(c.status())) return c;
-  absl::Status s = StartEmbedded(ctx.embedded, *priv);
-  if (!s.ok()) return s;
-  return Client::Connect(*priv);
+std::string PfmctlUsage() {
+  return R"(usage: pfmctl [--socket PATH] [--json] COMMAND [ARGS]
+commands:
+  status                      the machine's PMU, sessions, memory charges
+  session create [--role debugger|profiler] (--pid PID | --cpu N)
+                 [--bts history|lossless] [--buffer SIZE] [--filter user|kernel|all]
+                 [--format fixed|compact] [--block] [--pebs EVENT[:period]]
+                 [--counter EVENT]... [--breakpoint ADDR:LEN:r|w|rw|x]... [--pinned]
+                              a session (detached: it lives until `session kill`)
+  session list | show ID | kill ID
+  snapshot ID [-o FILE]       the records in a session's ring, oldest first
+  stream ID -o FILE           lossless records to FILE until the session ends
+  resources                   who holds which counter, debug register, BTS/PEBS
+  record [session flags] -o FILE -- CMD ARGS...
+                              run CMD traced; exit with CMD's status
+  report FILE [--limit N]     branches (symbolized), samples, switches, counters
+  sim pause|resume|run NS|stats [PID]|exit PID
+                              control the simulated machine (--driver sim)
+  shutdown                    stop the daemon (the embedded one by default)
+global flags:
+  --socket PATH   daemon socket (default $PFMD_SOCKET, /run/pfmd.sock, or an
+                  embedded pfmd started on demand on $XDG_RUNTIME_DIR/pfmd/
+                  pfmd.sock, else /tmp/pfmd-$UID/pfmd.sock)
+  --json          one JSON document on stdout
+  --driver host|sim, --sim-pmu NAME, --sim-cpus N, --sim-tasks N, --sim-seed N
+                  how to start the embedded pfmd if none runs
+)";
 }
 
 int RunPfmctl(const std::vector<std::string>& args, std::ostream& out,
               std::ostream& err) {
-  CliContext ctx;
-  ctx.out = &out;
-  ctx.err = &err;
-  std::vector<std::string> rest;
-  std::vector<std::string> embedded_flags;
-  bool after_dashdash = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (after_dashdash) {
-      rest.push_back(a);
-      continue;
-    }
-    if (a == "--") {
-      after_dashdash = true;
-      rest.push_back(a);
-      continue;
-    }
-    std::string flag = a, value;
-    bool has_value = false;
-    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      flag = a.substr(0, eq);
-      value = a.substr(eq + 1);
-      has_value = true;
-    }
-    if (flag == "--json") {
-      ctx.json = true;
-      continue;
-    }
-    const bool is_socket = flag == "--socket";
-    const bool is_embedded = flag == "--driver" || flag == "--sim-pmu" ||
-                             flag == "--sim-cpus" || flag == "--sim-tasks" ||
-                             flag == "--sim-seed" || flag == "--sim-speed";
-    if (!is_socket && !is_embedded) {
-      rest.push_back(a);
-      continue;
-    }
-    if (!has_value) {
-      if (i + 1 >= args.size()) {
-        err << "pfmctl: INVALID_ARGUMENT: " << flag << " needs a value\n";
-        return 2;
-      }
-      value = args[++i];
-    }
-    if (is_socket) {
-      ctx.socket_flag = value;
-    } else {
-      embedded_flags.push_back(flag);
-      embedded_flags.push_back(value);
-    }
+  // The last line of defence for the "one error line, no signal" contract:
+  // reply data is read through checked accessors (reply.h), but allocation
+  // and the libraries below may still throw.
+  try {
+    return Run(args, out, err);
+  } catch (const std::exception& e) {
+    PrintError(err, "INTERNAL", absl::StrCat("uncaught exception: ", e.what()));
+  } catch (...) {
+    PrintError(err, "INTERNAL", "uncaught exception of unknown type");
   }
-  bool help = false;
-  absl::StatusOr<PfmdConfig> embedded = ParsePfmdFlags(embedded_flags, &help);
-  if (!embedded.ok()) {
-    err << "pfmctl: INVALID_ARGUMENT: " << embedded.status().message() << "\n";
-    return 2;
-  }
-  ctx.embedded = *embedded;
-  if (rest.empty() || rest[0] == "help" || rest[0] == "--help" ||
-      rest[0] == "-h") {
-    (rest.empty() ? err : out) << PfmctlUsage();
-    return rest.empty() ? 2 : 0;
-  }
-  absl::StatusOr<int> rc = RunCommand(ctx, rest);
-  if (!rc.ok()) {
-    const absl::Status& s = rc.status();
-    err << "pfmctl: " << StatusCodeName(s.code()) << ": " << s.message()
-        << "\n";
-    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  return *rc;
+  return 1;
 }
 
 }  // namespace pfm

@@ -156,4 +156,12 @@ bool MemoryAccountant::CheckInvariant(std::string* why) const {
   return true;
 }
 
+uint64_t MemoryAccountant::ShareOf(uid_t uid, PoolId pool) const {
+  auto it = pools_.find(pool);
+  if (it == pools_.end()) return 0;
+  const std::map<uid_t, uint64_t> shares = Split(it->second.bytes, it->second.members);
+  auto s = shares.find(uid);
+  return s == shares.end() ? 0 : s->second;
+}
+
 }  // namespace pfm

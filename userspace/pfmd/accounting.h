@@ -53,6 +53,8 @@ class MemoryAccountant {
   std::vector<std::pair<uid_t, uint64_t>> Charges() const;
   uint64_t Allocated() const;  // rings + pools, in bytes
   uint64_t PoolBytes(PoolId pool) const;
+  // What `uid` pays of `pool` now (the split above); 0 if not a member.
+  uint64_t ShareOf(uid_t uid, PoolId pool) const;
 
   // Charges sum to Allocated(); every pool's shares sum to its size.
   bool CheckInvariant(std::string* why) const;

@@ -29,7 +29,7 @@ namespace pfm {
 
 namespace asio = boost::asio;
 using asio::local::stream_protocol;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
@@ -165,7 +165,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
       r.fds.clear();
     }
     if (!r.status.ok()) r.fds.clear();
-    if (queue_.empty()) last_progress_ = Clock::now();
+    if (queue_.empty()) last_progress_ = SteadyClock::now();
     Outgoing out{EncodeFrame(body), std::move(r.fds)};
     queued_bytes_ += out.bytes.size();
     queue_.push_back(std::move(out));
@@ -210,7 +210,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
         out.sent += static_cast<size_t>(n);
         out.fds.clear();  // the kernel holds its own references now
         queued_bytes_ -= static_cast<size_t>(n);
-        last_progress_ = Clock::now();
+        last_progress_ = SteadyClock::now();
         if (out.sent == out.bytes.size()) queue_.pop_front();
         continue;
       }
@@ -249,7 +249,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     stall_timer_.async_wait([this, self](boost::system::error_code ec) {
       stall_timer_armed_ = false;
       if (ec || finished_ || queue_.empty()) return;
-      if (Clock::now() - last_progress_ < kReplyStallTimeout)
+      if (SteadyClock::now() - last_progress_ < kReplyStallTimeout)
         return ArmStallTimer();
       std::cerr << "pfmd: dropped connection " << id_ << " (uid " << peer_.uid
                 << ", pid " << peer_.pid << "): " << queue_.size()
@@ -285,7 +285,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   std::deque<Outgoing> queue_;
   size_t queued_bytes_ = 0;  // not yet sent, over all of queue_
   // When the queue last moved (a byte sent, or a reply into an empty queue).
-  Clock::time_point last_progress_;
+  SteadyClock::time_point last_progress_;
   asio::steady_timer stall_timer_;
   bool stall_timer_armed_ = false;
   bool reading_ = false;   // an async_read_some is pending
@@ -517,7 +517,7 @@ void Server::Refuse(stream_protocol::socket socket, const absl::Status& why,
                     const Peer& peer) {
   // One line a second at most: a client looping on connect must not fill
   // the log.
-  const Clock::time_point now = Clock::now();
+  const SteadyClock::time_point now = SteadyClock::now();
   if (now - last_refusal_log_ >= std::chrono::seconds(1)) {
     std::cerr << "pfmd: refused a connection of uid " << peer.uid << " (pid "
               << peer.pid << "): " << why.message();

@@ -7,7 +7,9 @@
 // mode, history_records) is read once at Map and never again, every
 // head/tail value is checked before use, and malformed data yields DATA_LOSS,
 // never a crash or a read outside the mapping. The memfd must be sealed
-// against shrinking (pfmd's rings are), so the mapping cannot fault.
+// against shrinking (pfmd's rings are), so the mapping cannot fault. The
+// rules it checks the writer against (limits, the tail-chunk rule, sync
+// points, snapshot decoding) are the writer's own: kernel/uapi/ring_format.h.
 //
 // Consume is for lossless rings and assumes this reader is the only one
 // consuming (it owns tail); any number of readers may Snapshot.
@@ -22,8 +24,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernel/ds/compact_codec.h"
 #include "kernel/uapi/pfm_uapi.h"
+#include "kernel/uapi/ring_format.h"
 #include "pfm/unique_fd.h"
 
 namespace pfm {
@@ -71,8 +73,6 @@ class RingReader {
  private:
   RingReader() = default;
   void Unmap();
-  // Where decoding must start to reach `pos` (compact: its chunk start).
-  uint64_t SyncPoint(uint64_t pos) const;
 
   UniqueFd fd_;
   void* map_ = nullptr;

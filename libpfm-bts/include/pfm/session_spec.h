@@ -12,6 +12,7 @@
 #include <boost/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "kernel/uapi/ring_format.h"
 
 namespace pfm {
 
@@ -44,7 +45,7 @@ struct SessionSpec {
 
 // Sizes and limits of the spec (named so a refusal can quote them).
 inline constexpr uint64_t kMinRingBytes = 64;  // one fixed record (history)
-inline constexpr uint64_t kMaxRingBytes = 1ull << 30;
+inline constexpr uint64_t kMaxRingBytes = kMaxRingDataBytes;  // the ring's
 inline constexpr uint64_t kDefaultHistoryRingBytes = 64 * 64;    // 64 records
 inline constexpr uint64_t kDefaultLosslessRingBytes = 4ull << 20;
 inline constexpr uint64_t kDefaultPebsPeriod = 100003;

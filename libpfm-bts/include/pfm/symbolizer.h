@@ -26,9 +26,6 @@ struct MapEntry {
   std::string path;
 };
 
-// Addresses from this one up are the kernel's on x86-64 (canonical upper half).
-inline constexpr uint64_t kKernelAddressStart = 0xffff800000000000ull;
-
 // The executable, file-backed mappings of /proc/PID/maps (pid 0 = self), in
 // address order. Pseudo-mappings ([vdso], [vsyscall]) and anonymous ones are
 // left out; a " (deleted)" suffix is stripped from the path. NOT_FOUND if
@@ -53,8 +50,8 @@ class Symbolizer {
   // is kept as is). The symbol comes from .symtab, else .dynsym (or a
   // separate debuginfo file libdwfl finds by build-id).
   // "[path+0xoff]" (offset in the file) when the address is mapped but no
-  // symbol covers it or the file cannot be read; "[kernel]" for addresses at
-  // or above kKernelAddressStart; "" when the address is not mapped.
+  // symbol covers it or the file cannot be read; "[kernel]" for kernel
+  // addresses (PFM_ADDR_IS_KERNEL); "" when the address is not mapped.
   // Works for ET_EXEC, PIE executables and shared objects: the load bias is
   // derived from the mapping (start, offset) and the file's PT_LOAD headers.
   std::string Symbolize(uint64_t addr);

@@ -1,4 +1,4 @@
-#include "kernel/ds/compact_codec.h"
+#include "kernel/uapi/compact_codec.h"
 
 #include <cerrno>
 #include <cstring>
@@ -104,6 +104,17 @@ std::vector<pfm_record> OneOfEachType(uint64_t v64, uint32_t v32,
     out.push_back(r);
   }
   return out;
+}
+
+TEST(CompactCodec, ZigZagKeepsSmallNegativeDeltasShort) {
+  EXPECT_EQ(ZigZag(0), 0u);
+  EXPECT_EQ(ZigZag(static_cast<uint64_t>(-1)), 1u);
+  EXPECT_EQ(ZigZag(1), 2u);
+  EXPECT_EQ(ZigZag(static_cast<uint64_t>(INT64_MIN)), UINT64_MAX);
+  EXPECT_EQ(VarintBytes(0), 1u);
+  EXPECT_EQ(VarintBytes(127), 1u);
+  EXPECT_EQ(VarintBytes(128), 2u);
+  EXPECT_EQ(VarintBytes(UINT64_MAX), 10u);
 }
 
 TEST(CompactCodec, RoundTripsEveryTypeWithZeros) {

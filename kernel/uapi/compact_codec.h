@@ -1,5 +1,8 @@
-// The compact record encoding of consumer rings, and a cursor that walks a
-// ring's data area in either format.
+// The compact record encoding of consumer rings (docs/rings.md). One codec
+// for both ends of a ring: the writer (kernel/ds/ring.cc) encodes with it,
+// the reader (libpfm-bts/ring_reader.cc) decodes with it. How records are
+// laid out in a ring's chunks, and the cursor that walks them, are in
+// kernel/uapi/ring_format.h.
 //
 // Compact record layout (little-endian, varints are unsigned LEB128, at most
 // 10 bytes; "zz" = zigzag, so a negative delta stays short):
@@ -53,8 +56,8 @@
 // there is tolerated and does not round-trip.
 //
 // All functions are pure: no allocation, no globals, thread-compatible.
-#ifndef PFM_KERNEL_DS_COMPACT_CODEC_H_
-#define PFM_KERNEL_DS_COMPACT_CODEC_H_
+#ifndef PFM_KERNEL_UAPI_COMPACT_CODEC_H_
+#define PFM_KERNEL_UAPI_COMPACT_CODEC_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -66,11 +69,41 @@ namespace pfm {
 // Upper bound of one encoded compact record (the escape form's size).
 inline constexpr size_t kMaxCompactRecordBytes = 63;
 
-// The delta state of one chunk. Reset() at every chunk start: the writer
-// before the first record of a chunk, a reader before decoding one.
+// The lead byte's layout (see above), named once for the codec and for tools
+// that inspect encoded bytes (bench/compact.cc attributes bytes to fields).
+namespace compact_lead {
+inline constexpr uint8_t kTypeMask = 0x0f;
+inline constexpr uint8_t kEscape = 0x0f;       // low nibble: escaped record
+inline constexpr uint8_t kShortBranch = 0x0e;  // low nibble: short branch
+// Long form: which fields follow.
+inline constexpr uint8_t kCpuBit = 1u << 4;
+inline constexpr uint8_t kPidBit = 1u << 5;
+inline constexpr uint8_t kTidBit = 1u << 6;
+inline constexpr uint8_t kMiscBit = 1u << 7;
+// Short branch form: what was predicted.
+inline constexpr uint8_t kTimeSameBit = 1u << 4;
+inline constexpr uint8_t kToCachedBit = 1u << 5;
+inline constexpr uint8_t kTimeAdjBit = 1u << 6;
+inline constexpr uint8_t kPredFlipBit = 1u << 7;
+}  // namespace compact_lead
+
+// The field encodings, named for tools that count bytes per field.
+// zz(delta): zigzag, so that a small negative delta stays short.
+inline constexpr uint64_t ZigZag(uint64_t delta) {
+  return (delta << 1) ^ (0 - (delta >> 63));
+}
+// Bytes of `v` as an unsigned LEB128 varint (1..10).
+inline constexpr size_t VarintBytes(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+
 // Entries of the per-chunk `to` predictor (direct-mapped by `from`).
 inline constexpr size_t kToCacheEntries = 16;
 
+// The delta state of one chunk. Reset() at every chunk start: the writer
+// before the first record of a chunk, a reader before decoding one.
 struct CodecState {
   uint64_t time = 0;
   uint64_t time_delta = 0;  // previous record's time - the one before it
@@ -113,26 +146,6 @@ size_t EncodedSize(const pfm_record& r, const CodecState& st);
 int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
                  pfm_record* out);
 
-// Walks the records of a ring data area (data[p & (data_bytes - 1)] holds
-// position p; see "Consumer rings" in pfm_uapi.h) in either format. Start
-// `pos` at a chunk boundary (a sync point); the cursor resets the codec state
-// at every chunk start and skips PAD. Copyable, so a caller can stop and
-// resume (RingReader keeps one across Consume calls).
-struct RingCursor {
-  uint64_t pos = 0;
-  CodecState st;
-
-  // Decodes the record at pos if it lies below `end`: returns 1 with *out and
-  // its start position *at, then advances pos past it; 0 when pos has
-  // reached `end`; -EINVAL for malformed data (a PAD whose chunk end lies
-  // beyond `end`, a fixed record with a bad type or cut by `end`, or any
-  // DecodeRecord failure) — pos then stays on the bad record. `data_bytes`
-  // must be a power-of-two multiple of PFM_RING_CHUNK (the caller validated
-  // it); reads stay inside data[0, data_bytes).
-  int Next(const uint8_t* data, uint64_t data_bytes, pfm_format format,
-           uint64_t end, pfm_record* out, uint64_t* at);
-};
-
 }  // namespace pfm
 
-#endif  // PFM_KERNEL_DS_COMPACT_CODEC_H_
+#endif  // PFM_KERNEL_UAPI_COMPACT_CODEC_H_

@@ -1,4 +1,4 @@
-#include "kernel/ds/compact_codec.h"
+#include "kernel/uapi/compact_codec.h"
 
 #include <cassert>
 #include <cerrno>
@@ -7,17 +7,17 @@
 namespace pfm {
 namespace {
 
-constexpr uint8_t kTypeMask = 0x0f;
-constexpr uint8_t kEscape = 0x0f;  // low nibble of an escaped lead byte
-constexpr uint8_t kCpuBit = 1u << 4;
-constexpr uint8_t kPidBit = 1u << 5;
-constexpr uint8_t kTidBit = 1u << 6;
-constexpr uint8_t kMiscBit = 1u << 7;
-constexpr uint8_t kShortBranch = 0x0e;  // low nibble of a short-branch lead
-constexpr uint8_t kTimeSameBit = 1u << 4;
-constexpr uint8_t kToCachedBit = 1u << 5;
-constexpr uint8_t kTimeAdjBit = 1u << 6;
-constexpr uint8_t kPredFlipBit = 1u << 7;
+using compact_lead::kCpuBit;
+using compact_lead::kEscape;
+using compact_lead::kMiscBit;
+using compact_lead::kPidBit;
+using compact_lead::kPredFlipBit;
+using compact_lead::kShortBranch;
+using compact_lead::kTidBit;
+using compact_lead::kTimeAdjBit;
+using compact_lead::kTimeSameBit;
+using compact_lead::kToCachedBit;
+using compact_lead::kTypeMask;
 
 size_t ToSlot(uint64_t from) {
   return static_cast<size_t>((from * 0x9e3779b97f4a7c15ull) >> 60) %
@@ -59,11 +59,6 @@ size_t UnionBytes(uint32_t type) {
     case PFM_REC_EXIT: return 8;
     default: return 0;
   }
-}
-
-uint64_t ZigZag(uint64_t delta) {
-  const int64_t v = static_cast<int64_t>(delta);
-  return (delta << 1) ^ static_cast<uint64_t>(v >> 63);
 }
 
 uint64_t UnZigZag(uint64_t z) { return (z >> 1) ^ (0 - (z & 1)); }
@@ -360,45 +355,6 @@ int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
   Advance(r, st);
   *out = r;
   return static_cast<int>(i.p - in);
-}
-
-int RingCursor::Next(const uint8_t* data, uint64_t data_bytes,
-                     pfm_format format, uint64_t end, pfm_record* out,
-                     uint64_t* at) {
-  const uint64_t mask = data_bytes - 1;
-  for (;;) {
-    if (pos >= end) return 0;
-    const uint64_t off = pos % PFM_RING_CHUNK;
-    if (off == 0) st.Reset();
-    const uint64_t room = PFM_RING_CHUNK - off;
-    const size_t avail =
-        static_cast<size_t>(end - pos < room ? end - pos : room);
-    const uint8_t* p = data + (pos & mask);
-    if (format == PFM_FORMAT_FIXED) {
-      if (avail < sizeof(pfm_record)) return -EINVAL;
-      pfm_record r;
-      memcpy(&r, p, sizeof(r));
-      if (!IsRecordType(r.type)) return -EINVAL;
-      *out = r;
-      *at = pos;
-      pos += sizeof(r);
-      return 1;
-    }
-    const int n = DecodeRecord(p, avail, &st, out);
-    if (n < 0) return n;
-    if (n == 0) {
-      // The writer publishes a PAD together with the record that starts the
-      // next chunk, so a PAD whose chunk end is not below `end` is bogus.
-      // (Compared as a distance: pos + room wraps for positions near 2^64,
-      // which a hostile ring header can claim; found by fuzz/ring_fuzz.cc.)
-      if (room >= end - pos) return -EINVAL;
-      pos += room;
-      continue;
-    }
-    *at = pos;
-    pos += static_cast<uint64_t>(n);
-    return 1;
-  }
 }
 
 }  // namespace pfm

@@ -1,0 +1,77 @@
+// Capturing a session's records into a trace file (pfm/trace_file.h): the
+// ring pfmd passes, the one loop that copies a lossless ring into a file
+// (used by `stream` and by `record`), and the session summary a trace's
+// trailer carries for `report`.
+#ifndef PFM_USERSPACE_PFMCTL_CAPTURE_H_
+#define PFM_USERSPACE_PFMCTL_CAPTURE_H_
+
+#include <csignal>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <boost/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "pfm/client.h"
+#include "pfm/ring_reader.h"
+#include "pfm/trace_file.h"
+
+namespace pfm {
+
+// Maps session `id`'s ring from the memfd pfmd passes with its session_ring
+// reply; *info (if given) gets the reply's result (id, mode, format, ...),
+// which trace headers keep. `drain` asks pfmd to bring the ring up to date
+// first (snapshots). A reply that is not an object, does not carry exactly
+// one fd, or whose fd is not a ring is INTERNAL "pfmd reply: session_ring:
+// ...".
+absl::StatusOr<RingReader> MapRing(Client& c, uint64_t id, bool drain,
+                                   boost::json::object* info);
+
+// What `report` needs from the daemon to symbolize and summarise a trace: the
+// target's executable mappings (soft BTS on the host), the session's counters
+// and breakpoints, its state, and the tracer's step count, copied from
+// session_show into *trailer. Adds nothing and returns OK when the session is
+// gone (the request fails); INTERNAL when the reply is malformed, after
+// adding nothing.
+absl::Status AddSessionSummary(Client& c, uint64_t id, boost::json::object* trailer);
+
+// When StreamToFile stops, besides the ring's end flag.
+struct StreamOptions {
+  // The connection to pfmd, watched for a hang-up while the ring is idle
+  // (pfmd sends nothing unsolicited, so any event on it is the hang-up), or
+  // -1. A ring whose writer died never ends: without this, the loop would
+  // poll it forever.
+  int daemon_conn = -1;
+  // A pidfd of that pfmd, or -1. After a hang-up the loop waits (up to 10 s)
+  // for the daemon to exit and drains once more: a SIGTERMed pfmd closes
+  // connections first and ends its rings afterwards.
+  int daemon_pidfd = -1;
+  // Set (by a signal handler) to stop at the next idle moment.
+  const volatile std::sig_atomic_t* stop = nullptr;
+  // Asked at every idle moment; true stops the loop (`record`: the command
+  // exited and the ring did not end soon after).
+  std::function<bool()> give_up;
+};
+
+struct StreamResult {
+  bool ended = false;         // the ring ended and everything in it is written
+  bool hung_up = false;       // pfmd hung up (its last records drained)
+  bool stopped = false;       // *stop was set
+  bool gave_up = false;       // give_up() said so
+  uint64_t lost_records = 0;  // sum of the LOST records written
+};
+
+// Copies the records of a lossless ring into `w` as they come, until the
+// ring ends or an option above stops it. Idle moments wait 2 ms (on the
+// connection, if watched). A write error is returned as is; a ring whose
+// data is malformed is DATA_LOSS naming `path` and what was written (no
+// trailer: the file says it was cut short).
+absl::StatusOr<StreamResult> StreamToFile(RingReader& ring, TraceWriter& w,
+                                          const std::string& path,
+                                          const StreamOptions& options);
+
+}  // namespace pfm
+
+#endif  // PFM_USERSPACE_PFMCTL_CAPTURE_H_

@@ -1,0 +1,151 @@
+#include "userspace/pfmctl/connect.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "userspace/pfmd/server.h"
+
+namespace pfm {
+namespace {
+
+constexpr int kEmbeddedIdleExitS = 600;
+
+// Starts a daemon in a grandchild of this process (double fork, so it is
+// nobody's zombie), listening on `path`; returns once it listens.
+absl::Status StartEmbedded(PfmdConfig config, const std::string& path) {
+  config.socket = path;
+  config.socket_mode = 0600;
+  if (config.idle_exit_s == 0) config.idle_exit_s = kEmbeddedIdleExitS;
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0)
+    return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+  pid_t child = ::fork();
+  if (child < 0) {
+    ::close(ready[0]);
+    ::close(ready[1]);
+    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  }
+  if (child == 0) {
+    ::close(ready[0]);
+    ::setsid();
+    if (::fork() != 0) ::_exit(0);
+    int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    const std::string log = path + ".log";
+    int logfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                       0600);
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+    ::dup2(logfd >= 0 ? logfd : devnull, 2);
+    // This grandchild shares pfmctl's stack: an exception must not unwind
+    // into pfmctl's code and carry on there as a second pfmctl.
+    int rc = 1;
+    try {
+      rc = RunPfmd(config, ready[1]);
+    } catch (...) {
+      rc = 1;
+    }
+    ::_exit(rc);
+  }
+  ::close(ready[1]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  pollfd p{ready[0], POLLIN, 0};
+  char c = 0;
+  int r = ::poll(&p, 1, 15000);
+  ssize_t n = r > 0 ? ::read(ready[0], &c, 1) : 0;
+  ::close(ready[0]);
+  if (n != 1)
+    return absl::UnavailableError(absl::StrCat(
+        "the embedded pfmd did not start on ", path, " (see ", path, ".log)"));
+  return absl::OkStatus();
+}
+
+// "a directory owned by uid 0, mode 0755", for refusals.
+std::string DescribeFile(const struct stat& st) {
+  const char* type = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISLNK(st.st_mode)  ? "a symbolic link"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                     : S_ISREG(st.st_mode)  ? "a regular file"
+                                            : "a special file";
+  return absl::StrFormat("%s owned by uid %u, mode %04o", type, st.st_uid,
+                         st.st_mode & 07777);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> PrivateSocketPath() {
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  const std::string dir = xdg != nullptr && *xdg == '/'
+                              ? absl::StrCat(xdg, "/pfmd")
+                              : absl::StrCat("/tmp/pfmd-", ::getuid());
+  const uid_t me = ::getuid();
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT)
+      return absl::UnavailableError(
+          absl::StrCat("cannot inspect ", dir, ": ", strerror(errno)));
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      return absl::UnavailableError(
+          absl::StrCat("cannot create ", dir, ": ", strerror(errno)));
+    // Judge whatever is there now, not what mkdir meant to make: in /tmp
+    // another user may have won the race to create this name.
+    if (::lstat(dir.c_str(), &st) != 0)
+      return absl::UnavailableError(
+          absl::StrCat("cannot inspect ", dir, ": ", strerror(errno)));
+  }
+  // Whoever owns or can write the directory decides what listens in it.
+  if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 077) != 0)
+    return absl::PermissionDeniedError(absl::StrCat(
+        dir, " must be a directory owned by uid ", me,
+        " with no group or other permissions, but it is ",
+        DescribeFile(st), ": refusing to connect to or start a pfmd there"));
+  const std::string sock = dir + "/pfmd.sock";
+  if (::lstat(sock.c_str(), &st) != 0) {
+    if (errno == ENOENT) return sock;  // no daemon yet: ours to start
+    return absl::UnavailableError(
+        absl::StrCat("cannot inspect ", sock, ": ", strerror(errno)));
+  }
+  if (!S_ISSOCK(st.st_mode) || st.st_uid != me)
+    return absl::PermissionDeniedError(absl::StrCat(
+        sock, " must be a socket owned by uid ", me, ", but it is ",
+        DescribeFile(st), ": refusing to connect to or start a pfmd there"));
+  return sock;
+}
+
+absl::StatusOr<Client> ConnectOrStart(const CliContext& ctx,
+                                      std::string* path_used) {
+  const char* env = std::getenv(kSocketEnv);
+  if (!ctx.socket_flag.empty() || (env != nullptr && *env != '\0')) {
+    *path_used = ResolveSocketPath(ctx.socket_flag);
+    return Client::Connect(*path_used);
+  }
+  *path_used = kDefaultSocket;
+  absl::StatusOr<Client> system = Client::Connect(kDefaultSocket);
+  // Only "nothing listens" falls through: a refused impostor on the system
+  // socket is reported, not silently replaced by a private daemon.
+  if (system.ok() || !absl::IsUnavailable(system.status())) return system;
+  absl::StatusOr<std::string> priv = PrivateSocketPath();
+  if (!priv.ok()) return priv.status();
+  *path_used = *priv;
+  absl::StatusOr<Client> c = Client::Connect(*priv);
+  if (c.ok() || !absl::IsUnavailable(c.status())) return c;
+  absl::Status s = StartEmbedded(ctx.embedded, *priv);
+  if (!s.ok()) return s;
+  return Client::Connect(*priv);
+}
+
+absl::StatusOr<Client> Connect(const CliContext& ctx) {
+  std::string path;
+  return ConnectOrStart(ctx, &path);
+}
+
+}  // namespace pfm

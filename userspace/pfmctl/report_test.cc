@@ -1,0 +1,97 @@
+#include "userspace/pfmctl/report.h"
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+
+std::string TempPath(const char* name) {
+  const char* d = std::getenv("TEST_TMPDIR");
+  return std::string(d ? d : "/tmp") + "/" + name;
+}
+
+pfm_record Branch(uint64_t from, uint64_t to) {
+  pfm_record r{};
+  r.type = PFM_REC_BRANCH;
+  r.pid = r.tid = 42;
+  r.u.branch.from = from;
+  r.u.branch.to = to;
+  return r;
+}
+
+std::string WriteTrace(const char* name, const json::object& trailer) {
+  const std::string path = TempPath(name);
+  auto w = TraceWriter::Create(path, {{"command", "prog arg"}});
+  EXPECT_TRUE(w.ok()) << w.status();
+  std::vector<pfm_record> recs = {Branch(0x10, 0x20), Branch(0x10, 0x30),
+                                  Branch(0x40, 0x50)};
+  pfm_record lost{};
+  lost.type = PFM_REC_LOST;
+  lost.u.lost.count = 7;
+  recs.push_back(lost);
+  EXPECT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  EXPECT_TRUE(w->Finish(trailer).ok());
+  return path;
+}
+
+TEST(ReportTest, CountsTypesLossAndHotAddresses) {
+  const std::string path = WriteTrace("plain.trace", {{"exit", "exit 0"}});
+  absl::StatusOr<TraceReport> rep = BuildReport(path, 2);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(rep->by_type.at("branch"), 3u);
+  EXPECT_EQ(rep->lost, 7u);
+  ASSERT_EQ(rep->hot.size(), 2u);  // no maps: functions are addresses
+  EXPECT_EQ(rep->hot[0].function, "0x10");
+  EXPECT_EQ(rep->hot[0].branches, 2u);
+  ASSERT_EQ(rep->last_branches.size(), 2u);
+  EXPECT_EQ(rep->last_branches[1].record.u.branch.from, 0x40u);
+  ASSERT_EQ(rep->last_records.size(), 2u);
+  EXPECT_EQ(rep->last_records[1].record.type, PFM_REC_LOST);
+  std::ostringstream text;
+  RenderReportText(*rep, text);
+  EXPECT_NE(text.str().find(": 4 records, 3 branch, 1 lost\n"), std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("command: prog arg\nexit: exit 0\n"), std::string::npos);
+  EXPECT_NE(text.str().find("lost: 7 records\n"), std::string::npos);
+  EXPECT_NE(text.str().find("\nlast 2 branches:\n"), std::string::npos);
+  const json::object j = RenderReportJson(*rep);
+  EXPECT_EQ(j.at("records").as_array().size(), 2u);
+  EXPECT_TRUE(j.at("counters").as_array().empty());
+}
+
+TEST(ReportTest, SkipsMalformedTrailerEntriesInsteadOfThrowing) {
+  const json::value trailer = json::parse(R"({
+    "counters": [{"event": "e", "value": 5, "ratio": 0.5}, "junk",
+                 {"event": "f", "ratio": "bad"}],
+    "maps": [{"start": true, "end": "0x20", "offset": "0", "path": "/x"}, 7,
+             {"start": "0x10", "end": -3, "offset": 0, "path": "/y"}],
+    "steps": {"odd": 1}})");
+  const std::string path = WriteTrace("odd.trace", trailer.as_object());
+  EXPECT_TRUE(MapsFromTraceJson(trailer.as_object()).empty());
+  absl::StatusOr<TraceReport> rep = BuildReport(path, 20);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  std::ostringstream text;
+  RenderReportText(*rep, text);
+  EXPECT_NE(text.str().find("  e                                       5  running 50.0%\n"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("running bad\n"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("soft-BTS steps: {\"odd\":1}\n"), std::string::npos);
+  // --json passes the counters on as written.
+  EXPECT_EQ(RenderReportJson(*rep).at("counters").as_array().size(), 3u);
+}
+
+TEST(ReportTest, MissingFileIsNotFound) {
+  EXPECT_EQ(BuildReport(TempPath("nonexistent.trace"), 20).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace pfm

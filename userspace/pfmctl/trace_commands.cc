@@ -1,0 +1,315 @@
+#include "userspace/pfmctl/trace_commands.h"
+
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "kernel/drivers/ptrace/soft_bts.h"
+#include "pfm/client.h"
+#include "pfm/record_json.h"
+#include "pfm/ring_reader.h"
+#include "pfm/session_spec.h"
+#include "pfm/trace_file.h"
+#include "pfm/unique_fd.h"
+#include "userspace/pfmctl/capture.h"
+#include "userspace/pfmctl/connect.h"
+#include "userspace/pfmctl/flags.h"
+#include "userspace/pfmctl/render.h"
+#include "userspace/pfmctl/reply.h"
+#include "userspace/pfmctl/report.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+
+// `record`: how long the ring may take to end after the command exited (the
+// daemon ends it when it sees the exit) before the file is finished anyway,
+// e.g. because the daemon went away.
+constexpr auto kRecordEndWait = std::chrono::seconds(5);
+// `record` of a history ring: how long to wait for the ring to end (2.5 s in
+// 5 ms steps) before taking the snapshot.
+constexpr int kHistoryEndPolls = 500;
+constexpr auto kHistoryEndPoll = std::chrono::milliseconds(5);
+// `report`: branches shown by default in the text form.
+constexpr size_t kReportTextLimit = 20;
+
+volatile std::sig_atomic_t g_stop_stream = 0;
+void StopStream(int) { g_stop_stream = 1; }
+
+// A pidfd of the daemon at the other end of `conn` (taken while the
+// connection pins its pid, so it cannot name a reused pid), or invalid.
+UniqueFd DaemonPidfd(int conn) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0)
+    return UniqueFd();
+  return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0)));
+}
+
+}  // namespace
+
+absl::StatusOr<int> SnapshotCommand(const CliContext& ctx, const CommandArgs& args) {
+  CommandFlags f(args, 1);
+  absl::StatusOr<std::string> file = f.Take("-o");
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("snapshot");
+  if (!pos.ok()) return pos.status();
+  if (pos->size() != 1) return UsageError("usage: snapshot ID [-o FILE]");
+  absl::StatusOr<uint64_t> id = ParseSessionId(pos->front());
+  if (!id.ok()) return id.status();
+  absl::StatusOr<Client> c = Connect(ctx);
+  if (!c.ok()) return c.status();
+  json::object info;
+  absl::StatusOr<RingReader> ring = MapRing(*c, *id, /*drain=*/true, &info);
+  if (!ring.ok()) return ring.status();
+  std::vector<pfm_record> recs;
+  if (absl::Status s = ring->Snapshot(&recs); !s.ok()) return s;
+  if (!file->empty()) {
+    json::object header{{"session", *id}, {"kind", "snapshot"}, {"ring", info}};
+    absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
+    if (!w.ok()) return w.status();
+    if (absl::Status s = w->Append(recs.data(), recs.size()); !s.ok()) return s;
+    if (absl::Status s = w->Finish({{"records", recs.size()},
+                                    {"lost", ring->lost()},
+                                    {"overwritten", ring->overwritten()}});
+        !s.ok())
+      return s;
+  }
+  if (ctx.json) {
+    json::array arr;
+    for (const pfm_record& r : recs) arr.push_back(RecordToJson(r));
+    PrintJson(ctx, json::object{{"session", *id},
+                                {"records", std::move(arr)},
+                                {"lost", ring->lost()},
+                                {"overwritten", ring->overwritten()},
+                                {"ring_records", ring->records()},
+                                {"bytes_written", ring->header().head}});
+    return 0;
+  }
+  if (!file->empty()) {
+    *ctx.out << recs.size() << " records written to " << *file << "\n";
+    return 0;
+  }
+  for (const pfm_record& r : recs) RenderRecordLine(r, *ctx.out);
+  *ctx.out << recs.size() << " records (" << ring->lost() << " lost, "
+           << ring->overwritten() << " overwritten)\n";
+  return 0;
+}
+
+absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args) {
+  CommandFlags f(args, 1);
+  absl::StatusOr<std::string> file = f.Take("-o");
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("stream");
+  if (!pos.ok()) return pos.status();
+  if (pos->size() != 1 || file->empty()) return UsageError("usage: stream ID -o FILE");
+  absl::StatusOr<uint64_t> id = ParseSessionId(pos->front());
+  if (!id.ok()) return id.status();
+  absl::StatusOr<Client> c = Connect(ctx);
+  if (!c.ok()) return c.status();
+  json::object info;
+  absl::StatusOr<RingReader> ring = MapRing(*c, *id, /*drain=*/false, &info);
+  if (!ring.ok()) return ring.status();
+  if (ring->header().mode != PFM_RING_LOSSLESS)
+    return UsageError(absl::StrCat("session ", *id,
+                                   " is not lossless: use snapshot for a history ring"));
+  // The connection stays open only so a dead pfmd is noticed (it hangs up).
+  const UniqueFd daemon = DaemonPidfd(c->fd());
+  json::object header{{"session", *id}, {"kind", "stream"}, {"ring", info}};
+  absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
+  if (!w.ok()) return w.status();
+  std::signal(SIGINT, StopStream);
+  std::signal(SIGTERM, StopStream);
+  StreamOptions options;
+  options.daemon_conn = c->fd();
+  options.daemon_pidfd = daemon.valid() ? daemon.get() : -1;
+  options.stop = &g_stop_stream;
+  absl::StatusOr<StreamResult> res = StreamToFile(*ring, *w, *file, options);
+  if (!res.ok()) return res.status();
+  if (res->hung_up && !ring->ended() && !g_stop_stream) {
+    // No trailer: the file says it was cut short (pfm/trace_file.h), and the
+    // records flushed so far stay readable.
+    return absl::UnavailableError(absl::StrCat(
+        "pfmd went away before session ", *id, "'s ring ended; ", w->records(),
+        " records written to ", *file, " without a trailer (trace cut short)"));
+  }
+  json::object trailer{{"records", w->records()},
+                       {"lost", ring->lost()},
+                       {"lost_records_in_stream", res->lost_records},
+                       {"ended", ring->ended()},
+                       {"interrupted", g_stop_stream != 0},
+                       {"daemon_exited", res->hung_up}};
+  // The session summary, if the session is still there to ask. A malformed
+  // answer still leaves a complete trace (without the summary) behind.
+  absl::Status summary =
+      res->hung_up ? absl::OkStatus() : AddSessionSummary(*c, *id, &trailer);
+  if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
+  if (!summary.ok()) return summary;
+  if (ctx.json) {
+    PrintJson(ctx, trailer);
+  } else {
+    *ctx.out << w->records() << " records written to " << *file << " ("
+             << ring->lost() << " lost)\n";
+  }
+  return 0;
+}
+
+absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args) {
+  CommandFlags f(args, 1);
+  absl::StatusOr<SessionSpec> spec = ParseSessionFlags(f);
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<std::string> file = f.Take("-o");
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("record");
+  if (!pos.ok()) return pos.status();
+  if (file->empty() || pos->empty() || pos->front() != "--" || pos->size() < 2)
+    return UsageError("usage: record [session flags] -o FILE -- CMD ARGS...");
+  const std::vector<std::string> argv(pos->begin() + 1, pos->end());
+  spec->detached = false;
+  if (spec->pid >= 0 || spec->cpu >= 0)
+    return UsageError("record traces the command it runs: no --pid or --cpu");
+  if (spec->bts == "off" && spec->counters.empty() && spec->pebs_event.empty() &&
+      spec->breakpoints.empty())
+    spec->bts = "lossless";
+  absl::StatusOr<Client> c = Connect(ctx);
+  if (!c.ok()) return c.status();
+  absl::StatusOr<Client::Reply> st = c->Call("status");
+  if (!st.ok()) return st.status();
+  {
+    ReplyReader reader("status", st->result);
+    const std::string driver = reader.result().Member("driver").String();
+    if (!reader.ok()) return reader.status();
+    if (driver != "host")
+      return absl::FailedPreconditionError(
+          "record runs a real command: it needs a pfmd with --driver host");
+  }
+  pid_t pid = -1;
+  ErrorDetail d;
+  if (int err = SpawnStopped(argv, &pid, &d); err < 0)
+    return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message));
+  // From here on, every way out reaps the child: held (Abandon makes it exit
+  // without running anything) or released.
+  auto abandon = [&](absl::Status s) {
+    Abandon(pid, nullptr);
+    int ws;
+    ::waitpid(pid, &ws, 0);
+    return s;
+  };
+  spec->pid = pid;
+  absl::StatusOr<SessionSpec> valid = ValidateSpec(*spec);
+  if (!valid.ok()) return abandon(valid.status());
+  absl::StatusOr<Client::Reply> cr =
+      c->Call("session_create", {{"spec", valid->ToJson()}});
+  if (!cr.ok()) return abandon(cr.status());
+  ReplyReader created("session_create", cr->result);
+  const uint64_t id = created.result().Member("id").Id();
+  if (!created.ok()) return abandon(created.status());
+  json::object info;
+  std::optional<RingReader> ring;
+  if (spec->bts != "off" || !spec->pebs_event.empty()) {
+    absl::StatusOr<RingReader> r = MapRing(*c, id, false, &info);
+    if (!r.ok()) return abandon(r.status());
+    ring.emplace(std::move(*r));
+  }
+  std::string command;
+  for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;
+  json::object header{{"session", id}, {"kind", "record"}, {"command", command},
+                      {"pid", pid}, {"spec", valid->ToJson()}, {"ring", info}};
+  absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
+  if (!w.ok()) return abandon(w.status());
+  if (int err = Release(pid, &d); err < 0)
+    return abandon(absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message)));
+
+  int wstatus = 0;
+  bool reaped = false;
+  auto wait_child = [&] {
+    while (!reaped) {
+      if (::waitpid(pid, &wstatus, 0) == pid) reaped = true;
+      else if (errno != EINTR) break;
+    }
+  };
+  absl::Status streamed;
+  if (ring && ring->mode() == PFM_RING_LOSSLESS) {
+    std::optional<std::chrono::steady_clock::time_point> exited_at;
+    StreamOptions options;
+    options.give_up = [&] {
+      if (!reaped && ::waitpid(pid, &wstatus, WNOHANG) == pid) {
+        reaped = true;
+        exited_at = std::chrono::steady_clock::now();
+      }
+      return exited_at.has_value() &&
+             std::chrono::steady_clock::now() - *exited_at > kRecordEndWait;
+    };
+    streamed = StreamToFile(*ring, *w, *file, options).status();
+  }
+  // Reaped in every case: CMD runs to its end whatever became of the trace.
+  wait_child();
+  if (!streamed.ok()) return streamed;
+  if (ring && ring->mode() != PFM_RING_LOSSLESS) {
+    // History: the newest records, up to the exit (or the crash).
+    for (int i = 0; i < kHistoryEndPolls && !ring->ended(); ++i)
+      std::this_thread::sleep_for(kHistoryEndPoll);
+    std::vector<pfm_record> batch;
+    if (absl::Status s = ring->Snapshot(&batch); !s.ok()) return s;
+    if (absl::Status s = w->Append(batch.data(), batch.size()); !s.ok()) return s;
+  }
+  json::object trailer{{"records", w->records()}};
+  if (ring) trailer["lost"] = ring->lost();
+  if (WIFEXITED(wstatus)) trailer["exit"] = absl::StrCat("exit ", WEXITSTATUS(wstatus));
+  if (WIFSIGNALED(wstatus))
+    trailer["exit"] = absl::StrCat("killed by signal ", WTERMSIG(wstatus));
+  trailer["wait_status"] = wstatus;
+  const absl::Status summary = AddSessionSummary(*c, id, &trailer);
+  (void)c->Call("session_kill", {{"id", id}});
+  if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
+  if (!summary.ok()) return summary;
+  if (ctx.json) {
+    PrintJson(ctx, trailer);
+  } else {
+    *ctx.err << "pfmctl: recorded " << w->records() << " records of '" << command
+             << "' to " << *file << " (" << JsonText(trailer.if_contains("exit"))
+             << ")\n";
+  }
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return 1;
+}
+
+absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args) {
+  CommandFlags f(args, 1);
+  absl::StatusOr<std::string> limit_s = f.Take("--limit", "");
+  if (!limit_s.ok()) return limit_s.status();
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("report");
+  if (!pos.ok()) return pos.status();
+  if (pos->size() != 1) return UsageError("usage: report FILE [--limit N]");
+  size_t limit = ctx.json ? SIZE_MAX : kReportTextLimit;
+  if (!limit_s->empty()) {
+    absl::StatusOr<int> n = ParseIntArg("--limit", *limit_s, 0, 1 << 30);
+    if (!n.ok()) return n.status();
+    limit = static_cast<size_t>(*n);
+  }
+  absl::StatusOr<TraceReport> report = BuildReport(pos->front(), limit);
+  if (!report.ok()) return report.status();
+  if (ctx.json) {
+    PrintJson(ctx, RenderReportJson(*report));
+  } else {
+    RenderReportText(*report, *ctx.out);
+  }
+  return 0;
+}
+
+}  // namespace pfm

@@ -1,0 +1,33 @@
+// Commands that read a session's records: `snapshot` (a ring now), `stream`
+// (a lossless ring into a file until the session ends), `record` (run a
+// command traced into a file), and `report` (a trace file, symbolized).
+#ifndef PFM_USERSPACE_PFMCTL_TRACE_COMMANDS_H_
+#define PFM_USERSPACE_PFMCTL_TRACE_COMMANDS_H_
+
+#include "absl/status/statusor.h"
+#include "userspace/pfmctl/context.h"
+
+namespace pfm {
+
+// `snapshot ID [-o FILE]`: the records in a session's ring, oldest first.
+absl::StatusOr<int> SnapshotCommand(const CliContext& ctx, const CommandArgs& args);
+
+// `stream ID -o FILE`: copies a lossless ring into FILE until the session
+// ends, SIGINT/SIGTERM, or pfmd goes away (then UNAVAILABLE, and FILE has
+// no trailer: cut short).
+absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args);
+
+// `record [session flags] -o FILE -- CMD ARGS...`: runs CMD as this
+// process's child, held before exec while the daemon attaches
+// (SpawnStopped/Release: kernel/drivers/ptrace/soft_bts.h), streams a
+// lossless ring to FILE while it runs (or snapshots a history ring when it
+// ends), and exits with CMD's status. The session is tied to this connection
+// (not detached): if pfmctl dies, the daemon ends it.
+absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args);
+
+// `report FILE [--limit N]`: see report.h.
+absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args);
+
+}  // namespace pfm
+
+#endif  // PFM_USERSPACE_PFMCTL_TRACE_COMMANDS_H_

@@ -1,0 +1,68 @@
+// pfmd's host-driver glue for soft BTS: one tracer process per traced pid
+// (kernel/drivers/ptrace/tracer_process.h), shared by that pid's sessions,
+// started with the credentials of the client that asked first (the kernel
+// decides whether it may attach), capped per uid. Tracers report into the
+// kernel core through a sink that takes the kernel lock per report.
+//
+// Threading: Start() and Reap() are called without the kernel lock (they
+// wait for processes); the *Locked methods with it. Tracers are stopped only
+// by Reap() and the destructor, on the caller's thread.
+#ifndef PFM_USERSPACE_PFMD_HOST_TRACERS_H_
+#define PFM_USERSPACE_PFMD_HOST_TRACERS_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernel/drivers/ptrace/tracer_process.h"
+#include "kernel/pfm_kernel.h"
+#include "userspace/pfmd/auth.h"
+
+namespace pfm {
+
+class HostTracers {
+ public:
+  // What a tracer saw of its task's end, reported with the kernel lock held
+  // (after the core has been told), so the owner can keep it per session.
+  struct Callbacks {
+    std::function<void(TaskId, int64_t wait_status)> exited;
+    std::function<void(TaskId, int signo)> signaled;
+  };
+  HostTracers(Kernel* kernel, Callbacks callbacks);
+  ~HostTracers();  // stops every tracer (the tracees run on)
+  HostTracers(const HostTracers&) = delete;
+  HostTracers& operator=(const HostTracers&) = delete;
+
+  // Makes sure a live tracer runs for `pid`, starting one for `peer` if
+  // none does (RESOURCE_EXHAUSTED past `max_per_uid` tracers of an
+  // unprivileged uid). The tracer of an exited process at a recycled pid is
+  // retired first.
+  absl::Status Start(int32_t pid, const Peer& peer, int max_per_uid);
+  // The pid's live tracer, or null.
+  TracerProcess* FindLocked(int32_t pid) const;
+  // Queues the pid's tracer to be stopped by Reap().
+  void RetireLocked(int32_t pid);
+  // Stops retired tracers; call without the kernel lock.
+  void Reap();
+
+ private:
+  class Sink;
+  struct Entry {
+    std::unique_ptr<TracerProcess> process;
+    uid_t uid = 0;
+  };
+
+  Kernel* const kernel_;
+  std::unique_ptr<Sink> sink_;
+  std::map<int32_t, Entry> live_;  // guarded by the kernel lock
+  std::vector<std::unique_ptr<TracerProcess>> retired_;  // likewise
+};
+
+}  // namespace pfm
+
+#endif  // PFM_USERSPACE_PFMD_HOST_TRACERS_H_

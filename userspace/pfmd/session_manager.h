@@ -1,0 +1,237 @@
+// pfmd's service logic, typed: sessions, their admission into the kernel
+// core (rings, DS buffers, counters, breakpoints), memory accounting,
+// per-uid caps, authorization, and the drivers' glue (host tracers, the sim
+// runner). No JSON and no sockets here: the RPC layer (service.h) converts
+// requests and replies, the transport (server.h) moves them.
+//
+// Contract of every method: the Peer is who asks (auth.h); a session of
+// another uid is invisible to an unprivileged peer (NOT_FOUND, as for an id
+// that does not exist). Creation is all-or-nothing: a refusal leaves nothing
+// allocated, charged or admitted. Release never fails.
+//
+// Thread safety: every method may be called from any thread; the kernel
+// lock (kernel/kernel_lock.h, owned by the Kernel) guards all state. Methods
+// that wait for processes (tracers) do so without it.
+#ifndef PFM_USERSPACE_PFMD_SESSION_MANAGER_H_
+#define PFM_USERSPACE_PFMD_SESSION_MANAGER_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernel/drivers/driver.h"
+#include "kernel/drivers/perf/perf_events.h"
+#include "kernel/drivers/ptrace/soft_bts.h"
+#include "kernel/drivers/sim/sim_machine.h"
+#include "kernel/pfm_kernel.h"
+#include "pfm/unique_fd.h"
+#include "userspace/pfmd/accounting.h"
+#include "userspace/pfmd/auth.h"
+#include "userspace/pfmd/clock.h"
+#include "userspace/pfmd/config.h"
+#include "userspace/pfmd/typed_spec.h"
+
+namespace pfm {
+
+using SessionId = uint64_t;
+using ConnectionId = uint64_t;
+
+class HostTracers;
+class SimRunner;
+
+// A counter's or breakpoint's count, as `session show` reports it.
+struct RequestInfo {
+  std::string label;  // event name or breakpoint spec ("0x401000:1:x")
+  bool pinned = false;
+  bool pebs = false;
+  uint64_t pebs_period = 0;
+  bool readable = false;  // false: no reading (the request is gone)
+  PmuArbiter::Reading reading;
+};
+
+enum class TaskState { kNotATask, kRunning, kExited };
+
+struct SessionInfo {
+  SessionId id = 0;
+  uid_t uid = 0;
+  Role role = Role::kProfiler;
+  std::string target;  // "pid N" or "cpu N"
+  BtsMode bts = BtsMode::kOff;
+  TraceFilter filter = TraceFilter::kUser;
+  RecordFormat format = RecordFormat::kFixed;
+  bool detached = false;
+  uint64_t buffer_bytes = 0;   // what the ring holds for the user
+  uint64_t charged_bytes = 0;  // its ring, bookkeeping and share of pools
+  bool has_stream = false;     // a ring exists: the three below are valid
+  uint64_t records = 0, lost = 0, overwritten = 0;
+  TaskState state = TaskState::kNotATask;
+  std::optional<int64_t> exit_status;  // wait status, when the tracer saw it
+  int fatal_signal = 0;
+  // With detail only (Show):
+  std::vector<RequestInfo> counters;
+  std::vector<RequestInfo> breakpoints;
+  std::optional<SoftBtsTracer::Stats> soft_bts;
+  std::vector<TraceeMapping> maps;
+};
+
+struct StatusInfo {
+  std::string driver;
+  MachineInfo machine;
+  size_t sessions = 0;
+  uint64_t limit_per_uid = 0, limit_total = 0, allocated = 0;
+  std::vector<std::pair<uid_t, uint64_t>> charged;
+};
+
+struct HolderInfo {
+  std::string slot;  // "gp3", "dr1", "bts", "pebs", "-" while waiting
+  std::string what;  // label, or "(other uid)"
+  std::string kind;  // "counter", "debug register", "debug store"
+  SessionId session = 0;
+  std::string mode;   // "pinned", "flexible", "shared"
+  std::string state;  // "on hw", "waiting", "attached"
+  std::optional<double> ratio;  // running ratio, once counted
+};
+
+struct ResourcesInfo {
+  struct Cpu {
+    int cpu = 0;
+    int32_t running_pid = 0;
+    std::vector<HolderInfo> holders;
+  };
+  struct Task {
+    int32_t pid = 0;
+    std::vector<HolderInfo> holders;
+  };
+  std::vector<Cpu> cpus;
+  std::vector<Task> tasks;
+  int debug_registers = 0, gp_counters = 0, fixed_counters = 0;
+};
+
+// A session's ring, passed to its client (the fd is a dup).
+struct RingHandle {
+  SessionId id = 0;
+  BtsMode mode = BtsMode::kOff;
+  RecordFormat format = RecordFormat::kFixed;
+  std::string target;
+  uint64_t mapped_bytes = 0;
+  UniqueFd fd;
+};
+
+// The sim command (--driver sim only).
+struct SimRequest {
+  enum class Action { kPause, kResume, kRun, kExit, kStats } action;
+  int32_t pid = -1;     // kExit; kStats: one task (-1: all)
+  uint64_t ns = 0;      // kRun
+};
+struct SimTaskStats {
+  int32_t pid = 0;
+  SimMachine::TaskStats stats;
+  // The simulator's ground truth for each counter a visible session asks
+  // of this task.
+  std::vector<std::pair<std::string, uint64_t>> true_counts;
+};
+struct SimReport {
+  uint64_t now = 0;
+  bool paused = false;
+  std::optional<int32_t> exited_pid;
+  std::vector<SimTaskStats> tasks;  // kStats
+};
+
+struct SessionManagerDeps {
+  const Clock* clock = nullptr;  // null: the monotonic clock (host driver)
+};
+
+class SessionManager {
+ public:
+  SessionManager(PfmdConfig config, MachineInfo machine,
+                 SessionManagerDeps deps = {});
+  ~SessionManager();
+  SessionManager(const SessionManager&) = delete;
+  SessionManager& operator=(const SessionManager&) = delete;
+
+  const PfmdConfig& config() const { return config_; }
+  const MachineInfo& machine() const { return machine_; }
+
+  // Creates a session for `peer`, owned by connection `conn` (it ends with
+  // the connection unless spec.detached).
+  absl::StatusOr<SessionId> Create(const Peer& peer, ConnectionId conn,
+                                   const TypedSpec& spec);
+  absl::StatusOr<SessionInfo> Show(const Peer& peer, SessionId id);
+  // Sessions visible to `peer` with ids above `after`, in id order, at most
+  // `limit`.
+  std::vector<SessionInfo> List(const Peer& peer, SessionId after, size_t limit);
+  absl::Status Kill(const Peer& peer, SessionId id);
+  // The session's ring; `drain` first brings it up to date (the soft-BTS
+  // tracer hands over what it holds, the CPU areas are drained).
+  absl::StatusOr<RingHandle> Ring(const Peer& peer, SessionId id, bool drain);
+  StatusInfo Status();
+  ResourcesInfo Resources(const Peer& peer);
+  absl::StatusOr<SimReport> Sim(const Peer& peer, const SimRequest& req);
+
+  // The connection closed: its non-detached sessions end.
+  void Disconnected(ConnectionId conn);
+  // No session exists (the embedded daemon's idle exit).
+  bool Idle() const;
+  // Stops tracers whose last session ended (waits for their processes):
+  // call without holding anything, after each request.
+  void ReapTracers();
+
+  // Sum of every session's charged_bytes and the accountant's total; equal
+  // whenever no call is in flight (tests).
+  std::pair<uint64_t, uint64_t> ChargedAndAllocated();
+
+ private:
+  struct Session;
+
+  uint64_t NowLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  absl::StatusOr<Session*> FindLocked(const Peer& peer, SessionId id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  absl::Status CheckTargetLocked(const Peer& peer, const TypedSpec& spec,
+                                 UniqueFd* pidfd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  absl::Status CheckCapsLocked(const Peer& peer, int perf_fds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // Steps of Create, each undone by ReleaseLocked.
+  absl::Status ChargeLocked(const Peer& peer, const TypedSpec& spec, Session* s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  absl::Status AdmitRequestsLocked(const Peer& peer, const TypedSpec& spec,
+                                   Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  absl::Status AttachConsumerLocked(const TypedSpec& spec, Session* s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // Releases everything a session holds (consumer, requests, charges).
+  // Never fails; safe on a half-built session.
+  void ReleaseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  SessionInfo InfoLocked(const Session& s, bool detail) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // This session's part of its uid's share of its pool (the accountant's
+  // split, divided among the uid's sessions there; exact in sum).
+  uint64_t PoolShareLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  void OnTaskExitedLocked(TaskId task, int64_t status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  void OnTaskSignaledLocked(TaskId task, int signo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+
+  const PfmdConfig config_;
+  const MachineInfo machine_;
+  MonotonicClock monotonic_;
+  const Clock* const clock_;
+  // The arbitration core; it owns the kernel lock, which guards everything
+  // below.
+  const std::unique_ptr<Kernel> kernel_;
+  MemoryAccountant accountant_ ABSL_GUARDED_BY(kernel_->lock());
+  SessionId next_session_ ABSL_GUARDED_BY(kernel_->lock()) = 1;
+  std::map<SessionId, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(kernel_->lock());
+  PerfCaps perf_caps_;  // host: what /sys/bus/event_source/devices offers
+  std::unique_ptr<SimRunner> sim_;         // --driver sim
+  std::unique_ptr<HostTracers> tracers_;   // --driver host
+};
+
+}  // namespace pfm
+
+#endif  // PFM_USERSPACE_PFMD_SESSION_MANAGER_H_

@@ -1,0 +1,236 @@
+// The session manager without sockets: the simulated machine (paused, so
+// nothing moves unless a test runs it) and typed requests from peers.
+#include "userspace/pfmd/session_manager.h"
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+namespace pfm {
+namespace {
+
+constexpr uid_t kAlice = 1000;
+constexpr uid_t kBob = 1001;
+constexpr int32_t kTask = 1000;  // the sim's first task
+
+MachineInfo SimSkylake() {
+  MachineInfo m;
+  m.cpus = 2;
+  m.pmu = "skl";
+  m.gp_counters = 8;
+  m.fixed_counters = 3;
+  m.pebs_counter_mask = 0xf;
+  m.debug_registers = 4;
+  m.bts = m.pebs = true;
+  return m;
+}
+
+PfmdConfig SimConfigWith(uint64_t limit_per_uid = 64ull << 20) {
+  PfmdConfig c;
+  c.driver = "sim";
+  c.sim_tasks = 4;
+  c.sim_cpus = 2;
+  c.sim_paused = true;
+  c.mem_limit_per_uid = limit_per_uid;
+  return c;
+}
+
+Peer User(uid_t uid) {
+  Peer p;
+  p.uid = uid;
+  p.gid = uid;
+  return p;
+}
+
+Peer Root() {
+  Peer p;
+  p.admin = true;
+  return p;
+}
+
+TypedSpec History(int32_t pid) {
+  TypedSpec s;
+  s.role = Role::kDebugger;
+  s.pid = pid;
+  s.bts = BtsMode::kHistory;
+  s.buffer_bytes = 2048;
+  return s;
+}
+
+TypedSpec Lossless(int32_t pid, uint64_t bytes) {
+  TypedSpec s;
+  s.pid = pid;
+  s.bts = BtsMode::kLossless;
+  s.buffer_bytes = bytes;
+  return s;
+}
+
+TypedSpec Watch(int32_t pid, uint64_t addr) {
+  TypedSpec s;
+  s.pid = pid;
+  s.breakpoints.push_back(BreakpointSpec{addr, 8, "w"});
+  return s;
+}
+
+void ExpectChargesAddUp(SessionManager& m) {
+  const auto [charged, allocated] = m.ChargedAndAllocated();
+  EXPECT_EQ(charged, allocated);
+}
+
+TEST(SessionManager, CreateShowListKill) {
+  SessionManager m(SimConfigWith(), SimSkylake());
+  absl::StatusOr<SessionId> id = m.Create(User(kAlice), 1, History(kTask));
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<SessionInfo> s = m.Show(User(kAlice), *id);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->uid, kAlice);
+  EXPECT_EQ(s->role, Role::kDebugger);
+  EXPECT_EQ(s->bts, BtsMode::kHistory);
+  EXPECT_EQ(s->target, "pid 1000");
+  EXPECT_EQ(s->buffer_bytes, 2048u);
+  EXPECT_TRUE(s->has_stream);
+  EXPECT_EQ(s->state, TaskState::kRunning);
+  EXPECT_EQ(m.List(User(kAlice), 0, 10).size(), 1u);
+  EXPECT_TRUE(m.Kill(User(kAlice), *id).ok());
+  EXPECT_EQ(m.Show(User(kAlice), *id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(m.Idle());
+  EXPECT_EQ(m.Status().allocated, 0u);
+}
+
+TEST(SessionManager, OtherUidsSessionsAreInvisibleUnlessPrivileged) {
+  SessionManager m(SimConfigWith(), SimSkylake());
+  absl::StatusOr<SessionId> id = m.Create(User(kAlice), 1, History(kTask));
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(m.Show(User(kBob), *id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(m.Kill(User(kBob), *id).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(m.Ring(User(kBob), *id, false).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(m.List(User(kBob), 0, 10).empty());
+  EXPECT_EQ(m.List(Root(), 0, 10).size(), 1u);
+  EXPECT_TRUE(m.Show(Root(), *id).ok());
+}
+
+TEST(SessionManager, KernelModeAndCpuWideNeedPrivilege) {
+  SessionManager m(SimConfigWith(), SimSkylake());
+  TypedSpec kernel = History(kTask);
+  kernel.filter = TraceFilter::kAll;
+  EXPECT_EQ(m.Create(User(kAlice), 1, kernel).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  TypedSpec cpu = History(-1);
+  cpu.cpu = 0;
+  EXPECT_EQ(m.Create(User(kAlice), 1, cpu).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(m.Create(Root(), 1, cpu).ok());
+  EXPECT_TRUE(m.Create(Root(), 1, kernel).ok());
+}
+
+TEST(SessionManager, ARefusalLeavesNothingBehind) {
+  // Room for one 256 KiB ring and the task buffer, not for a second ring.
+  SessionManager m(SimConfigWith(512 << 10), SimSkylake());
+  ASSERT_TRUE(m.Create(User(kAlice), 1, Lossless(kTask, 256 << 10)).ok());
+  const StatusInfo before = m.Status();
+  absl::StatusOr<SessionId> big = m.Create(User(kAlice), 1, Lossless(kTask + 1, 256 << 10));
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  const StatusInfo after = m.Status();
+  EXPECT_EQ(after.sessions, before.sessions);
+  EXPECT_EQ(after.allocated, before.allocated);
+  EXPECT_EQ(after.charged, before.charged);
+  // A breakpoint the arbiter refuses (a fifth pinned one) undoes its charge.
+  for (int i = 0; i < 4; ++i) {
+    TypedSpec w = Watch(kTask, 0x600000 + 64 * i);
+    w.pinned = true;
+    ASSERT_TRUE(m.Create(User(kBob), 2, w).ok()) << i;
+  }
+  const StatusInfo four = m.Status();
+  TypedSpec fifth = Watch(kTask, 0x700000);
+  fifth.pinned = true;
+  EXPECT_EQ(m.Create(User(kBob), 2, fifth).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(m.Status().allocated, four.allocated);
+  EXPECT_EQ(m.Status().sessions, four.sessions);
+}
+
+// Every byte charged is a byte allocated: the sessions' charged_bytes add
+// up to the accountant's total through joins, leaves and shared pools.
+TEST(SessionManager, SessionChargesAddUpToWhatIsAllocated) {
+  SessionManager m(SimConfigWith(), SimSkylake());
+  ExpectChargesAddUp(m);
+  absl::StatusOr<SessionId> a1 = m.Create(User(kAlice), 1, Lossless(kTask, 64 << 10));
+  ExpectChargesAddUp(m);
+  absl::StatusOr<SessionId> a2 = m.Create(User(kAlice), 1, History(kTask));
+  absl::StatusOr<SessionId> b1 = m.Create(User(kBob), 2, Lossless(kTask, 128 << 10));
+  absl::StatusOr<SessionId> w = m.Create(User(kBob), 2, Watch(kTask, 0x601000));
+  TypedSpec cpu = History(-1);
+  cpu.cpu = 1;
+  absl::StatusOr<SessionId> c = m.Create(Root(), 3, cpu);
+  ASSERT_TRUE(a1.ok() && a2.ok() && b1.ok() && w.ok() && c.ok());
+  ExpectChargesAddUp(m);
+  uint64_t sum = 0;
+  for (const auto& [uid, bytes] : m.Status().charged) sum += bytes;
+  EXPECT_EQ(sum, m.Status().allocated);
+  ASSERT_TRUE(m.Kill(User(kAlice), *a1).ok());
+  ExpectChargesAddUp(m);
+  m.Disconnected(2);  // Bob's sessions were not detached
+  ExpectChargesAddUp(m);
+  EXPECT_EQ(m.List(Root(), 0, 10).size(), 2u);
+}
+
+TEST(SessionManager, PerUidSessionCapSparesPrivilegedClients) {
+  PfmdConfig c = SimConfigWith();
+  c.max_sessions_per_uid = 2;
+  SessionManager m(c, SimSkylake());
+  ASSERT_TRUE(m.Create(User(kAlice), 1, History(kTask)).ok());
+  ASSERT_TRUE(m.Create(User(kAlice), 1, History(kTask + 1)).ok());
+  absl::StatusOr<SessionId> third = m.Create(User(kAlice), 1, History(kTask + 2));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("--max-sessions-per-uid"), std::string::npos);
+  EXPECT_TRUE(m.Create(User(kBob), 2, History(kTask)).ok());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(m.Create(Root(), 3, History(kTask)).ok());
+}
+
+TEST(SessionManager, ListPagesInIdOrder) {
+  SessionManager m(SimConfigWith(), SimSkylake());
+  std::vector<SessionId> ids;
+  for (int i = 0; i < 7; ++i) {
+    absl::StatusOr<SessionId> id = m.Create(User(kAlice), 1, Watch(kTask, 0x601000 + 8 * i));
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+  }
+  std::vector<SessionId> seen;
+  SessionId after = 0;
+  for (;;) {
+    std::vector<SessionInfo> page = m.List(User(kAlice), after, 3);
+    for (const SessionInfo& s : page) seen.push_back(s.id);
+    if (page.size() < 3) break;
+    after = page.back().id;
+  }
+  EXPECT_EQ(seen, ids);
+}
+
+TEST(SessionManager, SimCommandIsTheOwnersAndBounded) {
+  SessionManager m(SimConfigWith(), SimSkylake());
+  Peer other = User(::geteuid() == 0 ? kAlice : ::geteuid() + 1);
+  EXPECT_EQ(m.Sim(other, {SimRequest::Action::kRun, -1, 1000}).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  Peer owner = User(::geteuid());
+  EXPECT_EQ(m.Sim(owner, {SimRequest::Action::kRun, -1, 3600'000'000'000ull}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<SimReport> r = m.Sim(owner, {SimRequest::Action::kRun, -1, 1'000'000});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->now, 1'000'000u);
+}
+
+TEST(SessionManager, ATaskThatExitsShowsExited) {
+  SessionManager m(SimConfigWith(), SimSkylake());
+  absl::StatusOr<SessionId> id = m.Create(User(kAlice), 1, History(kTask));
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(m.Sim(Root(), {SimRequest::Action::kExit, kTask, 0}).ok());
+  absl::StatusOr<SessionInfo> s = m.Show(User(kAlice), *id);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->state, TaskState::kExited);
+  // A session on a task that does not exist is refused.
+  EXPECT_EQ(m.Create(User(kAlice), 1, History(kTask)).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace pfm
