@@ -1,0 +1,720 @@
+// End to end: pfmctl against a fake pfmd that answers with malformed replies.
+//
+// pfmd is another process, so pfmctl treats its replies as input: for every
+// command that reads a reply, a truncated frame, a body that is not an
+// object, a result that is missing, null or of the wrong shape, and a wrong
+// type (or a missing value, where one is required) for every field the
+// command reads must end pfmctl with exit status 1 and exactly one stderr
+// line "pfmctl: <CODE>: ...", never a signal, and nothing on stdout. The
+// fake speaks the real wire format (pfm/wire.h) on a Unix socket this
+// process owns, so Client::Connect's server-uid check passes.
+//
+// Longer than 600 lines on purpose: the fake daemon, the runner and the
+// per-command tables of fields are used only here and only together.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kernel/ds/ring.h"
+#include "pfm/wire.h"
+#include "tests/testing/harness.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+
+// ---- the fake pfmd ----
+
+// One scripted answer to a request.
+struct FakeReply {
+  enum Kind {
+    kFrame,      // `body` as a frame, with `fds`
+    kTruncated,  // a length prefix promising more than follows, then close
+    kClose,      // close the connection without answering
+  };
+  Kind kind = kFrame;
+  std::string body;
+  std::vector<int> fds;  // borrowed: they outlive the fake
+};
+
+FakeReply Ok(const json::value& result, std::vector<int> fds = {}) {
+  return {FakeReply::kFrame,
+          json::serialize(json::object{{"ok", true}, {"result", result}}), fds};
+}
+
+// Serves connections one at a time on a socket in a fresh /tmp directory,
+// answering each request by its "op": the scripted reply if there is one,
+// else the well-formed default.
+class FakePfmd {
+ public:
+  FakePfmd() {
+    dir_ = testing::MakeSocketDir();
+    socket_ = dir_ + "/pfmd.sock";
+    listen_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket_.c_str(), sizeof(addr.sun_path) - 1);
+    ok_ = listen_ >= 0 &&
+          ::bind(listen_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+          ::listen(listen_, 8) == 0;
+    if (ok_) thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakePfmd() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (listen_ >= 0) ::close(listen_);
+    ::unlink(socket_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  FakePfmd(const FakePfmd&) = delete;
+  FakePfmd& operator=(const FakePfmd&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& socket() const { return socket_; }
+
+  void SetDefaults(std::map<std::string, FakeReply> defaults) {
+    std::lock_guard<std::mutex> l(mu_);
+    defaults_ = std::move(defaults);
+  }
+  // The replies that differ from the defaults, until the next Script.
+  void Script(std::map<std::string, FakeReply> replies) {
+    std::lock_guard<std::mutex> l(mu_);
+    script_ = std::move(replies);
+    seen_.clear();
+  }
+  // The ops asked since the last Script, in order.
+  std::vector<std::string> Seen() {
+    std::lock_guard<std::mutex> l(mu_);
+    return seen_;
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int conn = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) continue;
+      while (!stop_) {
+        absl::StatusOr<Frame> req = RecvFrame(conn, 5000);
+        if (!req.ok()) break;  // pfmctl is done (or gave up)
+        if (!Answer(conn, req->body)) break;
+      }
+      ::close(conn);
+    }
+  }
+
+  // False when the connection is to be closed.
+  bool Answer(int conn, const std::string& request) {
+    boost::system::error_code ec;
+    const json::value v = json::parse(request, ec);
+    std::string op = "?";
+    if (!ec && v.is_object())
+      if (const json::value* o = v.as_object().if_contains("op"); o && o->is_string())
+        op = std::string(o->as_string());
+    FakeReply reply;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      seen_.push_back(op);
+      auto it = script_.find(op);
+      if (it != script_.end()) {
+        reply = it->second;
+      } else if (auto d = defaults_.find(op); d != defaults_.end()) {
+        reply = d->second;
+      } else {
+        reply.body = R"({"ok":false,"code":"INVALID_ARGUMENT","message":"fake: unknown op"})";
+      }
+    }
+    switch (reply.kind) {
+      case FakeReply::kClose:
+        return false;
+      case FakeReply::kTruncated: {
+        const std::string frame = EncodeFrame(std::string(100, 'x')).substr(0, 14);
+        (void)!::write(conn, frame.data(), frame.size());
+        return false;
+      }
+      case FakeReply::kFrame:
+        return SendFrame(conn, reply.body, reply.fds).ok();
+    }
+    return false;
+  }
+
+  std::string dir_, socket_;
+  int listen_ = -1;
+  bool ok_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::map<std::string, FakeReply> defaults_, script_;
+  std::vector<std::string> seen_;
+};
+
+// ---- running pfmctl ----
+
+// Runs pfmctl to completion. Not testing::Run: its watchdog thread wakes
+// every 100 ms, which would dominate a thousand runs of a few ms each.
+testing::Result RunPfmctl(const std::string& socket, const std::vector<std::string>& args) {
+  testing::Result res;
+  std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket};
+  argv.insert(argv.end(), args.begin(), args.end());
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return res;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    ::dup2(devnull, 0);
+    std::vector<char*> cargs;
+    for (const std::string& a : argv) cargs.push_back(const_cast<char*>(a.c_str()));
+    cargs.push_back(nullptr);
+    ::execv(cargs[0], cargs.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  std::string* dst[2] = {&res.out, &res.err};
+  int open_fds = 2;
+  bool killed = false;
+  while (open_fds > 0) {
+    if (!killed && std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+    }
+    if (::poll(p, 2, 100) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (p[i].fd < 0 || p[i].revents == 0) continue;
+      char buf[4096];
+      const ssize_t n = ::read(p[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        dst[i]->append(buf, n);
+      } else if (n == 0 || errno != EINTR) {
+        ::close(p[i].fd);
+        p[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return res;
+}
+
+// ---- well-formed replies ----
+
+json::value Parse(const char* text) { return json::parse(text); }
+
+const char kStatus[] = R"({"driver": "host",
+  "machine": {"cpus": 2, "pmu": "none", "pmu_desc": "fake", "gp_counters": 0,
+              "fixed_counters": 0, "debug_registers": 4, "bts": false, "pebs": false,
+              "lbr": false, "soft_bts": true, "software_events": true, "source": "fake"},
+  "sessions": 1,
+  "memory": {"limit_per_uid": 67108864, "charged": [{"uid": 0, "bytes": 4096}]}})";
+
+const char kHolder[] = R"({"slot": "dr0", "what": "0x401000:1:x", "session": 1,
+  "mode": "pinned", "state": "on hw", "ratio": 1.0})";
+
+const char kSession[] = R"({"id": 1, "uid": 0, "role": "profiler", "target": "pid 42",
+  "bts": "lossless", "buffer_bytes": 65536, "charged_bytes": 69632, "records": 10,
+  "lost": 0})";
+
+const char kCounter[] = R"({"event": "task-clock", "value": 100, "time_enabled": 200,
+  "time_running": 100, "scaled": 200, "ratio": 0.5})";
+
+const char kBreakpoint[] = R"({"spec": "0x401000:1:x", "state": "counted", "ratio": 1.0})";
+
+json::value Resources() {
+  json::value holder = Parse(kHolder);
+  return json::object{
+      {"cpus", json::array{json::object{{"cpu", 0}, {"running_pid", 42},
+                                        {"holders", json::array{holder}}}}},
+      {"tasks", json::array{json::object{{"pid", 42}, {"holders", json::array{holder}}}}}};
+}
+
+json::value SessionShow() {
+  json::value s = Parse(kSession);
+  s.as_object()["counters"] = json::array{Parse(kCounter)};
+  s.as_object()["breakpoints"] = json::array{Parse(kBreakpoint)};
+  s.as_object()["soft_bts"] = json::object{{"steps", 1234}};
+  return s;
+}
+
+// ---- malformations ----
+
+// What a field read by a command must be (pfmctl/reply.h's JsonKind).
+enum class Kind { kObject, kArray, kString, kBool, kNumber, kInteger, kUint, kId };
+
+// Values of the wrong type (or range) for a field of `kind`.
+std::vector<std::string> WrongValues(Kind kind) {
+  switch (kind) {
+    case Kind::kObject: return {R"("x")", "5", "[]", "true"};
+    case Kind::kArray: return {R"("x")", "5", "{}", "true"};
+    case Kind::kString: return {"5", "{}", "[]", "true"};
+    case Kind::kBool: return {R"("x")", "5", "{}", "[]"};
+    case Kind::kNumber: return {R"("x")", "{}", "[]", "true"};
+    case Kind::kInteger: return {R"("x")", "1.5", "{}", "[]", "true"};
+    case Kind::kUint: return {R"("x")", "-1", "1.5", "{}", "[]", "true"};
+    case Kind::kId: return {R"("x")", "0", "-1", "1.5", "{}", "true"};
+  }
+  return {};
+}
+
+// A field a command reads: where it is in the result (a JSON pointer), what
+// it must be, and whether it must be there (else absent or null is shown
+// as "-" / "null" / "not counted").
+struct Field {
+  std::string pointer;
+  Kind kind;
+  bool required = false;
+};
+
+// The value at `pointer` in `root`, and its parent and key for erasing;
+// null if there is none.
+json::value* At(json::value& root, const std::string& pointer, json::object** parent,
+                std::string* key) {
+  json::value* v = &root;
+  for (absl::string_view tok : absl::StrSplit(pointer.substr(1), '/')) {
+    *parent = nullptr;
+    if (v->is_object()) {
+      *parent = &v->as_object();
+      *key = std::string(tok);
+      v = v->as_object().if_contains(*key);
+    } else if (size_t i; v->is_array() && absl::SimpleAtoi(tok, &i) &&
+                         i < v->as_array().size()) {
+      v = &v->as_array()[i];
+    } else {
+      return nullptr;
+    }
+    if (v == nullptr) return nullptr;
+  }
+  return v;
+}
+
+// A named malformed version of a good result.
+struct Mutation {
+  std::string name;
+  json::value result;
+};
+
+std::vector<Mutation> Mutations(const json::value& good, const std::vector<Field>& fields) {
+  std::vector<Mutation> out;
+  for (const Field& f : fields) {
+    std::vector<std::string> values = WrongValues(f.kind);
+    if (f.required) values.push_back("null");
+    for (const std::string& w : values) {
+      json::value r = good;
+      json::object* parent = nullptr;
+      std::string key;
+      json::value* v = At(r, f.pointer, &parent, &key);
+      EXPECT_NE(v, nullptr) << "no " << f.pointer << " in " << json::serialize(good);
+      if (v == nullptr) continue;
+      *v = json::parse(w);
+      out.push_back({absl::StrCat(f.pointer, " = ", w), std::move(r)});
+    }
+    if (f.required) {
+      json::value r = good;
+      json::object* parent = nullptr;
+      std::string key;
+      if (At(r, f.pointer, &parent, &key) != nullptr && parent != nullptr) {
+        parent->erase(key);
+        out.push_back({absl::StrCat(f.pointer, " removed"), std::move(r)});
+      }
+    }
+  }
+  return out;
+}
+
+// ---- the test fixture ----
+
+class PfmctlRepliesE2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fake_.ok()) << "cannot listen on " << fake_.socket();
+    // The fake answers pfmctls that may be gone already.
+    ::signal(SIGPIPE, SIG_IGN);
+    // A lossless ring with a few records, already ended: `stream` and
+    // `record` copy it and stop at once.
+    RingConfig rc;
+    rc.data_bytes = 64 << 10;
+    rc.mode = PFM_RING_LOSSLESS;
+    ErrorDetail d;
+    ASSERT_EQ(Ring::Create(rc, "fake-ring", &ring_, &d), 0) << d.message;
+    for (int i = 0; i < 5; ++i) {
+      pfm_record r{};
+      r.type = PFM_REC_BRANCH;
+      r.pid = r.tid = 42;
+      r.time = 100 + i;
+      r.u.branch.from = 0x401000 + i;
+      r.u.branch.to = 0x402000 + i;
+      ring_->Write(r);
+    }
+    ring_->End();
+    not_a_ring_ = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    ASSERT_GE(not_a_ring_, 0);
+    dir_ = testing::MakeTempDir("replies");
+    fake_.SetDefaults({
+        {"status", Ok(Parse(kStatus))},
+        {"resources", Ok(Resources())},
+        {"session_create", Ok(json::object{{"id", 1}})},
+        {"session_list", Ok(json::array{Parse(kSession)})},
+        {"session_show", Ok(SessionShow())},
+        {"session_kill", Ok(json::object{{"id", 1}, {"killed", true}})},
+        {"session_ring", Ok(RingInfo(), {ring_->fd()})},
+        {"sim", Ok(json::object{{"now", 1}})},
+        {"shutdown", Ok(json::object{{"stopping", true}})},
+    });
+  }
+  void TearDown() override {
+    if (not_a_ring_ >= 0) ::close(not_a_ring_);
+  }
+
+  static json::value RingInfo() {
+    return json::object{{"id", 1}, {"mode", "lossless"}, {"format", "fixed"},
+                        {"target", "pid 42"}, {"mapped_bytes", 69632}};
+  }
+
+  std::string File(const std::string& name) { return dir_ + "/" + name; }
+
+  // Runs `args` with `replies` scripted, in text and/or --json form, and
+  // expects the one-line failure: exit 1, no signal, stdout empty, stderr
+  // one line starting with `prefix`.
+  void ExpectFails(const std::vector<std::string>& args,
+                   const std::map<std::string, FakeReply>& replies,
+                   const std::string& prefix, const std::string& what,
+                   std::vector<bool> json_modes = {false, true}) {
+    for (bool json_mode : json_modes) {
+      std::vector<std::string> a = args;
+      if (json_mode) a.insert(a.begin(), "--json");
+      fake_.Script(replies);
+      const testing::Result r = RunPfmctl(fake_.socket(), a);
+      const std::string ctx = absl::StrCat("pfmctl ", absl::StrJoin(a, " "), " with ",
+                                           what, "\nstderr: ", r.err, "stdout: ", r.out);
+      EXPECT_LT(r.exit_code, 128) << ctx;  // not a signal
+      EXPECT_EQ(r.exit_code, 1) << ctx;
+      EXPECT_EQ(r.err.rfind(prefix, 0), 0u) << "expected " << prefix << "\n" << ctx;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << ctx;
+      EXPECT_TRUE(!r.err.empty() && r.err.back() == '\n') << ctx;
+      EXPECT_EQ(r.out, "") << ctx;
+    }
+  }
+
+  // Every generic malformation of `op`'s reply: transport faults, bodies
+  // that are not a reply, results missing or of the wrong shape.
+  void ExpectGenericFailures(const std::vector<std::string>& args, const std::string& op,
+                             const std::vector<json::value>& wrong_results) {
+    const std::string internal = absl::StrCat("pfmctl: INTERNAL: pfmd reply: ", op, ": ");
+    const std::map<std::string, std::pair<FakeReply, std::string>> cases = {
+        {"a truncated frame", {{FakeReply::kTruncated, "", {}}, "pfmctl: DATA_LOSS: "}},
+        {"a hang-up", {{FakeReply::kClose, "", {}}, "pfmctl: UNAVAILABLE: "}},
+        {"a body that is not JSON",
+         {{FakeReply::kFrame, "{\"ok\":tr", {}}, "pfmctl: DATA_LOSS: "}},
+        {"an array body", {{FakeReply::kFrame, "[1,2]", {}}, "pfmctl: DATA_LOSS: "}},
+        {"a string body", {{FakeReply::kFrame, "\"ok\"", {}}, "pfmctl: DATA_LOSS: "}},
+        {"a non-bool ok",
+         {{FakeReply::kFrame, R"({"ok":"yes"})", {}}, "pfmctl: DATA_LOSS: "}},
+        {"an error without a code",
+         {{FakeReply::kFrame, R"({"ok":false})", {}}, "pfmctl: UNKNOWN: "}},
+        {"an error message with line breaks",
+         {{FakeReply::kFrame, R"({"ok":false,"code":"NOT_FOUND","message":"a\nb\r\nc"})", {}},
+          "pfmctl: NOT_FOUND: a b  c"}},
+        {"{\"ok\":true}",
+         {{FakeReply::kFrame, R"({"ok":true})", {}}, internal + "result is missing or null"}},
+        {"a null result",
+         {{FakeReply::kFrame, R"({"ok":true,"result":null})", {}},
+          internal + "result is missing or null"}},
+    };
+    for (const auto& [what, c] : cases) ExpectFails(args, {{op, c.first}}, c.second, what);
+    for (const json::value& r : wrong_results)
+      ExpectFails(args, {{op, Ok(r)}}, internal + "result",
+                  absl::StrCat("result ", json::serialize(r)));
+  }
+
+  // Every field malformation of `op`'s good result.
+  void ExpectFieldFailures(const std::vector<std::string>& args, const std::string& op,
+                           const json::value& good, const std::vector<Field>& fields) {
+    const std::string internal = absl::StrCat("pfmctl: INTERNAL: pfmd reply: ", op, ": ");
+    // Each field has four or more wrong values: alternating the form covers
+    // both forms for every field in half the runs.
+    bool json_mode = false;
+    for (const Mutation& m : Mutations(good, fields)) {
+      ExpectFails(args, {{op, Ok(m.result)}}, internal, m.name, {json_mode});
+      json_mode = !json_mode;
+    }
+  }
+
+  // The well-formed run: exit 0 and the ops asked in order.
+  void ExpectWorks(const std::vector<std::string>& args,
+                   const std::vector<std::string>& ops) {
+    for (bool json_mode : {false, true}) {
+      std::vector<std::string> a = args;
+      if (json_mode) a.insert(a.begin(), "--json");
+      fake_.Script({});
+      const testing::Result r = RunPfmctl(fake_.socket(), a);
+      EXPECT_EQ(r.exit_code, 0) << absl::StrJoin(a, " ") << ": " << r.err;
+      EXPECT_EQ(fake_.Seen(), ops) << absl::StrJoin(a, " ");
+      if (json_mode && ops != std::vector<std::string>{"shutdown"}) {
+        boost::system::error_code ec;
+        json::parse(r.out, ec);
+        EXPECT_FALSE(ec) << absl::StrJoin(a, " ") << " printed " << r.out;
+      }
+    }
+  }
+
+  // session_ring: a result that is not an object, and the one fd that must
+  // come with it.
+  void ExpectRingFailures(const std::vector<std::string>& args) {
+    const std::string internal = "pfmctl: INTERNAL: pfmd reply: session_ring: ";
+    const json::value info = json::object{{"id", 1}, {"mode", "lossless"}};
+    ExpectFails(args, {{"session_ring", Ok(info)}},
+                internal + "it passed 0 file descriptors", "no fd");
+    ExpectFails(args, {{"session_ring", Ok(info, {ring_->fd(), ring_->fd()})}},
+                internal + "it passed 2 file descriptors", "two fds");
+    ExpectFails(args, {{"session_ring", Ok(info, {not_a_ring_})}},
+                internal + "the ring it passed: ", "/dev/null as the ring");
+    for (const json::value& r : NotObjects())
+      ExpectFails(args, {{"session_ring", Ok(r, {ring_->fd()})}}, internal + "result is ",
+                  absl::StrCat("result ", json::serialize(r), " with the ring"));
+  }
+
+  static std::vector<json::value> NotObjects() {
+    return {json::array{}, json::value("x"), json::value(5), json::value(true)};
+  }
+  static std::vector<json::value> NotObjectsOrNull() {
+    std::vector<json::value> v = NotObjects();
+    v.push_back(nullptr);
+    return v;
+  }
+
+  FakePfmd fake_;
+  std::unique_ptr<Ring> ring_;
+  int not_a_ring_ = -1;
+  std::string dir_;
+};
+
+TEST_F(PfmctlRepliesE2e, WellFormedRepliesWork) {
+  ExpectWorks({"status"}, {"status"});
+  ExpectWorks({"resources"}, {"resources"});
+  ExpectWorks({"session", "create", "--pid", "42", "--bts", "lossless"}, {"session_create"});
+  ExpectWorks({"session", "list"}, {"session_list"});
+  ExpectWorks({"session", "show", "1"}, {"session_show"});
+  ExpectWorks({"session", "kill", "1"}, {"session_kill"});
+  ExpectWorks({"snapshot", "1"}, {"session_ring"});
+  ExpectWorks({"stream", "1", "-o", File("ok.stream")}, {"session_ring", "session_show"});
+  ExpectWorks({"record", "-o", File("ok.record"), "--", "/bin/true"},
+              {"status", "session_create", "session_ring", "session_show", "session_kill"});
+  ExpectWorks({"sim", "pause"}, {"sim"});
+  ExpectWorks({"shutdown"}, {"shutdown"});
+}
+
+TEST_F(PfmctlRepliesE2e, Status) {
+  const std::vector<std::string> args = {"status"};
+  ExpectGenericFailures(args, "status", NotObjects());
+  ExpectFieldFailures(args, "status", Parse(kStatus),
+                      {{"/driver", Kind::kString},
+                       {"/machine", Kind::kObject, true},
+                       {"/machine/cpus", Kind::kUint},
+                       {"/machine/pmu", Kind::kString},
+                       {"/machine/pmu_desc", Kind::kString},
+                       {"/machine/gp_counters", Kind::kUint},
+                       {"/machine/fixed_counters", Kind::kUint},
+                       {"/machine/debug_registers", Kind::kUint},
+                       {"/machine/bts", Kind::kBool},
+                       {"/machine/pebs", Kind::kBool},
+                       {"/machine/lbr", Kind::kBool},
+                       {"/machine/soft_bts", Kind::kBool},
+                       {"/machine/software_events", Kind::kBool},
+                       {"/machine/source", Kind::kString},
+                       {"/sessions", Kind::kUint},
+                       {"/memory", Kind::kObject, true},
+                       {"/memory/limit_per_uid", Kind::kUint, true},
+                       {"/memory/charged", Kind::kArray, true},
+                       {"/memory/charged/0", Kind::kObject, true},
+                       {"/memory/charged/0/uid", Kind::kUint},
+                       {"/memory/charged/0/bytes", Kind::kUint, true}});
+}
+
+std::vector<Field> HolderFields(const std::string& at) {
+  return {{at, Kind::kObject, true},
+          {at + "/slot", Kind::kString},
+          {at + "/what", Kind::kString},
+          {at + "/session", Kind::kUint},
+          {at + "/mode", Kind::kString},
+          {at + "/state", Kind::kString},
+          {at + "/ratio", Kind::kNumber}};
+}
+
+TEST_F(PfmctlRepliesE2e, Resources) {
+  const std::vector<std::string> args = {"resources"};
+  ExpectGenericFailures(args, "resources", NotObjects());
+  std::vector<Field> fields = {{"/cpus", Kind::kArray},
+                               {"/cpus/0", Kind::kObject, true},
+                               {"/cpus/0/cpu", Kind::kInteger},
+                               {"/cpus/0/running_pid", Kind::kInteger},
+                               {"/cpus/0/holders", Kind::kArray},
+                               {"/tasks", Kind::kArray},
+                               {"/tasks/0", Kind::kObject, true},
+                               {"/tasks/0/pid", Kind::kInteger},
+                               {"/tasks/0/holders", Kind::kArray}};
+  for (const char* at : {"/cpus/0/holders/0", "/tasks/0/holders/0"})
+    for (const Field& f : HolderFields(at)) fields.push_back(f);
+  ExpectFieldFailures(args, "resources", Resources(), fields);
+}
+
+TEST_F(PfmctlRepliesE2e, SessionCreate) {
+  const std::vector<std::string> args = {"session", "create", "--pid", "42", "--bts",
+                                         "lossless"};
+  ExpectGenericFailures(args, "session_create", NotObjects());
+  ExpectFieldFailures(args, "session_create", json::object{{"id", 1}},
+                      {{"/id", Kind::kId, true}});
+}
+
+std::vector<Field> SessionLineFields(const std::string& at, Kind id_kind, bool id_required) {
+  return {{at + "/id", id_kind, id_required},
+          {at + "/uid", Kind::kUint},
+          {at + "/role", Kind::kString},
+          {at + "/target", Kind::kString},
+          {at + "/bts", Kind::kString},
+          {at + "/buffer_bytes", Kind::kUint, true},
+          {at + "/charged_bytes", Kind::kUint, true},
+          {at + "/records", Kind::kUint},
+          {at + "/lost", Kind::kUint}};
+}
+
+TEST_F(PfmctlRepliesE2e, SessionList) {
+  const std::vector<std::string> args = {"session", "list"};
+  ExpectGenericFailures(args, "session_list",
+                        {json::object{}, json::value("x"), json::value(5)});
+  std::vector<Field> fields = {{"/0", Kind::kObject, true}};
+  for (const Field& f : SessionLineFields("/0", Kind::kId, true)) fields.push_back(f);
+  ExpectFieldFailures(args, "session_list", json::array{Parse(kSession)}, fields);
+  // The message names the op, the session's index and the field.
+  json::array four;
+  for (int i = 1; i <= 4; ++i) {
+    json::value s = Parse(kSession);
+    s.as_object()["id"] = i;
+    four.push_back(s);
+  }
+  four[3].as_object()["id"] = "4";
+  fake_.Script({{"session_list", Ok(four)}});
+  const testing::Result r = RunPfmctl(fake_.socket(), args);
+  EXPECT_EQ(r.err,
+            "pfmctl: INTERNAL: pfmd reply: session_list: result[3].id is a string, "
+            "expected a positive integer\n");
+}
+
+TEST_F(PfmctlRepliesE2e, SessionShow) {
+  const std::vector<std::string> args = {"session", "show", "1"};
+  ExpectGenericFailures(args, "session_show", NotObjects());
+  std::vector<Field> fields = SessionLineFields("", Kind::kUint, false);
+  for (const Field& f : std::vector<Field>{{"/counters", Kind::kArray},
+                                           {"/counters/0", Kind::kObject, true},
+                                           {"/counters/0/event", Kind::kString},
+                                           {"/counters/0/value", Kind::kUint},
+                                           {"/counters/0/time_enabled", Kind::kUint},
+                                           {"/counters/0/time_running", Kind::kUint},
+                                           {"/counters/0/scaled", Kind::kUint},
+                                           {"/counters/0/ratio", Kind::kNumber},
+                                           {"/breakpoints", Kind::kArray},
+                                           {"/breakpoints/0", Kind::kObject, true},
+                                           {"/breakpoints/0/spec", Kind::kString},
+                                           {"/breakpoints/0/state", Kind::kString},
+                                           {"/breakpoints/0/ratio", Kind::kNumber}})
+    fields.push_back(f);
+  ExpectFieldFailures(args, "session_show", SessionShow(), fields);
+}
+
+TEST_F(PfmctlRepliesE2e, SessionKillSimShutdown) {
+  ExpectGenericFailures({"session", "kill", "1"}, "session_kill", NotObjects());
+  ExpectGenericFailures({"sim", "pause"}, "sim", NotObjects());
+  ExpectGenericFailures({"shutdown"}, "shutdown", NotObjects());
+}
+
+TEST_F(PfmctlRepliesE2e, SnapshotAndStreamRing) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"snapshot", "1"},
+        std::vector<std::string>{"snapshot", "1", "-o", File("snap")},
+        std::vector<std::string>{"stream", "1", "-o", File("stream")}}) {
+    ExpectGenericFailures(args, "session_ring", {});
+    ExpectRingFailures(args);
+  }
+}
+
+std::vector<Field> SummaryFields() {
+  return {{"/soft_bts", Kind::kObject}, {"/soft_bts/steps", Kind::kUint, true}};
+}
+
+TEST_F(PfmctlRepliesE2e, StreamSummary) {
+  const std::vector<std::string> args = {"stream", "1", "-o", File("summary")};
+  const std::string internal = "pfmctl: INTERNAL: pfmd reply: session_show: ";
+  for (const json::value& r : NotObjectsOrNull())
+    ExpectFails(args, {{"session_show", Ok(r)}}, internal + "result is ",
+                absl::StrCat("result ", json::serialize(r)));
+  ExpectFieldFailures(args, "session_show", SessionShow(), SummaryFields());
+  // The trace is finished all the same: records and trailer, no summary.
+  fake_.Script({{"session_show", Ok(json::array{})}});
+  (void)RunPfmctl(fake_.socket(), args);
+  testing::Result rep = RunPfmctl(fake_.socket(), {"--json", "report", File("summary")});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const json::value v = json::parse(rep.out);
+  EXPECT_TRUE(v.at("complete").as_bool());
+  EXPECT_FALSE(v.at("trailer").as_object().contains("steps"));
+  // A session that is gone (the request refused, or the daemon gone by
+  // then) leaves the summary out without failing: best effort, as before.
+  for (FakeReply gone : {FakeReply{FakeReply::kFrame,
+                                   R"({"ok":false,"code":"NOT_FOUND","message":"gone"})",
+                                   {}},
+                         FakeReply{FakeReply::kClose, "", {}}}) {
+    fake_.Script({{"session_show", gone}});
+    const testing::Result r = RunPfmctl(fake_.socket(), args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+}
+
+TEST_F(PfmctlRepliesE2e, Record) {
+  const std::vector<std::string> args = {"record", "-o", File("rec"), "--", "/bin/true"};
+  // status: only the driver is read.
+  ExpectGenericFailures(args, "status", NotObjects());
+  ExpectFieldFailures(args, "status", Parse(kStatus), {{"/driver", Kind::kString, true}});
+  // session_create: the id (the command is held, then abandoned).
+  ExpectGenericFailures(args, "session_create", NotObjects());
+  ExpectFieldFailures(args, "session_create", json::object{{"id", 1}},
+                      {{"/id", Kind::kId, true}});
+  // session_ring.
+  ExpectGenericFailures(args, "session_ring", {});
+  ExpectRingFailures(args);
+  // session_show, after /bin/true ran: the summary.
+  for (const json::value& r : NotObjectsOrNull())
+    ExpectFails(args, {{"session_show", Ok(r)}},
+                "pfmctl: INTERNAL: pfmd reply: session_show: result is ",
+                absl::StrCat("result ", json::serialize(r)));
+  ExpectFieldFailures(args, "session_show", SessionShow(), SummaryFields());
+}
+
+}  // namespace
+}  // namespace pfm
