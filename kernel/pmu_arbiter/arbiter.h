@@ -13,8 +13,8 @@
 //   dealt round-robin across sessions (max-min fair between sessions, not
 //   between events), rotating once per mux interval of the context's own
 //   clock (a task's run time, wherever it runs) and only when
-//   oversubscribed; a switched-in task resumes its round. Breakpoints are multiplexed too, beyond the debug
-//   registers pinned ones leave free.
+//   oversubscribed; a switched-in task resumes its round. Breakpoints are
+//   multiplexed too, beyond the debug registers pinned ones leave free.
 // - Every request reports value, time_enabled, time_running and a scaled
 //   estimate; a request that never ran is "not counted", never 0.
 //

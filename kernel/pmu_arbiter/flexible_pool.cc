@@ -197,7 +197,8 @@ void FlexiblePool::Deal(ResourceClass resource, FlexiblePool* cpu_pool,
         ++*work_units;
         FixedQueue* q = p->fixed_rings_[f].front();
         Request* r = q->requests.front();
-        assert(r->on_cpu < 0 && "fixed counter free: none of its events placed");
+        assert(r->on_cpu < 0 &&
+               "fixed counter free: none of its events placed");
         if (r->on_cpu >= 0) continue;
         p->Place(cpu, r, kFixedCounterBase + f, now);
         p->fixed_served_[f] = q;
