@@ -125,7 +125,7 @@ size_t RingReader::Consume(std::vector<pfm_record>* out, size_t max) {
   if (mode_ != PFM_RING_LOSSLESS || !status_.ok() || max == 0) return 0;
   const uint64_t head = Load(&hdr_->head);
   // The writer keeps head within one ring of the chunk holding our tail.
-  if (!RingHeadAllowed(tail_, head, data_bytes_)) {
+  if (head < tail_ || !RingHeadAllowed(tail_, head, data_bytes_)) {
     status_ = absl::DataLossError(absl::StrCat(
         "ring head ", head, " is impossible for tail ", tail_));
     return 0;

@@ -314,8 +314,7 @@ TEST(AbuseE2e, UidOverItsConnectionCapIsRefusedWithTheNumbersAndRootStillGetsIn)
   if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
   Daemon d(kSimFlags);  // default --max-connections-per-uid 64
   ASSERT_TRUE(d.started());
-  const std::string dir = d.socket().substr(0, d.socket().rfind('/'));
-  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  ASSERT_TRUE(d.OpenToOtherUids());
   // The child holds its connections until the parent has checked root.
   int ready[2], go[2];
   ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);

@@ -61,8 +61,7 @@ class AccountingE2e : public ::testing::Test {
     flags.insert(flags.end(), extra.begin(), extra.end());
     d_ = std::make_unique<Daemon>(flags);
     ASSERT_TRUE(d_->started());
-    const std::string dir = d_->socket().substr(0, d_->socket().rfind('/'));
-    ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+    ASSERT_TRUE(d_->OpenToOtherUids());
   }
   // A detached lossless BTS session on pid 1000, created by `uid`.
   uint64_t Join(uid_t uid, uint64_t buffer) {

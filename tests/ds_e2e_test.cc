@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernel/uapi/pfm_uapi.h"
 #include "pfm/trace_file.h"
 #include "tests/testing/harness.h"
 
@@ -20,8 +21,6 @@ namespace json = boost::json;
 using testing::Daemon;
 using testing::Pfmctl;
 using testing::PfmctlJson;
-
-constexpr uint64_t kKernelStart = 0xffff800000000000ull;
 
 uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
 uint64_t Addr(const json::value& v) {
@@ -159,11 +158,11 @@ TEST_F(DsE2e, UserOnlyConsumerNeverSeesKernelBranches) {
   for (const json::value& r : Snapshot(user)) {
     if (r.at("type").as_string() != "branch") continue;
     ++user_n;
-    if (Addr(r.at("from")) >= kKernelStart) ++user_kernel;
+    if (PFM_ADDR_IS_KERNEL(Addr(r.at("from")))) ++user_kernel;
   }
   for (const json::value& r : Snapshot(all)) {
     if (r.at("type").as_string() != "branch") continue;
-    (Addr(r.at("from")) >= kKernelStart ? all_kernel : all_user)++;
+    (PFM_ADDR_IS_KERNEL(Addr(r.at("from"))) ? all_kernel : all_user)++;
   }
   const json::object st = TaskStats(1002);
   EXPECT_GT(user_n, 0u);

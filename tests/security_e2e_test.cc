@@ -80,10 +80,7 @@ class SecurityE2e : public ::testing::Test {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
     d_ = std::make_unique<Daemon>(std::vector<std::string>{"--driver", "host"});
     ASSERT_TRUE(d_->started());
-    // MakeSocketDir is 0700; the socket itself is 0666 (access is decided
-    // per request from SO_PEERCRED, not by the file mode).
-    const std::string dir = d_->socket().substr(0, d_->socket().rfind('/'));
-    ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+    ASSERT_TRUE(d_->OpenToOtherUids());
   }
   void TearDown() override {
     for (pid_t p : spinners_) KillAndReap(p);
@@ -265,8 +262,7 @@ TEST(SimOwnership, SimCommandIsForTheOwnerAndBoundedInTime) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
   Daemon d({"--driver", "sim", "--sim-tasks", "2", "--sim-paused"});
   ASSERT_TRUE(d.started());
-  const std::string dir = d.socket().substr(0, d.socket().rfind('/'));
-  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  ASSERT_TRUE(d.OpenToOtherUids());
   const std::string socket = d.socket();
   json::object got = AsUid(kNobody, [&]() -> json::object {
     absl::StatusOr<Client> c = Client::Connect(socket);

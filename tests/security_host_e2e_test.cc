@@ -118,7 +118,7 @@ class SecurityHostE2e : public ::testing::Test {
     d_ = std::make_unique<Daemon>(std::vector<std::string>{"--driver", "host"});
     ASSERT_TRUE(d_->started());
     socket_ = d_->socket();
-    ASSERT_EQ(::chmod(socket_.substr(0, socket_.rfind('/')).c_str(), 0755), 0);
+    ASSERT_TRUE(d_->OpenToOtherUids());
     dir_ = testing::MakeSocketDir();
     ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);
     pfmctl_ = dir_ + "/pfmctl";
@@ -357,7 +357,7 @@ TEST_F(SecurityHostE2e, AdminGroupMembersSeeEverySession) {
   Daemon admin({"--driver", "host", "--admin-group", "65534"});
   ASSERT_TRUE(admin.started());
   const std::string socket = admin.socket();
-  ASSERT_EQ(::chmod(socket.substr(0, socket.rfind('/')).c_str(), 0755), 0);
+  ASSERT_TRUE(admin.OpenToOtherUids());
   const pid_t target = SpawnWorker(30);
   children_.push_back(target);
   PfmctlJson(socket, {"session", "create", "--pid", std::to_string(target),

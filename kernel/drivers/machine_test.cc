@@ -2,27 +2,39 @@
 
 #include <perfmon/pfmlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 namespace pfm {
 namespace {
 
-// Reads libpfm4 directly, so the test does not restate the numbers it checks.
+// Reads libpfm4's tables, so the test does not restate the numbers it checks.
 pfm_pmu_info_t LibpfmInfo(const char* name) {
   pfm_pmu_info_t found;
   std::memset(&found, 0, sizeof(found));
-  for (int p = PFM_PMU_NONE; p < PFM_PMU_MAX; ++p) {
-    pfm_pmu_info_t info;
-    std::memset(&info, 0, sizeof(info));
-    info.size = sizeof(info);
-    if (pfm_get_pmu_info(static_cast<pfm_pmu_t>(p), &info) == PFM_SUCCESS &&
-        std::strcmp(info.name, name) == 0)
-      found = info;
-  }
+  for (const pfm_pmu_info_t& info : LibpfmPmus())
+    if (std::strcmp(info.name, name) == 0) found = info;
   return found;
+}
+
+TEST(LibpfmPmus, ListsLibpfmsCorePmusByTheirNames) {
+  const std::vector<std::string> core = LibpfmCorePmuNames();  // initialises
+  const std::vector<pfm_pmu_info_t> all = LibpfmPmus();
+  ASSERT_FALSE(core.empty());
+  EXPECT_GT(all.size(), core.size());  // uncore, perf, ... too
+  size_t n_core = 0;
+  for (const pfm_pmu_info_t& info : all) {
+    EXPECT_NE(info.name, nullptr);
+    n_core += info.type == PFM_PMU_TYPE_CORE;
+  }
+  EXPECT_EQ(n_core, core.size());
+  for (const char* want : {"skl", "icl", "amd64_fam19h_zen3"})
+    EXPECT_NE(std::find(core.begin(), core.end(), want), core.end()) << want;
 }
 
 TEST(DescribeSimMachine, SkylakeHasLibpfmCountersAndDebugStore) {

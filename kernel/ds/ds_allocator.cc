@@ -100,6 +100,11 @@ DsAllocator::Context* DsAllocator::TaskContext(int32_t pid) const {
   return it == tasks_.end() ? nullptr : it->second.get();
 }
 
+DsAllocator::Context* DsAllocator::LiveTaskContext(int32_t pid) const {
+  Context* ctx = pid != 0 ? TaskContext(pid) : nullptr;
+  return ctx != nullptr && !ctx->exited ? ctx : nullptr;
+}
+
 // A request that cannot be reconciled with a context's holders is refused
 // naming them. Everything else is a union: user-only and kernel+user
 // consumers share one stream, filtered per consumer.
@@ -562,37 +567,30 @@ void DsAllocator::Switch(int cpu, uint64_t now, TaskId prev, TaskId next,
   assert(cpu >= 0 && cpu < cpus());
   CpuState& cs = *cpus_[cpu];
   Drain(cpu, now);
-  pfm_record rec{};
-  rec.cpu = static_cast<uint16_t>(cpu);
-  rec.time = now;
-  rec.misc = preempt ? PFM_MISC_SWITCH_PREEMPT : 0;
+  // `self` switched out or in, `other` on the other side of the switch.
+  auto emit = [&](uint16_t type, TaskId self, TaskId other, Context* ctx) {
+    pfm_record rec{};
+    rec.type = type;
+    rec.cpu = static_cast<uint16_t>(cpu);
+    rec.time = now;
+    rec.misc = preempt ? PFM_MISC_SWITCH_PREEMPT : 0;
+    rec.pid = static_cast<uint32_t>(self.pid);
+    rec.tid = static_cast<uint32_t>(self.tid);
+    rec.u.sw.other_pid = static_cast<uint32_t>(other.pid);
+    rec.u.sw.other_tid = static_cast<uint32_t>(other.tid);
+    FanOut(ctx, cpu, rec);
+  };
   if (cs.running_ctx != nullptr) cs.running_ctx->running_cpu = -1;
   // prev's own context, not the one installed here: on the host, tracers of
   // different tasks report switches on the same CPU number independently.
-  Context* prev_ctx = prev.pid != 0 ? TaskContext(prev.pid) : nullptr;
-  if (prev_ctx != nullptr && prev_ctx->exited) prev_ctx = nullptr;
-  if (prev.pid != 0) {
-    rec.type = PFM_REC_SWITCH_OUT;
-    rec.pid = static_cast<uint32_t>(prev.pid);
-    rec.tid = static_cast<uint32_t>(prev.tid);
-    rec.u.sw.other_pid = static_cast<uint32_t>(next.pid);
-    rec.u.sw.other_tid = static_cast<uint32_t>(next.tid);
-    FanOut(prev_ctx, cpu, rec);
-  }
+  if (prev.pid != 0)
+    emit(PFM_REC_SWITCH_OUT, prev, next, LiveTaskContext(prev.pid));
   cs.running = next;
   cs.switch_in_ns = now;
-  Context* next_ctx = next.pid != 0 ? TaskContext(next.pid) : nullptr;
-  if (next_ctx != nullptr && next_ctx->exited) next_ctx = nullptr;
+  Context* next_ctx = LiveTaskContext(next.pid);
   cs.running_ctx = next_ctx;
   if (next_ctx != nullptr) next_ctx->running_cpu = cpu;
-  if (next.pid != 0) {
-    rec.type = PFM_REC_SWITCH_IN;
-    rec.pid = static_cast<uint32_t>(next.pid);
-    rec.tid = static_cast<uint32_t>(next.tid);
-    rec.u.sw.other_pid = static_cast<uint32_t>(prev.pid);
-    rec.u.sw.other_tid = static_cast<uint32_t>(prev.tid);
-    FanOut(next_ctx, cpu, rec);
-  }
+  if (next.pid != 0) emit(PFM_REC_SWITCH_IN, next, prev, next_ctx);
 }
 
 void DsAllocator::TaskExit(TaskId task, uint64_t now, int64_t status) {
@@ -643,8 +641,7 @@ void DsAllocator::Notify(int32_t pid, const pfm_record& rec) {
 TraceConfig DsAllocator::Config(int cpu, TaskId task) const {
   TraceConfig tc;
   if (cpu < 0 || cpu >= cpus()) return tc;
-  const Context* ctx = task.pid != 0 ? TaskContext(task.pid) : nullptr;
-  if (ctx != nullptr && ctx->exited) ctx = nullptr;
+  const Context* ctx = LiveTaskContext(task.pid);
   auto add = [&](const Consumer* c) {
     if (c->frozen) return;
     if (c->bts()) {

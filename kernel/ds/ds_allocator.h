@@ -159,6 +159,9 @@ class DsAllocator {
   struct CpuState;
 
   Context* TaskContext(int32_t pid) const;
+  // The context of a task that still runs traced: null for pid 0 (idle or
+  // untraced), no context, or one whose task exited.
+  Context* LiveTaskContext(int32_t pid) const;
   void DrainArea(DsArea& area, Context* task_ctx, int cpu, TaskId task,
                  uint64_t now, uint64_t* last_drain_ns);
   void Deliver(Consumer* c, const pfm_record& rec);

@@ -133,7 +133,7 @@ TEST(Ring, HistoryRingBytesIsAPowerOfTwoWithTwoSpareChunks) {
   EXPECT_EQ(HistoryRingBytes(1), 4u * PFM_RING_CHUNK);
   EXPECT_EQ(HistoryRingBytes(128), 4u * PFM_RING_CHUNK);  // 8192 + 8192
   EXPECT_EQ(HistoryRingBytes(129), 8u * PFM_RING_CHUNK);
-  EXPECT_GT(HistoryRingBytes(UINT64_MAX), 1ull << 30);
+  EXPECT_GT(HistoryRingBytes(UINT64_MAX), kMaxRingDataBytes);
 }
 
 TEST(Ring, InitialisesTheUapiHeaderAndSealsTheSize) {

@@ -13,23 +13,6 @@ uint64_t RingDataBytesFor(uint64_t bytes) {
   return p;
 }
 
-size_t PlaceCompactRecord(uint64_t head, const pfm_record& rec,
-                          CodecState* st, uint8_t* out, uint64_t* start) {
-  if (!IsRecordType(rec.type)) return 0;
-  const uint64_t off = head % kRingChunk;
-  if (off == 0) st->Reset();
-  size_t size = EncodeRecord(rec, st, out);
-  *start = head;
-  if (off + size > kRingChunk) {
-    // Restart in the next chunk, from a reset state: the encoding changes
-    // (and the state the first try advanced is not needed).
-    *start = ChunkFloor(head) + kRingChunk;
-    st->Reset();
-    size = EncodeRecord(rec, st, out);
-  }
-  return size;
-}
-
 int RingCursor::Next(const uint8_t* data, uint64_t data_bytes,
                      pfm_format format, uint64_t end, pfm_record* out,
                      uint64_t* at) {

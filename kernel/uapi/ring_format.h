@@ -80,12 +80,14 @@ inline constexpr bool IsRingMode(uint32_t mode) {
 // under one chunk of capacity (nothing in history mode, where tail is always
 // chunk-aligned).
 //
-// Whether `head` is a position a writer obeying the rule can reach with the
-// reader at `tail`. The writer asks it of the end of a record it is about to
-// write; the reader of the head it loaded, to refuse an impossible one.
+// Whether the rule lets head reach `head` with the reader at `tail`. The
+// writer asks it of the end of a record it is about to write; the reader of
+// the head it loaded, to refuse an impossible one. A head below tail's chunk
+// is refused (the difference wraps); one inside tail's chunk but below tail
+// is not: the writer never asks that, the reader checks head >= tail too.
 inline constexpr bool RingHeadAllowed(uint64_t tail, uint64_t head,
                                       uint64_t data_bytes) {
-  return head >= tail && head - ChunkFloor(tail) <= data_bytes;
+  return head - ChunkFloor(tail) <= data_bytes;
 }
 // The bytes a writer at `head` may still write under the rule (0 when
 // head < tail, which only a misbehaving reader causes).
@@ -108,10 +110,26 @@ inline constexpr uint64_t RingSyncPoint(pfm_format format, uint64_t pos) {
 // bytes do not fit the rest of head's chunk, encodes it again from a reset
 // state for the next chunk (the encoding changes). Sets *start to where the
 // record goes ([head, *start) is padding: a PFM_REC_PAD byte, then anything)
-// and returns its size, advancing *st. Returns 0, *st untouched, for a type
-// that is not a ring record type.
-size_t PlaceCompactRecord(uint64_t head, const pfm_record& rec,
-                          CodecState* st, uint8_t* out, uint64_t* start);
+// and returns its size, advancing *st. Returns 0 for a type that is not a
+// ring record type (*st is then as a chunk start left it: reset there,
+// untouched elsewhere). Inline: it is on the writer's per-record path.
+inline size_t PlaceCompactRecord(uint64_t head, const pfm_record& rec,
+                                 CodecState* st, uint8_t* out,
+                                 uint64_t* start) {
+  const uint64_t off = head % kRingChunk;
+  if (off == 0) st->Reset();
+  size_t size = EncodeRecord(rec, st, out);
+  *start = head;
+  if (size == 0) return 0;
+  if (off + size > kRingChunk) {
+    // Restart in the next chunk, from a reset state: the encoding changes
+    // (and the state the first try advanced is not needed).
+    *start = ChunkFloor(head) + kRingChunk;
+    st->Reset();
+    size = EncodeRecord(rec, st, out);
+  }
+  return size;
+}
 
 // Walks the records of a ring data area (data[p & (data_bytes - 1)] holds
 // position p) in either format. Start `pos` at a sync point (RingSyncPoint);

@@ -92,15 +92,15 @@ TEST(RingFormat, TailChunkRuleHoldsBackTheChunkOfTail) {
   const uint64_t tail = 5 * PFM_RING_CHUNK + 100;
   EXPECT_TRUE(RingHeadAllowed(tail, 9 * PFM_RING_CHUNK, kData));
   EXPECT_FALSE(RingHeadAllowed(tail, 9 * PFM_RING_CHUNK + 1, kData));
-  EXPECT_FALSE(RingHeadAllowed(tail, tail - 1, kData));
+  EXPECT_FALSE(RingHeadAllowed(tail, 5 * PFM_RING_CHUNK - 1, kData));
   EXPECT_EQ(RingRoom(tail, tail, kData), kData - 100);
   EXPECT_EQ(RingRoom(tail, 9 * PFM_RING_CHUNK, kData), 0u);
   EXPECT_EQ(RingRoom(tail, tail - 1, kData), 0u);
   // Positions near 2^64 (a hostile header) do not wrap the bound.
   const uint64_t far = UINT64_MAX - 10;
   EXPECT_TRUE(RingHeadAllowed(far, UINT64_MAX, kData));
-  EXPECT_FALSE(RingHeadAllowed(far, 3, kData));
   EXPECT_FALSE(RingHeadAllowed(0, UINT64_MAX, kData));
+  EXPECT_FALSE(RingHeadAllowed(UINT64_MAX - kData - 4096, UINT64_MAX, kData));
 }
 
 TEST(RingFormat, SyncPointIsTheChunkStartForCompactOnly) {
@@ -134,11 +134,12 @@ TEST(RingFormat, CompactRecordThatDoesNotFitStartsTheNextChunkFromScratch) {
   CodecState reset;
   EXPECT_EQ(first, EncodedSize(Branch(4), reset));
   EXPECT_GT(delta, 0u);
-  // Not a ring record type: nothing placed, state untouched.
+  // Not a ring record type: nothing placed, state untouched mid-chunk.
   pfm_record pad = Branch(5);
   pad.type = PFM_REC_PAD;
   CodecState before = used;
-  EXPECT_EQ(PlaceCompactRecord(3 * PFM_RING_CHUNK, pad, &used, out, &start),
+  EXPECT_EQ(PlaceCompactRecord(3 * PFM_RING_CHUNK + 8, pad, &used, out,
+                               &start),
             0u);
   EXPECT_EQ(memcmp(&before, &used, sizeof(used)), 0);
 }

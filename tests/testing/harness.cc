@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -222,6 +223,10 @@ int Daemon::Stop() {
   ::waitpid(pid_, &status, 0);
   pid_ = -1;
   return 128 + SIGKILL;
+}
+
+bool Daemon::OpenToOtherUids() const {
+  return !dir_.empty() && ::chmod(dir_.c_str(), 0755) == 0;
 }
 
 int Daemon::Kill(int sig) {

@@ -60,6 +60,10 @@ class Daemon {
   int Stop();
   // Sends `sig` (e.g. SIGKILL) and reaps the daemon; returns its wait status.
   int Kill(int sig);
+  // Lets other uids reach the socket: its directory is 0700 by default
+  // (the socket itself is 0666: access is decided per request from
+  // SO_PEERCRED, not by the file mode). True on success.
+  bool OpenToOtherUids() const;
 
  private:
   std::string dir_;

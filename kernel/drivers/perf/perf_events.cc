@@ -13,6 +13,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "kernel/drivers/perf/perf_event_names.h"
+
 namespace pfm {
 namespace {
 
@@ -152,31 +154,10 @@ int OpenPerfEvent(const perf_event_attr& in, PerfTarget t, const char* what,
 }
 
 int SoftwareEventByName(const std::string& name, uint64_t* config) {
-  static const struct {
-    const char* name;
-    uint64_t config;
-  } kNames[] = {
-      {"cpu-clock", PERF_COUNT_SW_CPU_CLOCK},
-      {"task-clock", PERF_COUNT_SW_TASK_CLOCK},
-      {"page-faults", PERF_COUNT_SW_PAGE_FAULTS},
-      {"faults", PERF_COUNT_SW_PAGE_FAULTS},
-      {"context-switches", PERF_COUNT_SW_CONTEXT_SWITCHES},
-      {"cs", PERF_COUNT_SW_CONTEXT_SWITCHES},
-      {"cpu-migrations", PERF_COUNT_SW_CPU_MIGRATIONS},
-      {"migrations", PERF_COUNT_SW_CPU_MIGRATIONS},
-      {"minor-faults", PERF_COUNT_SW_PAGE_FAULTS_MIN},
-      {"major-faults", PERF_COUNT_SW_PAGE_FAULTS_MAJ},
-      {"alignment-faults", PERF_COUNT_SW_ALIGNMENT_FAULTS},
-      {"emulation-faults", PERF_COUNT_SW_EMULATION_FAULTS},
-      {"dummy", PERF_COUNT_SW_DUMMY},
-  };
-  for (const auto& n : kNames) {
-    if (name == n.name) {
-      *config = n.config;
-      return 0;
-    }
-  }
-  return -ENOENT;
+  const PerfGenericEvent* e = FindPerfGenericEvent(name.c_str());
+  if (e == nullptr || e->type != PERF_TYPE_SOFTWARE) return -ENOENT;
+  *config = e->config;
+  return 0;
 }
 
 int OpenSoftwareCounter(PerfTarget target, uint64_t config, PerfEvent* out,

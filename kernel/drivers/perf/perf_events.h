@@ -91,10 +91,9 @@ class PerfEvent {
 int OpenPerfEvent(const perf_event_attr& attr, PerfTarget target,
                   const char* what, PerfEvent* out, ErrorDetail* d);
 
-// "task-clock", "cpu-clock", "context-switches"/"cs", "cpu-migrations"/
-// "migrations", "page-faults"/"faults", "minor-faults", "major-faults",
-// "alignment-faults", "emulation-faults", "dummy" -> PERF_COUNT_SW_*.
-// -ENOENT for other names.
+// The perf tool's software event names ("task-clock", "cs", "page-faults",
+// ...: kPerfGenericEvents in perf_event_names.h) -> PERF_COUNT_SW_*.
+// -ENOENT for other names, hardware ones included.
 int SoftwareEventByName(const std::string& name, uint64_t* config);
 
 // `user_only` counts user mode only (exclude_kernel, exclude_hv): what an
