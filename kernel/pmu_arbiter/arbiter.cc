@@ -1,5 +1,7 @@
 #include "kernel/pmu_arbiter/arbiter.h"
 
+#include "kernel/uapi/counter_scale.h"
+
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
@@ -307,12 +309,10 @@ int PmuArbiter::Read(RequestId id, uint64_t now, Reading* out) const {
   // Running time is only ever spent while the context is active, so it
   // can't exceed enabled time except through clock skew between CPUs.
   x.time_running = std::min(x.time_running, x.time_enabled);
-  x.counted = x.time_running > 0;
-  if (x.counted) {
-    x.ratio = static_cast<double>(x.time_running) /
-              static_cast<double>(x.time_enabled);
-    x.scaled = static_cast<double>(x.value) / x.ratio;
-  }
+  const CounterScale s = ScaleCounter(x.value, x.time_enabled, x.time_running);
+  x.counted = s.counted;
+  x.ratio = s.ratio;
+  x.scaled = s.scaled;
   *out = x;
   return 0;
 }

@@ -3,7 +3,7 @@
 #ifndef PFM_USERSPACE_PFMD_CLOCK_H_
 #define PFM_USERSPACE_PFMD_CLOCK_H_
 
-#include <time.h>
+#include "kernel/drivers/clock.h"
 
 #include <atomic>
 #include <cstdint>
@@ -19,11 +19,7 @@ class Clock {
 
 class MonotonicClock : public Clock {
  public:
-  uint64_t NowNs() const override {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-  }
+  uint64_t NowNs() const override { return MonotonicNs(); }
 };
 
 // For tests: time moves only when told to.

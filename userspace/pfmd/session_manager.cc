@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernel/drivers/credentials.h"
 #include "kernel/drivers/ptrace/tracer_process.h"
+#include "kernel/uapi/counter_scale.h"
 #include "pfm/events.h"
 #include "userspace/pfmd/errno_status.h"
 #include "userspace/pfmd/host_tracers.h"
@@ -617,9 +618,10 @@ SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
       r.value = pc.value;
       r.time_enabled = pc.time_enabled;
       r.time_running = pc.time_running;
-      r.counted = pc.time_running > 0;
-      r.ratio = r.counted ? double(pc.time_running) / double(pc.time_enabled) : 0;
-      r.scaled = r.counted ? double(pc.value) / r.ratio : 0;
+      const CounterScale sc = ScaleCounter(pc.value, pc.time_enabled, pc.time_running);
+      r.counted = sc.counted;
+      r.ratio = sc.ratio;
+      r.scaled = sc.scaled;
     } else if (kernel_->ReadRequest(q.id, now, &r) != 0) {
       return;
     }

@@ -24,16 +24,13 @@
 #include <map>
 #include <sstream>
 
+#include "kernel/drivers/clock.h"
 #include "kernel/drivers/ptrace/branch_decoder.h"
 
 namespace pfm {
 namespace {
 
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+uint64_t NowNs() { return MonotonicNs(); }
 
 void NoopHandler(int) {}
 
@@ -247,7 +244,7 @@ class SoftBtsRun {
       // writable alias), and not [vsyscall], whose calls the kernel
       // emulates (it returns to the caller without running the bytes).
       const bool trusted = !e.writable && !e.shared && e.path != "[vsyscall]" &&
-                           e.end <= kSoftBtsUserAddressEnd;
+                           e.end <= PFM_X86_USER_ADDR_END;
       regions_.push_back(Region{e.start, e.end, trusted});
     }
     std::sort(regions_.begin(), regions_.end(),

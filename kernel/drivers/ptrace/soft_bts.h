@@ -55,10 +55,6 @@
 
 namespace pfm {
 
-// Where user space ends on x86-64 (57-bit, 5-level paging, included): soft
-// BTS sees user mode only, so no branch it records reaches this.
-inline constexpr uint64_t kSoftBtsUserAddressEnd = 1ull << 56;
-
 // One executable mapping of /proc/PID/maps, for symbolization.
 struct TraceeMapping {
   uint64_t start = 0;

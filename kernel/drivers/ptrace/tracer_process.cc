@@ -1,5 +1,7 @@
 #include "kernel/drivers/ptrace/tracer_process.h"
 
+#include "kernel/drivers/clock.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -67,12 +69,6 @@ constexpr uint32_t kMaxMaps = 65536;
 constexpr uint32_t kMaxPath = 4096;
 // A helper that has not attached within this long is given up on.
 constexpr int kStartTimeoutMs = 15000;
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 bool WriteAll(int fd, const void* p, size_t n, bool wait) {
   const char* c = static_cast<const char*>(p);
@@ -614,7 +610,7 @@ void TracerProcess::ReadLoop() {
   std::string p;
   bool exited = false;
   while (ReadMsg(fd_, &h, &p)) {
-    const uint64_t now = NowNs();
+    const uint64_t now = MonotonicNs();
     bool ok = true;
     switch (h.type) {
       case kDrain: {
@@ -641,7 +637,7 @@ void TracerProcess::ReadLoop() {
           std::memcpy(&r, p.data() + kHead + i * sizeof(r), sizeof(r));
           // Soft BTS sees user mode only: a kernel address is not a branch
           // this tracer can have seen.
-          if (r.from >= kSoftBtsUserAddressEnd || r.to >= kSoftBtsUserAddressEnd)
+          if (PFM_ADDR_IS_KERNEL(r.from) || PFM_ADDR_IS_KERNEL(r.to))
             continue;
           r.flags = 0;
           area.WriteBts(r);
