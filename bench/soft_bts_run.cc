@@ -11,23 +11,28 @@
 
 namespace pfm::bench {
 
-void DsSink::Drain(DsArea& area, TaskId task, int cpu, uint64_t now_ns) {
+DsArea* DsSink::TaskArea(TaskId task) {
   std::lock_guard<std::mutex> l(mu_);
-  ds_->DrainForeign(area, task, cpu, now_ns);
+  return ds_->TaskArea(task.pid);
 }
 
-bool DsSink::Held(TaskId task) {
+void DsSink::TaskDsInterrupt(TaskId task, int cpu, uint64_t now_ns) {
+  std::lock_guard<std::mutex> l(mu_);
+  ds_->DrainTask(task, cpu, now_ns);
+}
+
+bool DsSink::TaskHeld(TaskId task) {
   std::lock_guard<std::mutex> l(mu_);
   return ds_->Held(task);
 }
 
-void DsSink::Switch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
-                    bool preempt) {
+void DsSink::ContextSwitch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
+                           bool preempt) {
   std::lock_guard<std::mutex> l(mu_);
   ds_->Switch(cpu, now_ns, prev, next, preempt);
 }
 
-void DsSink::Exited(TaskId task, uint64_t now_ns, int64_t wait_status) {
+void DsSink::TaskExit(TaskId task, uint64_t now_ns, int64_t wait_status) {
   std::lock_guard<std::mutex> l(mu_);
   ds_->TaskExit(task, now_ns, wait_status);
   exit_status_ = wait_status;
@@ -40,7 +45,7 @@ bool DsSink::WaitExited(std::chrono::milliseconds timeout) {
   return exited_cv_.wait_for(l, timeout, [&] { return exited_; });
 }
 
-void DsSink::Signaled(TaskId task, uint64_t now_ns, int signo) {
+void DsSink::TaskSignaled(TaskId task, uint64_t now_ns, int signo) {
   std::lock_guard<std::mutex> l(mu_);
   ds_->TaskCrashed(task, now_ns, signo);
 }

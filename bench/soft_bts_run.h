@@ -1,9 +1,10 @@
 // Runs a real program under the soft-BTS tracer with its branches drained
 // into a DsAllocator, the way pfmd's host driver does (bench-only glue).
 //
-// The sink forwards every tracer callback to the allocator under one mutex
-// (the tracer thread is the only caller while the trace runs; the mutex
-// makes the hand-over to the caller's thread explicit). Needs permission to
+// The core forwards every tracer report (CoreHooks, task-level) to the
+// allocator under one mutex (the tracer thread is the only caller while the
+// trace runs; the mutex makes the hand-over to the caller's thread
+// explicit). Needs permission to
 // ptrace the child (root here).
 #ifndef PFM_BENCH_SOFT_BTS_RUN_H_
 #define PFM_BENCH_SOFT_BTS_RUN_H_
@@ -20,15 +21,23 @@
 
 namespace pfm::bench {
 
-class DsSink : public SoftBtsSink {
+class DsSink : public CoreHooks {
  public:
   explicit DsSink(DsAllocator* ds) : ds_(ds) {}
-  void Drain(DsArea& area, TaskId task, int cpu, uint64_t now_ns) override;
-  bool Held(TaskId task) override;
-  void Switch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
-              bool preempt) override;
-  void Exited(TaskId task, uint64_t now_ns, int64_t wait_status) override;
-  void Signaled(TaskId task, uint64_t now_ns, int signo) override;
+  DsArea* TaskArea(TaskId task) override;
+  void TaskDsInterrupt(TaskId task, int cpu, uint64_t now_ns) override;
+  bool TaskHeld(TaskId task) override;
+  void ContextSwitch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
+                     bool preempt) override;
+  void TaskExit(TaskId task, uint64_t now_ns, int64_t wait_status) override;
+  void TaskSignaled(TaskId task, uint64_t now_ns, int signo) override;
+  // The per-CPU hooks: never called by a task-level driver.
+  DsArea* Area(int) override { return nullptr; }
+  void DsInterrupt(int, uint64_t) override {}
+  TraceConfig TaskConfig(int, TaskId) override { return TraceConfig{}; }
+  int ScheduledCounters(int, ScheduledCounter*, int) override { return 0; }
+  void AddCount(uint32_t, uint64_t) override {}
+  void Tick(int, uint64_t) override {}
   int64_t exit_status() const;
   // Blocks until Exited() was called or `timeout` passed; true if it was.
   bool WaitExited(std::chrono::milliseconds timeout);

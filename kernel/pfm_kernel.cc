@@ -52,16 +52,6 @@ void Kernel::DrainCpu(int cpu, uint64_t now) {
   ds_.Drain(cpu, now);
 }
 
-void Kernel::DrainForeign(DsArea& area, TaskId task, int cpu, uint64_t now) {
-  lock_.AssertHeld();
-  ds_.DrainForeign(area, task, cpu, now);
-}
-
-void Kernel::TaskCrashed(TaskId task, uint64_t now, int signo) {
-  lock_.AssertHeld();
-  ds_.TaskCrashed(task, now, signo);
-}
-
 int Kernel::AddRequest(const pfm_pmu_req& req, uint64_t session, const char* label,
                        uint64_t now, ErrorDetail* d) {
   lock_.AssertHeld();
@@ -145,6 +135,21 @@ void Kernel::Tick(int cpu, uint64_t now_ns) {
   // the buffer belong to the one that held it.
   if (ds_.Area(cpu)->pebs_count() != 0) ds_.Drain(cpu, now_ns);
   arbiter_.Tick(cpu, now_ns);
+}
+
+DsArea* Kernel::TaskArea(TaskId task) {
+  lock_.AssertHeld();
+  return ds_.TaskArea(task.pid);
+}
+
+void Kernel::TaskDsInterrupt(TaskId task, int cpu, uint64_t now_ns) {
+  lock_.AssertHeld();
+  ds_.DrainTask(task, cpu, now_ns);
+}
+
+void Kernel::TaskSignaled(TaskId task, uint64_t now_ns, int signo) {
+  lock_.AssertHeld();
+  ds_.TaskCrashed(task, now_ns, signo);
 }
 
 // Called back by the DS allocator from inside a drain, i.e. with the lock

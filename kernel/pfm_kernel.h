@@ -57,12 +57,6 @@ class Kernel : public CoreHooks, public PebsRouter {
                            ErrorDetail* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   // Brings consumers up to date: drains the area of `cpu` now.
   void DrainCpu(int cpu, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
-  // A soft-BTS tracer's own area for `task` (to be replaced by the task's
-  // own DS area, see docs/ds.md).
-  void DrainForeign(DsArea& area, TaskId task, int cpu, uint64_t now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
-  // The task got a fatal signal: its history consumers freeze.
-  void TaskCrashed(TaskId task, uint64_t now, int signo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
 
   // Counters and breakpoints (kernel/pmu_arbiter/arbiter.h).
   int AddRequest(const pfm_pmu_req& req, uint64_t session, const char* label,
@@ -94,6 +88,9 @@ class Kernel : public CoreHooks, public PebsRouter {
   int ScheduledCounters(int cpu, ScheduledCounter* out, int max) override;
   void AddCount(uint32_t request, uint64_t delta) override;
   void Tick(int cpu, uint64_t now_ns) override;
+  DsArea* TaskArea(TaskId task) override;
+  void TaskDsInterrupt(TaskId task, int cpu, uint64_t now_ns) override;
+  void TaskSignaled(TaskId task, uint64_t now_ns, int signo) override;
 
   // PebsRouter (called back by the DS allocator during a drain).
   uint32_t OwnerOf(int cpu, int counter) const override;

@@ -91,6 +91,24 @@ class CoreHooks {
   virtual void AddCount(uint32_t request, uint64_t delta) = 0;
   // The multiplexing timer: lets the arbiter rotate flexible requests.
   virtual void Tick(int cpu, uint64_t now_ns) = 0;
+
+  // ---- Task-level tracing ----
+  // For a driver that traces one task outside the per-CPU Debug Store
+  // (soft BTS: a ptrace tracer sees its tracee wherever it runs). It writes
+  // the task's own DS area, exactly as the CPU writes a CPU's, and raises
+  // TaskDsInterrupt instead of DsInterrupt. Defaults: no such driver.
+  //
+  // The DS area of `task`'s context, or null when no consumer traces it.
+  // Valid until the next call into the core.
+  virtual DsArea* TaskArea(TaskId task) { return nullptr; }
+  // `task`'s area reached its threshold, or the driver hands over what it
+  // holds (before a stop, an exit, a signal or a CPU change, on demand):
+  // the core drains it as having run on `cpu`, and resets it.
+  virtual void TaskDsInterrupt(TaskId task, int cpu, uint64_t now_ns) {}
+  // A fatal-looking signal is about to be delivered to `task` (its area was
+  // handed over just before): its history consumers freeze, so a snapshot
+  // shows how it got there.
+  virtual void TaskSignaled(TaskId task, uint64_t now_ns, int signo) {}
 };
 
 }  // namespace pfm

@@ -371,13 +371,18 @@ void DsAllocator::Drain(int cpu, uint64_t now) {
   }
 }
 
-void DsAllocator::DrainForeign(DsArea& area, TaskId task, int cpu,
-                               uint64_t now) {
+DsArea* DsAllocator::TaskArea(int32_t pid) const {
+  Context* ctx = LiveTaskContext(pid);
+  return ctx != nullptr ? ctx->area.get() : nullptr;
+}
+
+void DsAllocator::DrainTask(TaskId task, int cpu, uint64_t now) {
   if (cpu < 0 || cpu >= cpus()) cpu = 0;
-  Context* ctx = TaskContext(task.pid);
-  uint64_t since = ctx ? ctx->last_drain_ns : now;
-  DrainArea(area, ctx, cpu, task, now, &since);
-  if (ctx) ctx->last_drain_ns = since;
+  Context* ctx = LiveTaskContext(task.pid);
+  if (ctx == nullptr) return;
+  uint64_t since = ctx->last_drain_ns;
+  DrainArea(*ctx->area, ctx, cpu, task, now, &since);
+  ctx->last_drain_ns = since;
 }
 
 // Translates and fans out every record of `area`, oldest first, then resets

@@ -131,9 +131,12 @@ class DsAllocator {
   DsArea* Area(int cpu);
   // Drains the area installed on `cpu` (threshold interrupt / on demand).
   void Drain(int cpu, uint64_t now);
-  // Drains an area a driver owns (the ptrace tracer) as `task`'s on `cpu`,
-  // then resets it.
-  void DrainForeign(DsArea& area, TaskId task, int cpu, uint64_t now);
+  // The area of `task`'s live context (task-level drivers write it, see
+  // CoreHooks::TaskArea), or null. Valid until the context is resized or
+  // released.
+  DsArea* TaskArea(int32_t pid) const;
+  // Drains `task`'s own area as having run on `cpu`, then resets it.
+  void DrainTask(TaskId task, int cpu, uint64_t now);
   // Drains prev's records, emits SWITCH_OUT/IN, installs next's area.
   void Switch(int cpu, uint64_t now, TaskId prev, TaskId next, bool preempt);
   // The task exited: EXIT record to its consumers; their rings end (records

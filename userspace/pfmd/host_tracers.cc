@@ -7,43 +7,8 @@
 
 namespace pfm {
 
-// The tracers' view of the core: every report takes the kernel lock.
-class HostTracers::Sink : public SoftBtsSink {
- public:
-  Sink(Kernel* k, Callbacks cb) : k_(k), cb_(std::move(cb)) {}
-  void Drain(DsArea& area, TaskId task, int cpu, uint64_t now_ns) override {
-    KernelLockGuard l(&k_->lock());
-    k_->DrainForeign(area, task, Cpu(cpu), now_ns);
-  }
-  bool Held(TaskId task) override {
-    KernelLockGuard l(&k_->lock());
-    return k_->TaskHeld(task);
-  }
-  void Switch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
-              bool preempt) override {
-    KernelLockGuard l(&k_->lock());
-    k_->ContextSwitch(Cpu(cpu), now_ns, prev, next, preempt);
-  }
-  void Exited(TaskId task, uint64_t now_ns, int64_t wait_status) override {
-    KernelLockGuard l(&k_->lock());
-    k_->TaskExit(task, now_ns, wait_status);
-    if (cb_.exited) cb_.exited(task, wait_status);
-  }
-  void Signaled(TaskId task, uint64_t now_ns, int signo) override {
-    KernelLockGuard l(&k_->lock());
-    k_->TaskCrashed(task, now_ns, signo);
-    if (cb_.signaled) cb_.signaled(task, signo);
-  }
-
- private:
-  // A tracer's CPU number is the host's; the core knows machine().cpus.
-  int Cpu(int cpu) const { return cpu >= 0 && cpu < k_->machine().cpus ? cpu : 0; }
-  Kernel* const k_;
-  const Callbacks cb_;
-};
-
 HostTracers::HostTracers(Kernel* kernel, Callbacks callbacks)
-    : kernel_(kernel), sink_(std::make_unique<Sink>(kernel, std::move(callbacks))) {}
+    : kernel_(kernel), callbacks_(std::move(callbacks)) {}
 
 HostTracers::~HostTracers() {
   std::vector<std::unique_ptr<TracerProcess>> all;
@@ -76,9 +41,20 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid) 
             max_per_uid, ", --max-tracers-per-uid)"));
     }
   }
+  // The tracer reports into the core through its CoreHooks, under the
+  // kernel lock; its task's end is passed on to the owner.
+  TracerProcess::Host host;
+  host.core = kernel_;
+  host.lock = &kernel_->lock();
+  host.cpus = kernel_->machine().cpus;
+  const TaskId task{pid, pid};
+  if (callbacks_.exited)
+    host.exited = [cb = callbacks_.exited, task](int64_t st) { cb(task, st); };
+  if (callbacks_.signaled)
+    host.signaled = [cb = callbacks_.signaled, task](int signo) { cb(task, signo); };
   std::unique_ptr<TracerProcess> t;
   ErrorDetail d;
-  const int err = TracerProcess::Start(pid, peer.TracerCredentials(), sink_.get(), &t, &d);
+  const int err = TracerProcess::Start(pid, peer.TracerCredentials(), std::move(host), &t, &d);
   if (err < 0) return ErrnoToStatus(err, d);
   KernelLockGuard l(&kernel_->lock());
   live_[pid] = Entry{std::move(t), peer.uid};

@@ -2,7 +2,8 @@
 // (kernel/drivers/ptrace/tracer_process.h), shared by that pid's sessions,
 // started with the credentials of the client that asked first (the kernel
 // decides whether it may attach), capped per uid. Tracers report into the
-// kernel core through a sink that takes the kernel lock per report.
+// kernel core through its CoreHooks, taking the kernel lock per report
+// (TracerProcess::Host).
 //
 // Threading: Start() and Reap() are called without the kernel lock (they
 // wait for processes); the *Locked methods with it. Tracers are stopped only
@@ -51,14 +52,13 @@ class HostTracers {
   void Reap();
 
  private:
-  class Sink;
   struct Entry {
     std::unique_ptr<TracerProcess> process;
     uid_t uid = 0;
   };
 
   Kernel* const kernel_;
-  std::unique_ptr<Sink> sink_;
+  const Callbacks callbacks_;
   std::map<int32_t, Entry> live_;  // guarded by the kernel lock
   std::vector<std::unique_ptr<TracerProcess>> retired_;  // likewise
 };

@@ -206,7 +206,6 @@ class SoftBtsRun {
       : t_(t),
         pid_(t->pid_),
         task_{t->pid_, t->pid_},
-        area_(0, t->opt_.ds_records, t->opt_.ds_records, 1, 1),
         cache_(t->opt_.decode_cache_entries) {}
   ~SoftBtsRun() {
     if (stat_fd_ >= 0) close(stat_fd_);
@@ -218,9 +217,9 @@ class SoftBtsRun {
   enum StepMode { kStep, kBlockProbe, kBlock };
 
   void Drain(uint64_t now) {
-    if (area_.bts_count() == 0) return;
-    t_->sink_->Drain(area_, task_, cpu_, now);
-    area_.ResetBts();
+    DsArea* area = t_->core_->TaskArea(task_);
+    if (area == nullptr || area->bts_count() == 0) return;
+    t_->core_->TaskDsInterrupt(task_, cpu_, now);
   }
   // A drain asked for from another thread (RequestDrain).
   void ServeDrainRequest() {
@@ -231,7 +230,9 @@ class SoftBtsRun {
   void Record(uint64_t from, uint64_t to) {
     pfm_bts_raw r{from, to, 0};
     t_->branches_.fetch_add(1, std::memory_order_relaxed);
-    if (area_.WriteBts(r) != DsArea::kStored) Drain(NowNs());
+    // The core's area for the task (none: no consumer wants branches now).
+    DsArea* area = t_->core_->TaskArea(task_);
+    if (area != nullptr && area->WriteBts(r) != DsArea::kStored) Drain(NowNs());
   }
   void RefreshMaps() {
     std::vector<TraceeMapping> m =
@@ -288,8 +289,8 @@ class SoftBtsRun {
     if (cpu < 0 || cpu == cpu_) return;
     const uint64_t now = NowNs();
     Drain(now);
-    t_->sink_->Switch(cpu_, now, task_, TaskId{}, true);
-    t_->sink_->Switch(cpu, now, TaskId{}, task_, false);
+    t_->core_->ContextSwitch(cpu_, now, task_, TaskId{}, true);
+    t_->core_->ContextSwitch(cpu, now, TaskId{}, task_, false);
     cpu_ = cpu;
   }
   // Handles a completed step (or block) that started at prev_rip_.
@@ -305,7 +306,7 @@ class SoftBtsRun {
   void Finish(int64_t status) {
     const uint64_t now = NowNs();
     Drain(now);
-    t_->sink_->Exited(task_, now, status);
+    t_->core_->TaskExit(task_, now, status);
   }
   bool SigtrapPending() {
     const std::string st =
@@ -324,7 +325,6 @@ class SoftBtsRun {
   SoftBtsTracer* t_;
   const pid_t pid_;
   const TaskId task_;
-  DsArea area_;
   DecodeCache cache_;
   int stat_fd_ = -1;
   int cpu_ = -1;
@@ -588,7 +588,7 @@ void SoftBtsRun::Run() {
   cpu_ = ReadCpu(stat_fd_);
   if (cpu_ < 0) cpu_ = 0;
   RefreshMaps();
-  t->sink_->Switch(cpu_, NowNs(), TaskId{}, task_, false);
+  t->core_->ContextSwitch(cpu_, NowNs(), TaskId{}, task_, false);
   if (t->opt_.try_singleblock) {
     mode_ = kBlockProbe;
     probe_left_ = 64;
@@ -602,7 +602,7 @@ void SoftBtsRun::Run() {
       return;
     }
     ServeDrainRequest();
-    if (t->sink_->Held(task_)) {
+    if (t->core_->TaskHeld(task_)) {
       const timespec ms = {0, 1000000};
       nanosleep(&ms, nullptr);
       continue;
@@ -684,15 +684,15 @@ void SoftBtsRun::Run() {
     if (FatalLooking(sig)) {
       const uint64_t now = NowNs();
       Drain(now);
-      t->sink_->Signaled(task_, now, sig);
+      t->core_->TaskSignaled(task_, now, sig);
     }
     pending_sig = sig;
   }
 }
 
 SoftBtsTracer::SoftBtsTracer(pid_t pid, const SoftBtsOptions& opt,
-                             SoftBtsSink* sink)
-    : pid_(pid), opt_(opt), sink_(sink) {}
+                             CoreHooks* core)
+    : pid_(pid), opt_(opt), core_(core) {}
 
 SoftBtsTracer::~SoftBtsTracer() { Stop(); }
 
@@ -715,17 +715,17 @@ void SoftBtsTracer::Run() {
 }
 
 int SoftBtsTracer::Start(pid_t pid, const SoftBtsOptions& opt,
-                         SoftBtsSink* sink, std::unique_ptr<SoftBtsTracer>* out,
+                         CoreHooks* core, std::unique_ptr<SoftBtsTracer>* out,
                          ErrorDetail* d) {
   if (pid <= 0 || pid == getpid())
     return SetError(d, -EINVAL, "soft BTS needs another process's pid, got %d",
                     pid);
-  if (sink == nullptr || out == nullptr)
-    return SetError(d, -EINVAL, "soft BTS needs a sink and an output pointer");
+  if (core == nullptr || out == nullptr)
+    return SetError(d, -EINVAL, "soft BTS needs a core and an output pointer");
   if (opt.ds_records == 0)
     return SetError(d, -EINVAL, "soft BTS DS area must hold at least one record");
   InstallWakeHandler();
-  std::unique_ptr<SoftBtsTracer> t(new SoftBtsTracer(pid, opt, sink));
+  std::unique_ptr<SoftBtsTracer> t(new SoftBtsTracer(pid, opt, core));
   t->thread_ = std::thread(&SoftBtsTracer::Run, t.get());
   int rc;
   {

@@ -1,8 +1,11 @@
 // Soft BTS: branch tracing of a real process by ptrace single-stepping, for
 // machines without BTS (VMs, AMD). Every step the tracer learns the tracee's
 // RIP, classifies the instruction it just executed (branch_decoder) and, for
-// a taken branch, writes a raw BTS record {from, to, flags = 0} into its own
-// DsArea exactly as the CPU would; the sink drains that area.
+// a taken branch, writes a raw BTS record {from, to, flags = 0} into the
+// task's DS area (CoreHooks::TaskArea) exactly as the CPU would, and raises
+// CoreHooks::TaskDsInterrupt at its threshold. It reports everything else
+// (switches, exit, fatal signals, whether to hold the task) through the same
+// CoreHooks: a driver like any other.
 //
 // Computed RIPs: after a plain single-step stop over an instruction the
 // decoder calls `sequential` (no control transfer, no REP string, nothing
@@ -16,8 +19,8 @@
 // row. See docs/host_drivers.md for the remaining risks.
 //
 // Threading: Start() creates one tracer thread; every ptrace and wait call
-// happens on it (ptrace ties a tracee to the tracer *thread*). Sink callbacks
-// come from that thread, one at a time. stats(), maps(), done() and Stop()
+// happens on it (ptrace ties a tracee to the tracer *thread*). CoreHooks
+// calls come from that thread, one at a time. stats(), maps(), done() and Stop()
 // may be called from any thread.
 //
 // Scope: the thread `pid` names (the main thread of a process) is traced;
@@ -28,7 +31,7 @@
 // Reaping: when the tracer runs in the tracee's parent process (e.g. after
 // SpawnStopped), the tracer thread's wait reaps the tracee, so the caller's
 // own waitpid() gets ECHILD; the wait status arrives through
-// SoftBtsSink::Exited().
+// CoreHooks::TaskExit().
 //
 // Wake signal: Stop() interrupts a tracer blocked in waitpid() (the tracee
 // sits in a blocking syscall) with kSoftBtsWakeSignal sent to the tracer
@@ -69,32 +72,10 @@ struct TraceeMapping {
 // Malformed lines are skipped.
 std::vector<TraceeMapping> ParseExecutableMaps(const std::string& text);
 
-class SoftBtsSink {  // implemented by the core facade; called from the tracer's thread
- public:
-  virtual ~SoftBtsSink() = default;
-  // The tracer's DS area reached its threshold, or the tracer drains before a
-  // stop/exit/signal/CPU change: translate and fan out `area`'s records for
-  // `task` on `cpu`, then reset the area (the tracer resets it again after
-  // the call, so forgetting is harmless).
-  virtual void Drain(DsArea& area, TaskId task, int cpu, uint64_t now_ns) = 0;
-  // Hold the tracee (don't step it) while this is true. Asked before every
-  // step, so it must be cheap.
-  virtual bool Held(TaskId task) = 0;
-  // The tracee's CPU changed (prev = task, next = idle on the old CPU, then
-  // prev = idle, next = task on the new one), or it started being traced.
-  virtual void Switch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
-                      bool preempt) = 0;
-  // The tracee is gone; `wait_status` as from waitpid(), or -1 when someone
-  // else reaped it first and the status is unknown.
-  virtual void Exited(TaskId task, uint64_t now_ns, int64_t wait_status) = 0;
-  // A fatal-looking signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) is
-  // about to be delivered; the area was drained just before, so the history
-  // is complete up to the faulting instruction.
-  virtual void Signaled(TaskId task, uint64_t now_ns, int signo) = 0;
-};
-
 struct SoftBtsOptions {
-  uint32_t ds_records = 8192;            // DS area size; threshold = full
+  // Size of the task DS area a tracer's own core gives it (the tracer
+  // process's, see tracer_process.h); threshold = full.
+  uint32_t ds_records = 8192;
   bool try_singleblock = true;           // probe PTRACE_SINGLEBLOCK once
   uint32_t decode_cache_entries = 1u << 16;  // rounded up to a power of two
   uint32_t cpu_poll_steps = 4096;        // read /proc/PID/stat every N steps
@@ -120,8 +101,8 @@ class SoftBtsTracer {
   // or failed: -EINVAL (bad arguments), -EPERM (not allowed to trace), -ESRCH
   // (no such process, or it exited while attaching), other ptrace errnos.
   // On success the tracer has reported Switch(idle -> task) and captured the
-  // executable maps. `sink` must outlive the tracer.
-  static int Start(pid_t pid, const SoftBtsOptions& opt, SoftBtsSink* sink,
+  // executable maps. `core` must outlive the tracer.
+  static int Start(pid_t pid, const SoftBtsOptions& opt, CoreHooks* core,
                    std::unique_ptr<SoftBtsTracer>* out, ErrorDetail* d);
 
   ~SoftBtsTracer();
@@ -130,7 +111,7 @@ class SoftBtsTracer {
 
   // Drains, detaches (the tracee continues untraced, with any signal that
   // was about to be delivered) and joins the tracer thread. Safe twice, and
-  // after the tracee exited. Not to be called from a sink callback.
+  // after the tracee exited. Not to be called from a CoreHooks call.
   void Stop();
   // The tracee exited or the tracer stopped.
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -155,11 +136,11 @@ class SoftBtsTracer {
   };
   Stats stats() const;
 
-  // Asks the tracer thread to drain its DS area into the sink now (a
+  // Asks the tracer thread to hand its task's DS area to the core now (a
   // snapshot on demand), waking it if it waits for a tracee blocked in a
   // syscall. Returns a ticket; DrainServed(ticket) turns true once a drain
   // after the request happened. Thread-safe; never call it holding a lock
-  // the sink takes, and don't wait for the answer with it held.
+  // the core's hooks take, and don't wait for the answer with it held.
   uint64_t RequestDrain();
   bool DrainServed(uint64_t ticket) const {
     return drains_served_.load(std::memory_order_acquire) > ticket;
@@ -173,13 +154,13 @@ class SoftBtsTracer {
   std::vector<TraceeMapping> maps() const;
 
  private:
-  SoftBtsTracer(pid_t pid, const SoftBtsOptions& opt, SoftBtsSink* sink);
+  SoftBtsTracer(pid_t pid, const SoftBtsOptions& opt, CoreHooks* core);
   void Run();
   void ReportStarted(int rc);
 
   const pid_t pid_;
   const SoftBtsOptions opt_;
-  SoftBtsSink* const sink_;
+  CoreHooks* const core_;
   std::thread thread_;
 
   std::atomic<bool> stop_{false};

@@ -52,33 +52,46 @@ int CountDir(const char* path) {
   return n;
 }
 
-// Collects everything the tracer reports, in order.
-class RecordingSink : public SoftBtsSink {
+// The tracer's core in these tests: holds the task's DS area (of
+// `records` records, threshold = full) and collects everything the tracer
+// reports, in order.
+class RecordingSink : public CoreHooks {
  public:
-  void Drain(DsArea& area, TaskId task, int cpu, uint64_t now_ns) override {
+  explicit RecordingSink(uint32_t records = SoftBtsOptions{}.ds_records)
+      : area_(0, records, records, 1, 1) {}
+
+  DsArea* TaskArea(TaskId) override { return &area_; }
+  void TaskDsInterrupt(TaskId, int, uint64_t) override {
     std::lock_guard<std::mutex> lk(mu_);
-    for (size_t i = 0; i < area.bts_count(); ++i)
-      records_.push_back(area.bts_records()[i]);
-    area.ResetBts();
+    for (size_t i = 0; i < area_.bts_count(); ++i)
+      records_.push_back(area_.bts_records()[i]);
+    area_.ResetBts();
     ++drains_;
   }
-  bool Held(TaskId) override { return false; }
-  void Switch(int cpu, uint64_t, TaskId prev, TaskId next, bool) override {
+  bool TaskHeld(TaskId) override { return false; }
+  void ContextSwitch(int cpu, uint64_t, TaskId prev, TaskId next, bool) override {
     std::lock_guard<std::mutex> lk(mu_);
     events_.push_back(next.pid != 0 ? "switch_in" : "switch_out");
   }
-  void Exited(TaskId task, uint64_t, int64_t status) override {
+  void TaskExit(TaskId task, uint64_t, int64_t status) override {
     std::lock_guard<std::mutex> lk(mu_);
     events_.push_back("exited");
     status_ = status;
     exited_ = true;
     cv_.notify_all();
   }
-  void Signaled(TaskId, uint64_t, int signo) override {
+  void TaskSignaled(TaskId, uint64_t, int signo) override {
     std::lock_guard<std::mutex> lk(mu_);
     events_.push_back("signaled:" + std::to_string(signo));
     records_at_signal_ = records_.size();
   }
+  // The per-CPU hooks: never called by a task-level driver.
+  DsArea* Area(int) override { return nullptr; }
+  void DsInterrupt(int, uint64_t) override {}
+  TraceConfig TaskConfig(int, TaskId) override { return TraceConfig{}; }
+  int ScheduledCounters(int, ScheduledCounter*, int) override { return 0; }
+  void AddCount(uint32_t, uint64_t) override {}
+  void Tick(int, uint64_t) override {}
 
   int64_t WaitExit() {
     std::unique_lock<std::mutex> lk(mu_);
@@ -103,6 +116,7 @@ class RecordingSink : public SoftBtsSink {
   }
 
  private:
+  DsArea area_;  // written by the tracer thread only
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<pfm_bts_raw> records_;
@@ -319,10 +333,9 @@ TEST(SoftBts, CountsEveryBackwardBranchOfAKnownLoop) {
                          &pid, &d),
             0)
       << d.message;
-  RecordingSink sink;
+  RecordingSink sink(64);  // many threshold drains: none may lose a record
   std::unique_ptr<SoftBtsTracer> t;
   SoftBtsOptions opt;
-  opt.ds_records = 64;  // many threshold drains: none may lose a record
   opt.decode_cache_entries = 64;  // and a cache that must evict
   ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
   ASSERT_EQ(Release(pid, &d), 0);

@@ -179,16 +179,22 @@ bool DecodeMaps(const std::string& p, std::vector<TraceeMapping>* out) {
 // ---------------------------------------------------------------------------
 // The helper process.
 
-// The tracer's sink in the helper: forwards everything to pfmd and waits for
-// pfmd's answer where the tracer needs one (a drain, whether to hold).
-class RemoteSink : public SoftBtsSink {
+// The tracer's core in the helper process: it holds the task's DS area and
+// forwards everything to pfmd, waiting for pfmd's answer where the tracer
+// needs one (a drain, whether to hold). Only the task-level hooks mean
+// anything here; the per-CPU ones are never called by a soft-BTS tracer.
+class RemoteCore : public CoreHooks {
  public:
-  explicit RemoteSink(int fd) : fd_(fd) {}
+  explicit RemoteCore(int fd)
+      : fd_(fd), area_(0, kHelperDsRecords, kHelperDsRecords, 1, 1) {}
 
   void set_tracer(SoftBtsTracer* t) { tracer_.store(t, std::memory_order_release); }
 
-  void Drain(DsArea& area, TaskId, int cpu, uint64_t) override {
+  // CoreHooks: the task-level part.
+  DsArea* TaskArea(TaskId) override { return &area_; }
+  void TaskDsInterrupt(TaskId, int cpu, uint64_t) override {
     MaybeSendMaps();  // names for these records, before them
+    DsArea& area = area_;
     const uint32_t n = static_cast<uint32_t>(
         std::min<size_t>(area.bts_count(), kHelperDsRecords));
     std::string p(sizeof(WireStats) + 8 + n * sizeof(pfm_bts_raw), '\0');
@@ -198,30 +204,39 @@ class RemoteSink : public SoftBtsSink {
     std::memcpy(p.data() + sizeof(ws), &c, 4);
     std::memcpy(p.data() + sizeof(ws) + 4, &n, 4);
     std::memcpy(p.data() + sizeof(ws) + 8, area.bts_records(), n * sizeof(pfm_bts_raw));
+    area.ResetBts();
     Request(kDrain, p);
   }
-  bool Held(TaskId) override {
+  bool TaskHeld(TaskId) override {
     // Cheap while not held (asked before every step); while held, ask
     // pfmd again (the tracer sleeps 1 ms between questions).
     if (!held_.load(std::memory_order_acquire)) return false;
     Request(kHeldQuery, std::string());
     return held_.load(std::memory_order_acquire);
   }
-  void Switch(int cpu, uint64_t, TaskId prev, TaskId next, bool preempt) override {
+  void ContextSwitch(int cpu, uint64_t, TaskId prev, TaskId next,
+                     bool preempt) override {
     struct {
       int32_t cpu;
       uint8_t prev_is_task, next_is_task, preempt, pad;
     } m{cpu, prev.pid != 0, next.pid != 0, preempt, 0};
     Send(Frame(kSwitch, &m, sizeof(m)));
   }
-  void Exited(TaskId, uint64_t, int64_t wait_status) override {
+  void TaskExit(TaskId, uint64_t, int64_t wait_status) override {
     SendStats();
     Send(Frame(kExited, &wait_status, sizeof(wait_status)));
   }
-  void Signaled(TaskId, uint64_t, int signo) override {
+  void TaskSignaled(TaskId, uint64_t, int signo) override {
     const int32_t s = signo;
     Send(Frame(kSignaled, &s, sizeof(s)));
   }
+  // CoreHooks: the per-CPU part, unused by a task-level driver.
+  DsArea* Area(int) override { return nullptr; }
+  void DsInterrupt(int, uint64_t) override {}
+  TraceConfig TaskConfig(int, TaskId) override { return TraceConfig{}; }
+  int ScheduledCounters(int, ScheduledCounter*, int) override { return 0; }
+  void AddCount(uint32_t, uint64_t) override {}
+  void Tick(int, uint64_t) override {}
 
   // Sends kStarted, then what the tracer reported before it.
   void SendStarted(const std::string& frame) {
@@ -307,6 +322,7 @@ class RemoteSink : public SoftBtsSink {
   }
 
   const int fd_;
+  DsArea area_;  // the task's, written by the tracer thread only
   std::atomic<SoftBtsTracer*> tracer_{nullptr};
   std::atomic<bool> held_{false};
   std::mutex send_mu_;
@@ -394,7 +410,7 @@ int RunHelper(int argc, char** argv) {
   // tracer or read its memory (the kernel also does this on a uid change).
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
-  RemoteSink sink(fd);
+  RemoteCore sink(fd);
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false, gone = false;
@@ -503,12 +519,12 @@ int MaybeRunTracerHelper(int argc, char** argv) {
 // pfmd's side.
 
 int TracerProcess::Start(pid_t pid, const std::optional<Credentials>& creds,
-                         SoftBtsSink* sink, std::unique_ptr<TracerProcess>* out,
+                         Host host, std::unique_ptr<TracerProcess>* out,
                          ErrorDetail* d, const std::string& exe) {
   if (pid <= 0 || pid == ::getpid())
     return SetError(d, -EINVAL, "soft BTS needs another process's pid, got %d", pid);
-  if (sink == nullptr || out == nullptr)
-    return SetError(d, -EINVAL, "a tracer process needs a sink and an output pointer");
+  if (host.core == nullptr || host.lock == nullptr || out == nullptr)
+    return SetError(d, -EINVAL, "a tracer process needs a core, its lock and an output pointer");
   // Everything the child needs, built before fork: between fork and exec
   // only async-signal-safe calls.
   // argv[0] names the helper for ps; the program is `exe`.
@@ -575,14 +591,14 @@ int TracerProcess::Start(pid_t pid, const std::optional<Credentials>& creds,
     std::string detail(payload.data() + 4, strnlen(payload.data() + 4, 256));
     return fail(rc, detail.empty() ? "attach failed" : detail);
   }
-  std::unique_ptr<TracerProcess> t(new TracerProcess(pid, child, fd, sink));
+  std::unique_ptr<TracerProcess> t(new TracerProcess(pid, child, fd, std::move(host)));
   t->reader_ = std::thread(&TracerProcess::ReadLoop, t.get());
   *out = std::move(t);
   return 0;
 }
 
-TracerProcess::TracerProcess(pid_t pid, pid_t helper, int fd, SoftBtsSink* sink)
-    : pid_(pid), helper_(helper), fd_(fd), sink_(sink) {}
+TracerProcess::TracerProcess(pid_t pid, pid_t helper, int fd, Host host)
+    : pid_(pid), helper_(helper), fd_(fd), host_(std::move(host)) {}
 
 TracerProcess::~TracerProcess() { Stop(); }
 
@@ -605,7 +621,8 @@ void TracerProcess::MarkDone() {
 // EOF and detaches cleanly).
 void TracerProcess::ReadLoop() {
   const TaskId task{pid_, pid_};
-  DsArea area(0, kHelperDsRecords, kHelperDsRecords, 1, 1);
+  CoreHooks* const core = host_.core;
+  auto cpu_of = [&](int32_t cpu) { return cpu >= 0 && cpu < host_.cpus ? cpu : 0; };
   MsgHeader h;
   std::string p;
   bool exited = false;
@@ -632,24 +649,35 @@ void TracerProcess::ReadLoop() {
           std::lock_guard<std::mutex> lk(mu_);
           stats_ = FromWire(ws);
         }
-        for (uint32_t i = 0; i < n; ++i) {
-          pfm_bts_raw r;
-          std::memcpy(&r, p.data() + kHead + i * sizeof(r), sizeof(r));
-          // Soft BTS sees user mode only: a kernel address is not a branch
-          // this tracer can have seen.
-          if (PFM_ADDR_IS_KERNEL(r.from) || PFM_ADDR_IS_KERNEL(r.to))
-            continue;
-          r.flags = 0;
-          area.WriteBts(r);
+        // Into the task's own DS area, as the CPU would write it, under
+        // the kernel lock; drained at its threshold and at the end.
+        uint8_t held;
+        {
+          KernelLockGuard l(host_.lock);
+          for (uint32_t i = 0; i < n; ++i) {
+            pfm_bts_raw r;
+            std::memcpy(&r, p.data() + kHead + i * sizeof(r), sizeof(r));
+            // Soft BTS sees user mode only: a kernel address is not a
+            // branch this tracer can have seen.
+            if (PFM_ADDR_IS_KERNEL(r.from) || PFM_ADDR_IS_KERNEL(r.to)) continue;
+            r.flags = 0;
+            DsArea* area = core->TaskArea(task);
+            if (area == nullptr) break;  // no consumer wants branches now
+            if (area->WriteBts(r) != DsArea::kStored)
+              core->TaskDsInterrupt(task, cpu_of(cpu), now);
+          }
+          core->TaskDsInterrupt(task, cpu_of(cpu), now);
+          held = core->TaskHeld(task) ? 1 : 0;
         }
-        sink_->Drain(area, task, cpu, now);
-        area.ResetBts();
-        const uint8_t held = sink_->Held(task) ? 1 : 0;
         Send(kHeld, &held, 1, true);
         break;
       }
       case kHeldQuery: {
-        const uint8_t held = sink_->Held(task) ? 1 : 0;
+        uint8_t held;
+        {
+          KernelLockGuard l(host_.lock);
+          held = core->TaskHeld(task) ? 1 : 0;
+        }
         Send(kHeld, &held, 1, true);
         break;
       }
@@ -663,8 +691,9 @@ void TracerProcess::ReadLoop() {
           break;
         }
         std::memcpy(&m, p.data(), sizeof(m));
-        sink_->Switch(m.cpu, now, m.prev_is_task ? task : TaskId{},
-                      m.next_is_task ? task : TaskId{}, m.preempt != 0);
+        KernelLockGuard l(host_.lock);
+        core->ContextSwitch(cpu_of(m.cpu), now, m.prev_is_task ? task : TaskId{},
+                            m.next_is_task ? task : TaskId{}, m.preempt != 0);
         break;
       }
       case kExited: {
@@ -675,7 +704,11 @@ void TracerProcess::ReadLoop() {
         }
         std::memcpy(&status, p.data(), sizeof(status));
         exited = true;
-        sink_->Exited(task, now, status);
+        {
+          KernelLockGuard l(host_.lock);
+          core->TaskExit(task, now, status);
+          if (host_.exited) host_.exited(status);
+        }
         MarkDone();
         break;
       }
@@ -686,7 +719,11 @@ void TracerProcess::ReadLoop() {
           break;
         }
         std::memcpy(&signo, p.data(), sizeof(signo));
-        if (signo > 0 && signo < 65) sink_->Signaled(task, now, signo);
+        if (signo > 0 && signo < 65) {
+          KernelLockGuard l(host_.lock);
+          core->TaskSignaled(task, now, signo);
+          if (host_.signaled) host_.signaled(signo);
+        }
         break;
       }
       case kMaps: {

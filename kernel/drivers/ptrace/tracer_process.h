@@ -28,9 +28,11 @@
 // the client may trace anyway. Messages are bounded and validated, task
 // identity and time come from pfmd, never from the message.
 //
-// Threading: TracerProcess's sink callbacks come from its reader thread, one
-// at a time (as SoftBtsTracer's come from its tracer thread). Everything
-// else may be called from any thread; Stop() not from a sink callback.
+// Reports reach the kernel core through its CoreHooks like any driver's: the
+// reader thread takes the kernel lock per report, writes the branches it
+// received into the task's own DS area (CoreHooks::TaskArea) and raises
+// TaskDsInterrupt, exactly as the tracer would in-process. Everything else
+// may be called from any thread; Stop() not with the kernel lock held.
 #ifndef PFM_KERNEL_DRIVERS_PTRACE_TRACER_PROCESS_H_
 #define PFM_KERNEL_DRIVERS_PTRACE_TRACER_PROCESS_H_
 
@@ -40,6 +42,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,6 +51,8 @@
 #include <vector>
 
 #include "kernel/drivers/credentials.h"
+#include "kernel/drivers/driver.h"
+#include "kernel/kernel_lock.h"
 #include "kernel/drivers/ptrace/soft_bts.h"
 #include "kernel/uapi/pfm_error.h"
 
@@ -61,13 +66,22 @@ int MaybeRunTracerHelper(int argc, char** argv);
 
 class TracerProcess {
  public:
+  // Where a tracer's reports go, in pfmd.
+  struct Host {
+    CoreHooks* core = nullptr;   // the kernel core
+    KernelLock* lock = nullptr;  // taken around every report
+    int cpus = 1;                // a CPU number outside [0, cpus) reports as 0
+    // Called with the lock held, after the core was told (may be empty).
+    std::function<void(int64_t wait_status)> exited;
+    std::function<void(int signo)> signaled;
+  };
   // Starts a helper that takes `creds` (nullopt: keeps the caller's) and
   // attaches a SoftBtsTracer with default options to `pid`; returns once it
   // is attached (0) or failed (the helper's errno, e.g. -EPERM with the
   // kernel's reason in *d). `exe` is the binary to run as the helper
-  // (default: this program). `sink` must outlive the TracerProcess.
+  // (default: this program). `host.core` must outlive the TracerProcess.
   static int Start(pid_t pid, const std::optional<Credentials>& creds,
-                   SoftBtsSink* sink, std::unique_ptr<TracerProcess>* out,
+                   Host host, std::unique_ptr<TracerProcess>* out,
                    ErrorDetail* d, const std::string& exe = "/proc/self/exe");
 
   ~TracerProcess();
@@ -96,7 +110,7 @@ class TracerProcess {
   static constexpr std::chrono::milliseconds kStopTimeout{5000};
 
  private:
-  TracerProcess(pid_t pid, pid_t helper, int fd, SoftBtsSink* sink);
+  TracerProcess(pid_t pid, pid_t helper, int fd, Host host);
   void ReadLoop();
   bool Send(uint32_t type, const void* payload, uint32_t len, bool wait);
   void MarkDone();
@@ -104,7 +118,7 @@ class TracerProcess {
   const pid_t pid_;     // the tracee
   const pid_t helper_;  // the helper process (our child)
   const int fd_;        // our end of the socket pair
-  SoftBtsSink* const sink_;
+  const Host host_;
   std::thread reader_;
   std::atomic<bool> done_{false};
   std::atomic<uint64_t> next_ticket_{1};
