@@ -47,6 +47,11 @@ int64_t Kernel::ResizeTaskBuffer(int32_t pid, uint32_t bts_records, uint64_t now
   return ds_.ResizeTaskContext(pid, bts_records, now, d);
 }
 
+uint64_t Kernel::HeldBytes() const {
+  lock_.AssertHeld();
+  return ds_.HeldBytes();
+}
+
 void Kernel::DrainCpu(int cpu, uint64_t now) {
   lock_.AssertHeld();
   ds_.Drain(cpu, now);

@@ -55,6 +55,8 @@ class Kernel : public CoreHooks, public PebsRouter {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   int64_t ResizeTaskBuffer(int32_t pid, uint32_t bts_records, uint64_t now,
                            ErrorDetail* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // Trace memory the core holds (rings and DS buffers), for accounting.
+  uint64_t HeldBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   // Brings consumers up to date: drains the area of `cpu` now.
   void DrainCpu(int cpu, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
 

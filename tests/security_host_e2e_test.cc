@@ -428,6 +428,44 @@ TEST_F(SecurityHostE2e, RecycledPidDoesNotInheritAnExitedProcessesState) {
   EXPECT_EQ(shown.at("exit_status").to_number<int64_t>(), 7 << 8) << shown;
 }
 
+// On the host too, every byte charged is a byte held: the core's rings and
+// the traced task's own DS buffers (written by its tracer through the
+// core), plus the tracer process and the sessions' bookkeeping; and the
+// sessions' charges add up to the uid totals.
+TEST_F(SecurityHostE2e, ChargesEqualWhatTheDaemonHolds) {
+  const pid_t worker = SpawnWorker(5);
+  children_.push_back(worker);
+  const std::string pid = std::to_string(worker);
+  PfmctlJson(socket_, {"session", "create", "--role", "profiler", "--pid", pid, "--bts",
+                       "lossless", "--counter", "task-clock"});
+  PfmctlJson(socket_, {"session", "create", "--role", "debugger", "--pid", pid, "--bts",
+                       "history", "--buffer", "2KiB"});
+  auto check = [&] {
+    json::value st = PfmctlJson(socket_, {"status"});
+    const json::object& m = st.at("memory").as_object();
+    uint64_t by_uid = 0;
+    for (const json::value& c : m.at("charged").as_array())
+      by_uid += c.at("bytes").to_number<uint64_t>();
+    uint64_t by_session = 0;
+    const json::value list = PfmctlJson(socket_, {"session", "list"});
+    for (const json::value& s : list.as_array())
+      by_session += s.at("charged_bytes").to_number<uint64_t>();
+    EXPECT_EQ(by_uid, m.at("allocated").to_number<uint64_t>()) << st;
+    EXPECT_EQ(by_session, m.at("allocated").to_number<uint64_t>()) << st;
+    EXPECT_EQ(m.at("allocated").to_number<uint64_t>(), m.at("held").to_number<uint64_t>())
+        << st;
+    return m.at("allocated").to_number<uint64_t>();
+  };
+  EXPECT_GT(check(), 4u << 20) << "the tracer process is charged";
+  // While it traces (the branches go through the task's own buffer).
+  ::usleep(300000);
+  check();
+  const json::value list = PfmctlJson(socket_, {"session", "list"});
+  for (const json::value& s : list.as_array())
+    Pfmctl(socket_, {"session", "kill", std::to_string(s.at("id").to_number<uint64_t>())});
+  EXPECT_EQ(check(), 0u);
+}
+
 // Finding 4: whatever pfmd dies of, a traced process runs on untraced.
 TEST_F(SecurityHostE2e, SigkillOfPfmdLeavesTheTraceeRunning) {
   for (int round = 0; round < 3; ++round) {

@@ -319,6 +319,15 @@ uint64_t DsAllocator::ContextBytes(int32_t pid, int cpu) const {
   return cpus_[cpu]->area ? cpus_[cpu]->area->bytes() : 0;
 }
 
+uint64_t DsAllocator::HeldBytes() const {
+  uint64_t n = 0;
+  for (const auto& [id, c] : consumers_) n += c->ring->mapped_bytes();
+  for (const auto& [pid, ctx] : tasks_) n += ctx->area->bytes();
+  for (const auto& cs : cpus_)
+    if (cs->area) n += cs->area->bytes();
+  return n;
+}
+
 int64_t DsAllocator::ResizeTaskContext(int32_t pid, uint32_t bts_records,
                                        uint64_t now, ErrorDetail* detail) {
   Context* ctx = TaskContext(pid);

@@ -120,6 +120,10 @@ class DsAllocator {
   // Bytes of the DS buffers of a context (for memory accounting): the task
   // context of `pid`, or the catch-all of `cpu` when pid < 0. 0 if none.
   uint64_t ContextBytes(int32_t pid, int cpu) const;
+  // All trace memory held now: every consumer's ring (header + data) and
+  // every context's DS buffers (tasks' and live catch-alls'), what memory
+  // accounting must add up to (not the per-CPU areas of an idle machine).
+  uint64_t HeldBytes() const;
   // Shrinks (or grows) a task context's BTS buffer to `bts_records` (never
   // below limits().min_bts_records): drains it, reallocates, and writes a
   // RESIZED record to its consumers. Returns the new size in bytes or -errno.

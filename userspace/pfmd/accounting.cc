@@ -164,4 +164,11 @@ uint64_t MemoryAccountant::ShareOf(uid_t uid, PoolId pool) const {
   return s == shares.end() ? 0 : s->second;
 }
 
+void MemoryAccountant::ShrinkPool(PoolId pool, uint64_t bytes) {
+  auto it = pools_.find(pool);
+  if (it == pools_.end() || bytes >= it->second.bytes) return;
+  it->second.bytes = bytes;
+  it->second.min_bytes = std::min(it->second.min_bytes, bytes);
+}
+
 }  // namespace pfm

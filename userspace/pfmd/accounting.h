@@ -53,6 +53,9 @@ class MemoryAccountant {
   std::vector<std::pair<uid_t, uint64_t>> Charges() const;
   uint64_t Allocated() const;  // rings + pools, in bytes
   uint64_t PoolBytes(PoolId pool) const;
+  // The pool's buffer was reallocated smaller than its charge (whole
+  // records): charge what it really is. Never grows a pool; never fails.
+  void ShrinkPool(PoolId pool, uint64_t bytes);
   // What `uid` pays of `pool` now (the split above); 0 if not a member.
   uint64_t ShareOf(uid_t uid, PoolId pool) const;
 

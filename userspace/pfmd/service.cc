@@ -184,6 +184,7 @@ ServiceReply Service::Status(ConnectionId, const Peer&, const json::object&) {
       {"limit_per_uid", st.limit_per_uid},
       {"limit_total", st.limit_total},
       {"allocated", st.allocated},
+      {"held", st.held},
       {"charged", std::move(charged)},
   };
   return Ok(json::object{{"driver", st.driver},

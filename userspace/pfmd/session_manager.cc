@@ -538,7 +538,10 @@ void SessionManager::ReleaseLocked(Session& s) {
                              (sim_ ? 0 : kTracerProcessBytes);
       const uint32_t bts = static_cast<uint32_t>(
           shrunk > fixed ? (shrunk - fixed) / sizeof(pfm_bts_raw) : 0);
-      kernel_->ResizeTaskBuffer(s.spec.pid, bts, now, nullptr);
+      // The buffer holds whole records: charge what it really is.
+      const int64_t real = kernel_->ResizeTaskBuffer(s.spec.pid, bts, now, nullptr);
+      if (real > 0)
+        accountant_.ShrinkPool(s.pool, uint64_t(real) + (sim_ ? 0 : kTracerProcessBytes));
     }
     s.charged = false;
   }
@@ -741,15 +744,28 @@ StatusInfo SessionManager::Status() {
   KernelLockGuard l(&kernel_->lock());
   st.sessions = sessions_.size();
   st.allocated = accountant_.Allocated();
+  st.held = HeldLocked();
   st.charged = accountant_.Charges();
   return st;
 }
 
-std::pair<uint64_t, uint64_t> SessionManager::ChargedAndAllocated() {
+uint64_t SessionManager::HeldLocked() const {
+  uint64_t held = kernel_->HeldBytes();
+  std::set<int32_t> traced;  // host: one tracer process per traced pid
+  for (const auto& [id, s] : sessions_) {
+    held += s->overhead_bytes;
+    if (s->host_bts) traced.insert(s->spec.pid);
+  }
+  return held + traced.size() * kTracerProcessBytes;
+}
+
+SessionManager::MemoryTotals SessionManager::Memory() {
   KernelLockGuard l(&kernel_->lock());
-  uint64_t sum = 0;
-  for (const auto& [id, s] : sessions_) sum += InfoLocked(*s, false).charged_bytes;
-  return {sum, accountant_.Allocated()};
+  MemoryTotals m;
+  for (const auto& [id, s] : sessions_) m.sessions += InfoLocked(*s, false).charged_bytes;
+  m.allocated = accountant_.Allocated();
+  m.held = HeldLocked();
+  return m;
 }
 
 ResourcesInfo SessionManager::Resources(const Peer& peer) {

@@ -87,7 +87,12 @@ struct StatusInfo {
   std::string driver;
   MachineInfo machine;
   size_t sessions = 0;
-  uint64_t limit_per_uid = 0, limit_total = 0, allocated = 0;
+  uint64_t limit_per_uid = 0, limit_total = 0;
+  uint64_t allocated = 0;  // what the accountant charges, all uids
+  // What is held: the core's rings and DS buffers (measured), plus the
+  // sessions' bookkeeping and the tracer processes (the charged estimates).
+  // Equal to `allocated` whenever no request is in flight.
+  uint64_t held = 0;
   std::vector<std::pair<uid_t, uint64_t>> charged;
 };
 
@@ -185,9 +190,12 @@ class SessionManager {
   // call without holding anything, after each request.
   void ReapTracers();
 
-  // Sum of every session's charged_bytes and the accountant's total; equal
-  // whenever no call is in flight (tests).
-  std::pair<uint64_t, uint64_t> ChargedAndAllocated();
+  // Memory three ways, equal whenever no call is in flight: the sessions'
+  // charged_bytes summed, the accountant's total, and what is held.
+  struct MemoryTotals {
+    uint64_t sessions = 0, allocated = 0, held = 0;
+  };
+  MemoryTotals Memory();
 
  private:
   struct Session;
@@ -214,6 +222,7 @@ class SessionManager {
   // This session's part of its uid's share of its pool (the accountant's
   // split, divided among the uid's sessions there; exact in sum).
   uint64_t PoolShareLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  uint64_t HeldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   void OnTaskExitedLocked(TaskId task, int64_t status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   void OnTaskSignaledLocked(TaskId task, int signo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
 
