@@ -8,8 +8,12 @@
 //      held, so its hooks run with it held).
 //   3. Drivers that run on threads of their own (the soft-BTS tracer
 //      processes' readers in pfmd) take it per report.
-//   4. Nothing that waits (I/O, sleeps, joins, process exits) happens with
-//      it held; the kernel core never blocks.
+//   4. Nothing that waits (I/O, sleeps, process exits, other threads'
+//      work) happens with it held; the kernel core never blocks. One
+//      bounded exception: session creation runs single system calls
+//      (perf_event_open, the ptrace access probe) on a short-lived thread
+//      that holds the client's credentials (kernel/drivers/credentials.h),
+//      created and joined with the lock held; it waits for nothing else.
 //   5. It is a leaf: no other lock is taken while it is held, except leaf
 //      locks of a single object (a tracer's stats).
 //

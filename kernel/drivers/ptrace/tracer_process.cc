@@ -654,15 +654,16 @@ void TracerProcess::ReadLoop() {
         uint8_t held;
         {
           KernelLockGuard l(host_.lock);
-          for (uint32_t i = 0; i < n; ++i) {
+          // Null: no consumer wants branches now. A drain does not move the
+          // area; only the owner's resize does, which needs this lock.
+          DsArea* const area = core->TaskArea(task);
+          for (uint32_t i = 0; area != nullptr && i < n; ++i) {
             pfm_bts_raw r;
             std::memcpy(&r, p.data() + kHead + i * sizeof(r), sizeof(r));
             // Soft BTS sees user mode only: a kernel address is not a
             // branch this tracer can have seen.
             if (PFM_ADDR_IS_KERNEL(r.from) || PFM_ADDR_IS_KERNEL(r.to)) continue;
             r.flags = 0;
-            DsArea* area = core->TaskArea(task);
-            if (area == nullptr) break;  // no consumer wants branches now
             if (area->WriteBts(r) != DsArea::kStored)
               core->TaskDsInterrupt(task, cpu_of(cpu), now);
           }
