@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CXX=${CXX_TSA:-clang++}
 files=(kernel/pfm_kernel.cc kernel/pfm_kernel_test.cc
-       userspace/pfmd/session_manager.cc userspace/pfmd/session_manager_test.cc
+       userspace/pfmd/session_manager.cc userspace/pfmd/session_create.cc
+       userspace/pfmd/session_manager_test.cc
        userspace/pfmd/host_tracers.cc userspace/pfmd/sim_runner.cc
        userspace/pfmd/service.cc userspace/pfmd/server.cc
        kernel/drivers/ptrace/tracer_process.cc)

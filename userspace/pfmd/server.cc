@@ -1,3 +1,7 @@
+// Over 600 lines, on purpose: a connection's reply queue, its pause and
+// stall rules, the connection caps with their lingering refusals and the
+// accept back-off are one state machine on one asio thread, and read best
+// together; split it when a second transport appears.
 #include "userspace/pfmd/server.h"
 
 #include <fcntl.h>

@@ -1,3 +1,7 @@
+// Over 600 lines, on purpose: the tracer thread's state machine (SoftBtsRun)
+// is one class whose steps share the registers, the decode cache and the
+// mapping regions; the instruction decoder already lives apart
+// (branch_decoder.cc).
 #include "kernel/drivers/ptrace/soft_bts.h"
 
 #include <fcntl.h>

@@ -1,3 +1,6 @@
+// Over 600 lines, on purpose: one simulated machine (scheduler, code model,
+// BTS and PEBS writes, counters, breakpoint hits) whose parts all work on
+// its private task and CPU tables, in virtual time.
 #include "kernel/drivers/sim/sim_machine.h"
 
 #include <linux/perf_event.h>

@@ -1,3 +1,4 @@
+// Over 600 lines: the tests of one class (sim_machine.h), one per behaviour.
 #include "kernel/drivers/sim/sim_machine.h"
 
 #include <linux/perf_event.h>

@@ -1,0 +1,379 @@
+// The tracer process: pfmd's binary re-executed with kTracerHelperFlag
+// (tracer_process.h says why). It takes the client's credentials, runs a
+// SoftBtsTracer against a RemoteCore that holds the task's DS area and
+// forwards every report to pfmd, and leaves cleanly when pfmd does.
+#include "kernel/drivers/ptrace/tracer_process.h"
+#include "kernel/drivers/ptrace/tracer_protocol.h"
+
+#include "kernel/drivers/clock.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <utility>
+
+
+namespace pfm {
+namespace {
+
+using tracer_protocol::EncodeMaps;
+using tracer_protocol::Frame;
+using tracer_protocol::MsgHeader;
+using tracer_protocol::ReadMsg;
+using tracer_protocol::ToWire;
+using tracer_protocol::WireStats;
+using tracer_protocol::WriteAll;
+using tracer_protocol::kDrain;
+using tracer_protocol::kDrainServed;
+using tracer_protocol::kExited;
+using tracer_protocol::kHeld;
+using tracer_protocol::kHeldQuery;
+using tracer_protocol::kHelperDsRecords;
+using tracer_protocol::kMaps;
+using tracer_protocol::kRequestDrain;
+using tracer_protocol::kSignaled;
+using tracer_protocol::kStarted;
+using tracer_protocol::kStats;
+using tracer_protocol::kStop;
+using tracer_protocol::kSwitch;
+
+// ---------------------------------------------------------------------------
+// The helper process.
+
+// The tracer's core in the helper process: it holds the task's DS area and
+// forwards everything to pfmd, waiting for pfmd's answer where the tracer
+// needs one (a drain, whether to hold). Only the task-level hooks mean
+// anything here; the per-CPU ones are never called by a soft-BTS tracer.
+class RemoteCore : public CoreHooks {
+ public:
+  explicit RemoteCore(int fd)
+      : fd_(fd), area_(0, kHelperDsRecords, kHelperDsRecords, 1, 1) {}
+
+  void set_tracer(SoftBtsTracer* t) { tracer_.store(t, std::memory_order_release); }
+
+  // CoreHooks: the task-level part.
+  DsArea* TaskArea(TaskId) override { return &area_; }
+  void TaskDsInterrupt(TaskId, int cpu, uint64_t) override {
+    MaybeSendMaps();  // names for these records, before them
+    DsArea& area = area_;
+    const uint32_t n = static_cast<uint32_t>(
+        std::min<size_t>(area.bts_count(), kHelperDsRecords));
+    std::string p(sizeof(WireStats) + 8 + n * sizeof(pfm_bts_raw), '\0');
+    const WireStats ws = ToWire(Stats());
+    const int32_t c = cpu;
+    std::memcpy(p.data(), &ws, sizeof(ws));
+    std::memcpy(p.data() + sizeof(ws), &c, 4);
+    std::memcpy(p.data() + sizeof(ws) + 4, &n, 4);
+    std::memcpy(p.data() + sizeof(ws) + 8, area.bts_records(), n * sizeof(pfm_bts_raw));
+    area.ResetBts();
+    Request(kDrain, p);
+  }
+  bool TaskHeld(TaskId) override {
+    // Cheap while not held (asked before every step); while held, ask
+    // pfmd again (the tracer sleeps 1 ms between questions).
+    if (!held_.load(std::memory_order_acquire)) return false;
+    Request(kHeldQuery, std::string());
+    return held_.load(std::memory_order_acquire);
+  }
+  void ContextSwitch(int cpu, uint64_t, TaskId prev, TaskId next,
+                     bool preempt) override {
+    struct {
+      int32_t cpu;
+      uint8_t prev_is_task, next_is_task, preempt, pad;
+    } m{cpu, prev.pid != 0, next.pid != 0, preempt, 0};
+    Send(Frame(kSwitch, &m, sizeof(m)));
+  }
+  void TaskExit(TaskId, uint64_t, int64_t wait_status) override {
+    SendStats();
+    Send(Frame(kExited, &wait_status, sizeof(wait_status)));
+  }
+  void TaskSignaled(TaskId, uint64_t, int signo) override {
+    const int32_t s = signo;
+    Send(Frame(kSignaled, &s, sizeof(s)));
+  }
+  // CoreHooks: the per-CPU part, unused by a task-level driver.
+  DsArea* Area(int) override { return nullptr; }
+  void DsInterrupt(int, uint64_t) override {}
+  TraceConfig TaskConfig(int, TaskId) override { return TraceConfig{}; }
+  int ScheduledCounters(int, ScheduledCounter*, int) override { return 0; }
+  void AddCount(uint32_t, uint64_t) override {}
+  void Tick(int, uint64_t) override {}
+
+  // Sends kStarted, then what the tracer reported before it.
+  void SendStarted(const std::string& frame) {
+    std::lock_guard<std::mutex> lk(send_mu_);
+    started_ = true;
+    bool ok = WriteAll(fd_, frame.data(), frame.size(), true);
+    for (const std::string& f : queued_)
+      ok = ok && WriteAll(fd_, f.data(), f.size(), true);
+    queued_.clear();
+    if (!ok) OnGone();
+  }
+
+  // From the helper's reader thread.
+  void OnHeld(bool held) {
+    std::lock_guard<std::mutex> lk(mu_);
+    held_.store(held, std::memory_order_release);
+    ++replies_;
+    cv_.notify_all();
+  }
+  void OnGone() {
+    std::lock_guard<std::mutex> lk(mu_);
+    gone_ = true;
+    held_.store(false, std::memory_order_release);
+    cv_.notify_all();
+  }
+
+  void SendStats() {
+    const WireStats ws = ToWire(Stats());
+    Send(Frame(kStats, &ws, sizeof(ws)));
+  }
+  void SendServed(uint64_t ticket) {
+    struct {
+      uint64_t ticket;
+      WireStats stats;
+    } m{ticket, ToWire(Stats())};
+    Send(Frame(kDrainServed, &m, sizeof(m)));
+  }
+  void MaybeSendMaps() {
+    SoftBtsTracer* t = tracer_.load(std::memory_order_acquire);
+    if (t == nullptr) return;
+    std::vector<TraceeMapping> m = t->maps();
+    std::lock_guard<std::mutex> lk(maps_mu_);
+    auto same = [](const TraceeMapping& a, const TraceeMapping& b) {
+      return a.start == b.start && a.end == b.end && a.offset == b.offset &&
+             a.path == b.path && a.writable == b.writable && a.shared == b.shared;
+    };
+    if (sent_maps_ && m.size() == last_maps_.size() &&
+        std::equal(m.begin(), m.end(), last_maps_.begin(), same))
+      return;
+    const std::string p = EncodeMaps(m);
+    Send(Frame(kMaps, p.data(), static_cast<uint32_t>(p.size())));
+    last_maps_ = std::move(m);
+    sent_maps_ = true;
+  }
+
+ private:
+  SoftBtsTracer::Stats Stats() const {
+    SoftBtsTracer* t = tracer_.load(std::memory_order_acquire);
+    return t ? t->stats() : SoftBtsTracer::Stats{};
+  }
+  void Send(const std::string& frame) {
+    std::lock_guard<std::mutex> lk(send_mu_);
+    // The tracer reports its first switch before Start() returns: pfmd
+    // must see kStarted first.
+    if (!started_) {
+      queued_.push_back(frame);
+      return;
+    }
+    if (!WriteAll(fd_, frame.data(), frame.size(), true)) OnGone();
+  }
+  // Sends a message that pfmd answers with kHeld, and waits for the answer
+  // (or for pfmd to be gone). Only the tracer thread asks, one at a time.
+  void Request(uint32_t type, const std::string& payload) {
+    uint64_t want;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (gone_) return;
+      want = ++asked_;
+    }
+    Send(Frame(type, payload.data(), static_cast<uint32_t>(payload.size())));
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return gone_ || replies_ >= want; });
+  }
+
+  const int fd_;
+  DsArea area_;  // the task's, written by the tracer thread only
+  std::atomic<SoftBtsTracer*> tracer_{nullptr};
+  std::atomic<bool> held_{false};
+  std::mutex send_mu_;
+  bool started_ = false;              // guarded by send_mu_
+  std::vector<std::string> queued_;   // guarded by send_mu_
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t asked_ = 0;
+  uint64_t replies_ = 0;
+  bool gone_ = false;
+  std::mutex maps_mu_;
+  std::vector<TraceeMapping> last_maps_;
+  bool sent_maps_ = false;
+};
+
+// Waits for a helper told to leave (kStop, or its socket closed) to exit;
+// kills it only after `timeout`: a helper killed while attached can leave
+// its tracee with the trap flag set.
+bool ParseGroups(const char* s, std::vector<gid_t>* out) {
+  if (std::strcmp(s, "-") == 0) return true;
+  const char* p = s;
+  while (*p) {
+    char* end = nullptr;
+    const unsigned long g = std::strtoul(p, &end, 10);
+    if (end == p || g > 0xffffffffUL) return false;
+    out->push_back(static_cast<gid_t>(g));
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end != '\0') return false;
+  }
+  return true;
+}
+
+int RunHelper(int argc, char** argv) {
+  // argv: exe FLAG FD PID [UID GID GROUPS]
+  if (argc != 4 && argc != 7) return 2;
+  const int fd = std::atoi(argv[2]);
+  const pid_t pid = static_cast<pid_t>(std::atol(argv[3]));
+  if (fd < 3 || pid <= 0) return 2;
+  // pfmd's stop signals are not ours: the helper follows pfmd's socket, so a
+  // SIGTERM/SIGINT to pfmd's cgroup or terminal does not cut a trace short
+  // or leave a trap flag behind.
+  ::signal(SIGINT, SIG_IGN);
+  ::signal(SIGTERM, SIG_IGN);
+  ::signal(SIGHUP, SIG_IGN);
+  ::signal(SIGPIPE, SIG_IGN);
+  // The OOM killer must prefer anything over a tracer (its death can kill
+  // the tracee); allowed only while still privileged, harmless otherwise.
+  if (FILE* f = std::fopen("/proc/self/oom_score_adj", "w")) {
+    std::fputs("-1000", f);
+    std::fclose(f);
+  }
+  if (argc == 7) {
+    Credentials c;
+    c.uid = static_cast<uid_t>(std::strtoul(argv[4], nullptr, 10));
+    c.gid = static_cast<gid_t>(std::strtoul(argv[5], nullptr, 10));
+    ErrorDetail d;
+    int rc = ParseGroups(argv[6], &c.groups) ? AssumeCredentials(c, &d)
+                                              : d.Set(-EINVAL, "bad group list");
+    if (rc < 0) {
+      struct {
+        int32_t rc;
+        char detail[256];
+      } m{rc, {}};
+      std::memcpy(m.detail, d.message, sizeof(m.detail));
+      const std::string f = Frame(kStarted, &m, sizeof(m));
+      WriteAll(fd, f.data(), f.size(), true);
+      return 1;
+    }
+  }
+  // Not dumpable: another process of the client's uid may not ptrace the
+  // tracer or read its memory (the kernel also does this on a uid change).
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+
+  RemoteCore sink(fd);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false, gone = false;
+  std::atomic<SoftBtsTracer*> tracer{nullptr};
+  // pfmd's tickets with the tracer's own, until served.
+  std::deque<std::pair<uint64_t, uint64_t>> pending;
+  std::deque<uint64_t> unstarted;  // asked before the tracer existed
+
+  std::thread reader([&] {
+    MsgHeader h;
+    std::string p;
+    while (ReadMsg(fd, &h, &p)) {
+      if (h.type == kHeld && p.size() == 1) {
+        sink.OnHeld(p[0] != 0);
+      } else if (h.type == kRequestDrain && p.size() == 8) {
+        uint64_t ticket;
+        std::memcpy(&ticket, p.data(), 8);
+        std::lock_guard<std::mutex> lk(mu);
+        if (SoftBtsTracer* t = tracer.load(std::memory_order_acquire))
+          pending.emplace_back(ticket, t->RequestDrain());
+        else
+          unstarted.push_back(ticket);
+        cv.notify_all();
+      } else if (h.type == kStop) {
+        std::lock_guard<std::mutex> lk(mu);
+        stop = true;
+        cv.notify_all();
+      }
+    }
+    sink.OnGone();
+    std::lock_guard<std::mutex> lk(mu);
+    gone = true;
+    cv.notify_all();
+  });
+
+  std::unique_ptr<SoftBtsTracer> t;
+  ErrorDetail d;
+  const int rc = SoftBtsTracer::Start(pid, SoftBtsOptions{}, &sink, &t, &d);
+  {
+    struct {
+      int32_t rc;
+      char detail[256];
+    } m{rc, {}};
+    std::memcpy(m.detail, d.message, sizeof(m.detail));
+    sink.SendStarted(Frame(kStarted, &m, sizeof(m)));
+  }
+  if (rc == 0) {
+    sink.set_tracer(t.get());
+    sink.MaybeSendMaps();
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      tracer.store(t.get(), std::memory_order_release);
+      for (uint64_t ticket : unstarted) pending.emplace_back(ticket, t->RequestDrain());
+      unstarted.clear();
+    }
+    auto last_tick = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lk(mu);
+    for (;;) {
+      cv.wait_for(lk, std::chrono::milliseconds(pending.empty() ? 100 : 1));
+      if (stop || gone || t->done()) break;
+      std::vector<uint64_t> served;
+      while (!pending.empty() && t->DrainServed(pending.front().second)) {
+        served.push_back(pending.front().first);
+        pending.pop_front();
+      }
+      const auto now = std::chrono::steady_clock::now();
+      const bool tick = now - last_tick >= std::chrono::milliseconds(200);
+      if (tick) last_tick = now;
+      lk.unlock();
+      for (uint64_t s : served) sink.SendServed(s);
+      if (tick) {
+        sink.MaybeSendMaps();
+        sink.SendStats();
+      }
+      lk.lock();
+    }
+    lk.unlock();
+    // Drains (through pfmd, while it is there) and detaches; the tracee
+    // runs on untraced.
+    t->Stop();
+    sink.MaybeSendMaps();
+    sink.SendStats();
+    lk.lock();
+    for (auto& [ticket, mine] : pending) {
+      lk.unlock();
+      sink.SendServed(ticket);
+      lk.lock();
+    }
+    pending.clear();
+  }
+  ::shutdown(fd, SHUT_WR);  // pfmd sees EOF once everything above is read
+  // pfmd closes its end when it has read it all (or is gone).
+  reader.join();
+  ::close(fd);
+  return rc == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int MaybeRunTracerHelper(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], kTracerHelperFlag) != 0) return -1;
+  return RunHelper(argc, argv);
+}
+
+
+}  // namespace pfm

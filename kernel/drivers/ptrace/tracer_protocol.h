@@ -1,0 +1,85 @@
+// The wire protocol between pfmd (TracerProcess) and a tracer process
+// (tracer_helper.cc): messages on a SOCK_STREAM socket pair, each a header
+// {type, len} and `len` bytes of payload, host-endian (both ends are the
+// same binary on the same machine). Internal to kernel/drivers/ptrace.
+#ifndef PFM_KERNEL_DRIVERS_PTRACE_TRACER_PROTOCOL_H_
+#define PFM_KERNEL_DRIVERS_PTRACE_TRACER_PROTOCOL_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernel/drivers/ptrace/soft_bts.h"
+
+namespace pfm::tracer_protocol {
+
+
+// The helper's protocol: on a SOCK_STREAM socket pair, each message is a
+// header {type, len} followed by `len` bytes of payload. Fixed-size fields
+// are host-endian (both ends are the same binary on the same machine).
+enum MsgType : uint32_t {
+  // helper -> pfmd
+  kStarted = 1,       // i32 rc, char detail[256]
+  kDrain = 2,         // WireStats, i32 cpu, u32 n, pfm_bts_raw[n]; reply kHeld
+  kHeldQuery = 3,     // (empty); reply kHeld
+  kSwitch = 4,        // i32 cpu, u8 prev_is_task, u8 next_is_task, u8 preempt
+  kExited = 5,        // i64 wait status
+  kSignaled = 6,      // i32 signo
+  kMaps = 7,          // u32 count, then count x {WireMap, path bytes}
+  kStats = 8,         // WireStats
+  kDrainServed = 9,   // u64 ticket, WireStats
+  // pfmd -> helper
+  kHeld = 100,        // u8 held
+  kRequestDrain = 101,  // u64 ticket
+  kStop = 102,        // (empty)
+};
+
+struct MsgHeader {
+  uint32_t type;
+  uint32_t len;
+};
+
+struct WireStats {
+  uint64_t steps, branches, singleblock, reg_reads, computed, mispredictions,
+      resyncs;
+};
+
+struct WireMap {
+  uint64_t start, end, offset;
+  uint8_t writable, shared;
+  uint16_t pad;
+  uint32_t path_len;
+};
+
+// The DS area of a helper's tracer, in records (SoftBtsOptions' default),
+// and the largest message either side accepts.
+inline constexpr uint32_t kHelperDsRecords = SoftBtsOptions{}.ds_records;
+inline constexpr uint32_t kMaxMsgBytes =
+    sizeof(WireStats) + 8 + kHelperDsRecords * sizeof(pfm_bts_raw);
+inline constexpr uint32_t kMaxMaps = 65536;
+inline constexpr uint32_t kMaxPath = 4096;
+// A helper that has not attached within this long is given up on.
+inline constexpr int kStartTimeoutMs = 15000;
+
+// Writes all of it; `wait` false: gives up instead of blocking.
+bool WriteAll(int fd, const void* p, size_t n, bool wait);
+bool ReadAll(int fd, void* p, size_t n);
+// One message; false on EOF, error or a length over kMaxMsgBytes.
+bool ReadMsg(int fd, MsgHeader* h, std::string* payload);
+std::string Frame(uint32_t type, const void* payload, uint32_t len);
+WireStats ToWire(const SoftBtsTracer::Stats& s);
+SoftBtsTracer::Stats FromWire(const WireStats& w);
+std::string EncodeMaps(const std::vector<TraceeMapping>& maps);
+// False for anything malformed (the peer is not trusted).
+bool DecodeMaps(const std::string& p, std::vector<TraceeMapping>* out);
+// Waits for a helper told to leave (kStop, or its socket closed) to exit;
+// kills it only after `timeout`: a helper killed while attached can leave
+// its tracee with the trap flag set.
+void ReapHelper(pid_t helper, std::chrono::milliseconds timeout);
+
+}  // namespace pfm::tracer_protocol
+
+#endif  // PFM_KERNEL_DRIVERS_PTRACE_TRACER_PROTOCOL_H_

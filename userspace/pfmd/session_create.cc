@@ -1,0 +1,412 @@
+// Session creation (check the target and the caps, charge, admit into the
+// arbiter and the host's perf events, attach the consumer) and release,
+// which undoes any prefix of it. Queries are in session_manager.cc.
+#include "userspace/pfmd/session_manager.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "kernel/drivers/credentials.h"
+#include "kernel/drivers/ptrace/tracer_process.h"
+#include "kernel/uapi/counter_scale.h"
+#include "pfm/events.h"
+#include "userspace/pfmd/errno_status.h"
+#include "userspace/pfmd/host_tracers.h"
+#include "userspace/pfmd/session_manager_internal.h"
+#include "userspace/pfmd/sim_runner.h"
+
+namespace pfm {
+
+using session_internal::TaskPool;
+using session_internal::CpuPool;
+using session_internal::AreaBytes;
+using session_internal::kSessionOverheadBytes;
+using session_internal::kPerfEventBytes;
+using session_internal::kTracerProcessBytes;
+
+// ---- creation ----
+
+absl::Status SessionManager::CheckTargetLocked(const Peer& peer,
+                                               const TypedSpec& spec,
+                                               UniqueFd* pidfd) {
+  if (spec.filter != TraceFilter::kUser) {
+    if (absl::Status s = MayTracePrivileged(peer, "kernel-mode tracing"); !s.ok())
+      return s;
+  }
+  if (!spec.task()) {
+    if (spec.cpu >= machine_.cpus)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cpu ", spec.cpu, ": this machine has cpus 0..", machine_.cpus - 1));
+    return MayTracePrivileged(peer, "a CPU-wide session");
+  }
+  if (sim_) {
+    // Simulated tasks have no owner on the host (docs/pfmd.md).
+    SimMachine& sim = sim_->machine();
+    if (!sim.HasTask(spec.pid)) {
+      std::vector<int32_t> pids = sim.Pids();
+      return absl::NotFoundError(absl::StrCat(
+          "no simulated task ", spec.pid,
+          pids.empty() ? std::string(" (no tasks left)")
+                       : absl::StrCat(" (tasks are ", pids.front(), "..",
+                                      pids.back(), ")")));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<UniqueFd> fd = OpenTraceTarget(peer, spec.pid);
+  if (!fd.ok()) return fd.status();
+  // The kernel's own answer, with the client's credentials: what a tracer
+  // of this client would get (a tracer shared with other sessions was
+  // attached with someone else's).
+  ErrorDetail d;
+  if (int err = RunWithCredentials(
+          peer.TracerCredentials(), [&] { return ProbePtraceAccess(spec.pid, &d); }, &d);
+      err < 0)
+    return ErrnoToStatus(err, d);
+  *pidfd = std::move(*fd);
+  return absl::OkStatus();
+}
+
+absl::Status SessionManager::CheckCapsLocked(const Peer& peer, int perf_fds) {
+  if (peer.privileged()) return absl::OkStatus();
+  int sessions = 0, fds = 0;
+  for (const auto& [id, o] : sessions_) {
+    if (o->uid != peer.uid) continue;
+    ++sessions;
+    fds += static_cast<int>(o->perf.size());
+  }
+  if (sessions >= config_.max_sessions_per_uid)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", peer.uid, " has ", sessions, " sessions (limit ",
+        config_.max_sessions_per_uid, ", --max-sessions-per-uid)"));
+  if (fds + perf_fds > config_.max_perf_fds_per_uid)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", peer.uid, " holds ", fds, " perf events and asks for ", perf_fds,
+        " more (limit ", config_.max_perf_fds_per_uid, ", --max-perf-fds-per-uid)"));
+  return absl::OkStatus();
+}
+
+// Memory first: the ring (with the session's own overhead) and the share of
+// the context's DS buffers are checked together, in one step.
+absl::Status SessionManager::ChargeLocked(const Peer& peer, const TypedSpec& spec,
+                                          Session* s) {
+  const int perf_fds = sim_ ? 0 : static_cast<int>(spec.counters.size() +
+                                                   spec.breakpoints.size());
+  const uint64_t overhead = kSessionOverheadBytes + uint64_t(perf_fds) * kPerfEventBytes;
+  if (!spec.consumer()) {
+    if (absl::Status st = accountant_.Attach(
+            peer.uid, overhead, 0, 0, 0,
+            absl::StrCat("session ", s->id, "'s bookkeeping and perf events"));
+        !st.ok())
+      return st;
+    s->overhead_bytes = overhead;
+    s->charged = true;
+    return absl::OkStatus();
+  }
+  ConsumerParams cp;
+  cp.req.ctx_kind = spec.task() ? PFM_CTX_TASK : PFM_CTX_CPU;
+  cp.req.pid = spec.pid;
+  cp.req.cpu = spec.cpu;
+  cp.req.bts = ToUapi(spec.bts);
+  const uint64_t history_records =
+      spec.bts == BtsMode::kHistory
+          ? std::max<uint64_t>(1, (spec.buffer_bytes ? spec.buffer_bytes
+                                                     : kDefaultHistoryRingBytes) /
+                                      PFM_RECORD_FIXED_SIZE)
+          : 0;
+  cp.req.ring_bytes = spec.bts == BtsMode::kHistory
+                          ? 0
+                          : (spec.buffer_bytes ? spec.buffer_bytes : kDefaultLosslessRingBytes);
+  cp.history_records = history_records;
+  s->ring_bytes = PFM_RING_HEADER_BYTES + DsAllocator::RingDataBytes(cp);
+  s->buffer_bytes = spec.bts == BtsMode::kHistory ? history_records * PFM_RECORD_FIXED_SIZE
+                                                  : s->ring_bytes - PFM_RING_HEADER_BYTES;
+  const DsLimits& lim = kernel_->ds_limits();
+  uint64_t pool_bytes, pool_min;
+  if (spec.task()) {
+    s->pool = TaskPool(spec.pid);
+    pool_bytes = AreaBytes(lim.task_bts_records, lim.task_pebs_records);
+    pool_min = AreaBytes(lim.min_bts_records, lim.task_pebs_records);
+    // On the host, the task's tracer process is part of what its tracers
+    // share (it lives exactly as long as a branch consumer of the task).
+    if (!sim_) {
+      pool_bytes += kTracerProcessBytes;
+      pool_min += kTracerProcessBytes;
+    }
+  } else {
+    s->pool = CpuPool(spec.cpu);
+    pool_bytes = AreaBytes(lim.cpu_bts_records, lim.cpu_pebs_records);
+    pool_min = pool_bytes;
+  }
+  if (absl::Status st = accountant_.Attach(
+          peer.uid, s->ring_bytes + overhead, s->pool, pool_bytes, pool_min,
+          absl::StrCat("session ", s->id, "'s ring and bookkeeping"));
+      !st.ok())
+    return st;
+  s->overhead_bytes = overhead;
+  s->charged = true;
+  return absl::OkStatus();
+}
+
+// Counters, PEBS and breakpoints: admission by the arbiter; on the host the
+// kernel's perf events, opened with the client's credentials.
+absl::Status SessionManager::AdmitRequestsLocked(const Peer& peer,
+                                                 const TypedSpec& spec, Session* s) {
+  const MachineInfo& m = machine_;
+  std::vector<EncodedEvent> counters;
+  for (const std::string& name : spec.counters) {
+    absl::StatusOr<EncodedEvent> e = EncodeEvent(name);
+    if (!e.ok()) return e.status();
+    if (e->hardware && m.gp_counters == 0)
+      return absl::UnimplementedError(absl::StrCat(
+          "counter '", name, "' needs a hardware PMU: not supported on this "
+          "machine (", m.pmu_desc, ")"));
+    if (!e->hardware && sim_)
+      return absl::UnimplementedError(absl::StrCat(
+          "counter '", name, "' is a kernel software event: the simulated PMU "
+          "models hardware events only (use --driver host)"));
+    counters.push_back(*e);
+  }
+  const uint64_t now = NowLocked();
+  pfm_pmu_req base{};
+  base.ctx_kind = spec.task() ? PFM_CTX_TASK : PFM_CTX_CPU;
+  base.pid = spec.pid;
+  base.cpu = spec.cpu;
+  if (spec.filter != TraceFilter::kUser) base.flags |= PFM_REQ_KERNEL;
+  ErrorDetail d;
+  if (!spec.pebs_event.empty()) {
+    absl::StatusOr<EncodedEvent> e = EncodeEvent(spec.pebs_event);
+    if (!e.ok()) return e.status();
+    pfm_pmu_req r = base;
+    r.kind = PFM_REQ_COUNTER;
+    r.flags |= PFM_REQ_PEBS | (spec.pinned ? PFM_REQ_PINNED : 0);
+    r.type = e->type;
+    r.config = e->config;
+    const int id = kernel_->AddRequest(r, s->id, spec.pebs_event.c_str(), now, &d);
+    if (id < 0) return ErrnoToStatus(id, d);
+    s->pebs_request = static_cast<uint32_t>(id);
+  }
+  const PerfTarget target = spec.task() ? PerfTarget::Task(spec.pid) : PerfTarget::Cpu(spec.cpu);
+  const std::optional<Credentials> creds = peer.TracerCredentials();
+  for (size_t i = 0; i < counters.size(); ++i) {
+    pfm_pmu_req r = base;
+    r.kind = PFM_REQ_COUNTER;
+    r.flags |= spec.pinned ? PFM_REQ_PINNED : 0;
+    r.type = counters[i].type;
+    r.config = counters[i].config;
+    Session::Req q{0, spec.counters[i], r.type, r.config, false, spec.pinned};
+    // Kernel software events are not scarce hardware: no arbitration, the
+    // host kernel counts them (perf_event_open).
+    if (counters[i].hardware) {
+      const int id = kernel_->AddRequest(r, s->id, spec.counters[i].c_str(), now, &d);
+      if (id < 0) return ErrnoToStatus(id, d);
+      q.id = static_cast<RequestId>(id);
+    }
+    if (!sim_) {
+      auto pe = std::make_unique<PerfEvent>();
+      // Opened with the client's credentials: the kernel's perf access
+      // rules for that task apply (auth.h). An unprivileged client counts
+      // user mode only, as the kernel allows at perf_event_paranoid >= 2.
+      const int err = RunWithCredentials(
+          creds,
+          [&] {
+            return counters[i].hardware
+                       ? OpenHardwareCounter(perf_caps_, target, r.type, r.config,
+                                             pe.get(), &d, creds.has_value())
+                       : OpenSoftwareCounter(target, r.config, pe.get(), &d,
+                                             creds.has_value());
+          },
+          &d);
+      if (err < 0) {
+        if (q.id) kernel_->RemoveRequest(q.id, now);
+        return ErrnoToStatus(err, d);
+      }
+      q.perf = static_cast<int>(s->perf.size());
+      s->perf.push_back(std::move(pe));
+    }
+    s->reqs.push_back(std::move(q));
+  }
+  for (const BreakpointSpec& bp : spec.breakpoints) {
+    pfm_pmu_req r = base;
+    r.kind = PFM_REQ_BREAKPOINT;
+    // A debugger's breakpoints are never multiplexed (DESIGN §4).
+    const bool pinned = spec.pinned || spec.role == Role::kDebugger;
+    r.flags |= pinned ? PFM_REQ_PINNED : 0;
+    r.bp_addr = bp.addr;
+    r.bp_len = bp.len;
+    r.bp_kind = bp.access == "r"    ? PFM_BP_R
+                : bp.access == "w"  ? PFM_BP_W
+                : bp.access == "rw" ? PFM_BP_RW
+                                    : PFM_BP_X;
+    const std::string label = bp.ToString();
+    const int id = kernel_->AddRequest(r, s->id, label.c_str(), now, &d);
+    if (id < 0) return ErrnoToStatus(id, d);
+    Session::Req q{static_cast<RequestId>(id), label, 0, 0, true, pinned};
+    if (!sim_) {
+      // The host kernel holds the debug register (PERF_TYPE_BREAKPOINT); its
+      // own refusal (ENOSPC) is passed on. bp_kind values are the kernel's
+      // HW_BREAKPOINT_R/W/RW/X. An execute breakpoint is 1 byte in DR7 (the
+      // spec's length), but perf's ABI wants bp_len = sizeof(long).
+      auto pe = std::make_unique<PerfEvent>();
+      const uint32_t len = r.bp_kind == PFM_BP_X ? sizeof(long) : bp.len;
+      const int err = RunWithCredentials(
+          creds,
+          [&] {
+            return OpenBreakpoint(perf_caps_, target, bp.addr, len, r.bp_kind,
+                                  pe.get(), &d);
+          },
+          &d);
+      if (err < 0) {
+        kernel_->RemoveRequest(q.id, now);
+        return ErrnoToStatus(err, d);
+      }
+      q.perf = static_cast<int>(s->perf.size());
+      s->perf.push_back(std::move(pe));
+    }
+    s->reqs.push_back(std::move(q));
+  }
+  return absl::OkStatus();
+}
+
+// The consumer of the context's Debug Store stream.
+absl::Status SessionManager::AttachConsumerLocked(const TypedSpec& spec, Session* s) {
+  if (!spec.consumer()) return absl::OkStatus();
+  ConsumerParams p;
+  p.req.ctx_kind = spec.task() ? PFM_CTX_TASK : PFM_CTX_CPU;
+  p.req.pid = spec.pid;
+  p.req.cpu = spec.cpu;
+  p.req.bts = ToUapi(spec.bts);
+  p.req.filter = ToUapi(spec.filter);
+  p.req.format = ToUapi(spec.format);
+  // Profilers and catch-alls want to see switches; a debugger's small
+  // history keeps branches only.
+  if (spec.role == Role::kProfiler || !spec.task()) p.req.flags |= PFM_CONSUMER_SWITCHES;
+  if (spec.block) p.req.flags |= PFM_CONSUMER_BLOCK;
+  p.req.ring_bytes = s->ring_bytes - PFM_RING_HEADER_BYTES;
+  p.history_records = spec.bts == BtsMode::kHistory
+                          ? s->buffer_bytes / PFM_RECORD_FIXED_SIZE
+                          : 0;
+  p.session = s->id;
+  p.pebs_request = s->pebs_request;
+  p.pebs_period = spec.pebs_period;
+  ErrorDetail d;
+  const int id = kernel_->AttachConsumer(p, NowLocked(), &d);
+  if (id < 0) return ErrnoToStatus(id, d);
+  s->consumer = static_cast<ConsumerId>(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
+                                                 ConnectionId conn,
+                                                 const TypedSpec& spec) {
+  const MachineInfo& m = machine_;
+  // What the machine cannot do is refused before anything is allocated.
+  if (spec.bts != BtsMode::kOff && !m.bts && !m.soft_bts)
+    return absl::UnimplementedError(absl::StrCat(
+        "BTS is not supported on this machine (", m.pmu, ": ",
+        m.pmu_desc.empty() ? "no Debug Store" : m.pmu_desc, ")"));
+  if (spec.bts != BtsMode::kOff && !m.bts && spec.filter != TraceFilter::kUser)
+    return absl::UnimplementedError(
+        "kernel-mode branch tracing is not supported on this machine (soft "
+        "BTS over ptrace sees user mode only)");
+  if (!spec.pebs_event.empty() && !m.pebs)
+    return absl::UnimplementedError(absl::StrCat(
+        "PEBS is not supported on this machine (", m.pmu,
+        m.pmu == "none" ? ": no 'cpu' PMU in /sys/bus/event_source/devices"
+                        : ": no Debug Store",
+        ")"));
+  const bool need_tracer = !sim_ && spec.bts != BtsMode::kOff;
+  SessionId created = 0;
+  {
+    KernelLockGuard l(&kernel_->lock());
+    auto s = std::make_unique<Session>();
+    s->uid = peer.uid;
+    s->conn = conn;
+    s->spec = spec;
+    s->target = spec.task() ? absl::StrCat("pid ", spec.pid) : absl::StrCat("cpu ", spec.cpu);
+    if (absl::Status st = CheckTargetLocked(peer, spec, &s->pidfd); !st.ok()) return st;
+    const int perf_fds = sim_ ? 0 : static_cast<int>(spec.counters.size() +
+                                                     spec.breakpoints.size());
+    if (absl::Status st = CheckCapsLocked(peer, perf_fds); !st.ok()) return st;
+    s->id = next_session_;
+    // Memory, then the arbiter's admission, then the consumer: a refusal at
+    // any step undoes the ones before (ReleaseLocked).
+    if (absl::Status st = ChargeLocked(peer, spec, s.get()); !st.ok()) return st;
+    if (absl::Status st = AdmitRequestsLocked(peer, spec, s.get()); !st.ok()) {
+      ReleaseLocked(*s);
+      return st;
+    }
+    if (absl::Status st = AttachConsumerLocked(spec, s.get()); !st.ok()) {
+      ReleaseLocked(*s);
+      return st;
+    }
+    s->host_bts = need_tracer;
+    ++next_session_;
+    created = s->id;
+    sessions_[created] = std::move(s);
+  }
+  // The soft-BTS tracer of the target (one per pid, shared by its
+  // sessions), started without the kernel lock: it reports into the kernel.
+  if (need_tracer) {
+    if (absl::Status st = tracers_->Start(spec.pid, peer, config_.max_tracers_per_uid);
+        !st.ok()) {
+      {
+        KernelLockGuard l(&kernel_->lock());
+        auto it = sessions_.find(created);
+        if (it != sessions_.end()) {
+          ReleaseLocked(*it->second);
+          sessions_.erase(it);
+        }
+      }
+      ReapTracers();
+      return absl::Status(st.code(), absl::StrCat("soft BTS on pid ", spec.pid, ": ",
+                                                  st.message()));
+    }
+  }
+  return created;
+}
+
+void SessionManager::ReleaseLocked(Session& s) {
+  const uint64_t now = NowLocked();
+  for (const Session::Req& r : s.reqs)
+    if (r.id) kernel_->RemoveRequest(r.id, now);
+  s.reqs.clear();
+  s.perf.clear();  // closes the host's perf events
+  if (s.host_bts) {
+    bool shared = false;
+    for (const auto& [id, o] : sessions_)
+      shared |= o.get() != &s && o->host_bts && o->spec.pid == s.spec.pid;
+    if (!shared) tracers_->RetireLocked(s.spec.pid);
+  }
+  s.host_bts = false;
+  if (s.pebs_request) kernel_->RemoveRequest(s.pebs_request, now);
+  s.pebs_request = 0;
+  if (s.consumer) kernel_->DetachConsumer(s.consumer, now);
+  s.consumer = 0;
+  if (s.charged) {
+    const uint64_t shrunk =
+        accountant_.Detach(s.uid, s.ring_bytes + s.overhead_bytes, s.pool);
+    if (shrunk != 0 && s.spec.task()) {
+      const DsLimits& lim = kernel_->ds_limits();
+      const uint64_t fixed = AreaBytes(0, lim.task_pebs_records) +
+                             (sim_ ? 0 : kTracerProcessBytes);
+      const uint32_t bts = static_cast<uint32_t>(
+          shrunk > fixed ? (shrunk - fixed) / sizeof(pfm_bts_raw) : 0);
+      // The buffer holds whole records: charge what it really is.
+      const int64_t real = kernel_->ResizeTaskBuffer(s.spec.pid, bts, now, nullptr);
+      if (real > 0)
+        accountant_.ShrinkPool(s.pool, uint64_t(real) + (sim_ ? 0 : kTracerProcessBytes));
+    }
+    s.charged = false;
+  }
+  s.overhead_bytes = 0;
+  s.pidfd.reset();
+}
+
+}  // namespace pfm
