@@ -1,12 +1,13 @@
-// pfmd's clock, injected (Perfetto's way) so the session manager is tested
-// with a fake one. The kernel core reads no clock: times are arguments.
+// pfmd's clock, injected (Perfetto's way, SessionManagerDeps): the host
+// driver's time; the sim driver's is the simulator's virtual clock, which
+// is what the session manager's unit tests drive. The kernel core reads no
+// clock: times are arguments.
 #ifndef PFM_USERSPACE_PFMD_CLOCK_H_
 #define PFM_USERSPACE_PFMD_CLOCK_H_
 
-#include "kernel/drivers/clock.h"
-
-#include <atomic>
 #include <cstdint>
+
+#include "kernel/drivers/clock.h"
 
 namespace pfm {
 
@@ -20,17 +21,6 @@ class Clock {
 class MonotonicClock : public Clock {
  public:
   uint64_t NowNs() const override { return MonotonicNs(); }
-};
-
-// For tests: time moves only when told to.
-class FakeClock : public Clock {
- public:
-  explicit FakeClock(uint64_t start_ns = 1) : now_(start_ns) {}
-  uint64_t NowNs() const override { return now_.load(); }
-  void Advance(uint64_t ns) { now_.fetch_add(ns); }
-
- private:
-  std::atomic<uint64_t> now_;
 };
 
 }  // namespace pfm
