@@ -6,9 +6,9 @@ namespace pfm {
 
 Kernel::Kernel(const MachineInfo& machine, const KernelOptions& options)
     : machine_(machine),
-      ds_(machine.cpus > 0 ? machine.cpus : 1, options.ds),
-      arbiter_(machine, options.mux_interval_ns),
-      running_(machine.cpus > 0 ? machine.cpus : 1) {
+      running_(machine.cpus),
+      ds_(&running_, options.ds),
+      arbiter_(machine, options.mux_interval_ns, &running_) {
   KernelLockGuard l(&lock_);
   ds_.set_pebs_router(this);
 }
@@ -80,8 +80,7 @@ void Kernel::DescribeHolders(uint64_t now, std::vector<PmuArbiter::Holder>* out)
 
 TaskId Kernel::Running(int cpu) const {
   lock_.AssertHeld();
-  return cpu >= 0 && cpu < static_cast<int>(running_.size()) ? running_[cpu]
-                                                             : TaskId{};
+  return running_.on(cpu);
 }
 
 // ---- CoreHooks ----
@@ -102,11 +101,13 @@ void Kernel::DsInterrupt(int cpu, uint64_t now_ns) {
 void Kernel::ContextSwitch(int cpu, uint64_t now_ns, TaskId prev, TaskId next,
                            bool preempt) {
   lock_.AssertHeld();
-  assert(cpu >= 0 && cpu < static_cast<int>(running_.size()));
+  assert(cpu >= 0 && cpu < running_.cpus());
+  // The DS allocator drains what ran (the table still says so), the table
+  // turns to `next`, the arbiter installs next's counters.
   ds_.Switch(cpu, now_ns, prev, next, preempt);  // drains with prev's counters
+  running_.Set(cpu, next);
   arbiter_.SwitchOut(cpu, now_ns);
   arbiter_.SwitchIn(cpu, next, now_ns);
-  running_[cpu] = next;
 }
 
 void Kernel::TaskExit(TaskId task, uint64_t now_ns, int64_t status) {

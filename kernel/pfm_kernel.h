@@ -23,6 +23,7 @@
 #include "kernel/ds/ds_allocator.h"
 #include "kernel/kernel_lock.h"
 #include "kernel/pmu_arbiter/arbiter.h"
+#include "kernel/running_tasks.h"
 
 namespace pfm {
 
@@ -100,9 +101,12 @@ class Kernel : public CoreHooks, public PebsRouter {
  private:
   mutable KernelLock lock_;
   const MachineInfo machine_;
+  // What runs on each CPU: written here (ContextSwitch) only; the DS
+  // allocator and the arbiter read it. Declared before them: they keep a
+  // pointer to it.
+  RunningTasks running_ ABSL_GUARDED_BY(lock_);
   DsAllocator ds_ ABSL_GUARDED_BY(lock_);
   PmuArbiter arbiter_ ABSL_GUARDED_BY(lock_);
-  std::vector<TaskId> running_ ABSL_GUARDED_BY(lock_);
 };
 
 }  // namespace pfm

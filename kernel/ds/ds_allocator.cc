@@ -73,7 +73,8 @@ struct DsAllocator::Context {
 };
 
 struct DsAllocator::CpuState {
-  TaskId running;
+  // The running task (running_->on(cpu))'s context, if traced and
+  // installed here.
   Context* running_ctx = nullptr;  // the running task's context, if traced
   uint64_t switch_in_ns = 0;
   std::unique_ptr<DsArea> area;    // catch-all buffers, while consumers exist
@@ -87,8 +88,19 @@ uint64_t DsAllocator::RingDataBytes(const ConsumerParams& params) {
   return RingDataBytesFor(params.req.ring_bytes);
 }
 
-DsAllocator::DsAllocator(int cpus, const DsLimits& limits) : limits_(limits) {
-  assert(cpus > 0);
+DsAllocator::DsAllocator(int cpus, const DsLimits& limits)
+    : DsAllocator(nullptr, limits, cpus) {}
+
+DsAllocator::DsAllocator(const RunningTasks* running, const DsLimits& limits)
+    : DsAllocator(running, limits, running->cpus()) {}
+
+DsAllocator::DsAllocator(const RunningTasks* running, const DsLimits& limits,
+                         int cpus)
+    : limits_(limits),
+      own_running_(running == nullptr ? std::make_unique<RunningTasks>(cpus)
+                                      : nullptr),
+      running_(running == nullptr ? own_running_.get() : running) {
+  assert(cpus > 0 && running_->cpus() == cpus);
   for (int i = 0; i < cpus; ++i) {
     cpus_.push_back(std::make_unique<CpuState>());
     cpus_.back()->consumers.reserve(limits_.max_consumers_per_context);
@@ -236,7 +248,7 @@ int DsAllocator::Attach(const ConsumerParams& params, uint64_t now,
       // what it wrote before went to the CPU's buffers.
       for (int cpu = 0; cpu < cpus(); ++cpu) {
         CpuState& cs = *cpus_[cpu];
-        if (cs.running.pid != r.pid) continue;
+        if (running_->on(cpu).pid != r.pid) continue;
         Drain(cpu, now);
         cs.running_ctx = ctx;
         ctx->running_cpu = cpu;
@@ -372,11 +384,11 @@ void DsAllocator::Drain(int cpu, uint64_t now) {
   if (cs.running_ctx != nullptr) {
     Context* ctx = cs.running_ctx;
     uint64_t since = std::max(ctx->last_drain_ns, cs.switch_in_ns);
-    DrainArea(*ctx->area, ctx, cpu, cs.running, now, &since);
+    DrainArea(*ctx->area, ctx, cpu, running_->on(cpu), now, &since);
     ctx->last_drain_ns = since;
   } else if (cs.area) {
     uint64_t since = std::max(cs.last_drain_ns, cs.switch_in_ns);
-    DrainArea(*cs.area, nullptr, cpu, cs.running, now, &since);
+    DrainArea(*cs.area, nullptr, cpu, running_->on(cpu), now, &since);
     cs.last_drain_ns = since;
   } else {
     dummy_->ResetBts();
@@ -603,7 +615,7 @@ void DsAllocator::Switch(int cpu, uint64_t now, TaskId prev, TaskId next,
   // different tasks report switches on the same CPU number independently.
   if (prev.pid != 0)
     emit(PFM_REC_SWITCH_OUT, prev, next, LiveTaskContext(prev.pid));
-  cs.running = next;
+  if (own_running_) own_running_->Set(cpu, next);
   cs.switch_in_ns = now;
   Context* next_ctx = LiveTaskContext(next.pid);
   cs.running_ctx = next_ctx;
@@ -705,12 +717,13 @@ bool DsAllocator::CheckInvariant(const char** why) const {
       return false;
     }
   }
-  for (const auto& cs : cpus_) {
+  for (int cpu = 0; cpu < cpus(); ++cpu) {
+    const CpuState* cs = cpus_[cpu].get();
     if (cs->consumers.empty() != !cs->area) {
       *why = "a catch-all area exists without consumers (or the reverse)";
       return false;
     }
-    if (cs->running_ctx && cs->running_ctx->pid != cs->running.pid) {
+    if (cs->running_ctx && cs->running_ctx->pid != running_->on(cpu).pid) {
       *why = "a CPU's installed context is not its running task's";
       return false;
     }

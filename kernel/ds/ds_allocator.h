@@ -45,6 +45,7 @@
 
 #include "kernel/drivers/driver.h"
 #include "kernel/ds/ds_area.h"
+#include "kernel/running_tasks.h"
 #include "kernel/ds/ring.h"
 #include "kernel/uapi/pfm_error.h"
 #include "kernel/uapi/pfm_uapi.h"
@@ -96,6 +97,10 @@ class DsAllocator {
   // at least two chunks), so callers can charge it before it exists.
   static uint64_t RingDataBytes(const ConsumerParams& params);
 
+  // Inside the Kernel: what runs where is `running` (kernel/running_tasks.h),
+  // which the caller writes after Switch() and which outlives this.
+  DsAllocator(const RunningTasks* running, const DsLimits& limits);
+  // On its own (tests, benchmarks): a table of its own, written by Switch().
   DsAllocator(int cpus, const DsLimits& limits);
   ~DsAllocator();
   DsAllocator(const DsAllocator&) = delete;
@@ -141,7 +146,9 @@ class DsAllocator {
   DsArea* TaskArea(int32_t pid) const;
   // Drains `task`'s own area as having run on `cpu`, then resets it.
   void DrainTask(TaskId task, int cpu, uint64_t now);
-  // Drains prev's records, emits SWITCH_OUT/IN, installs next's area.
+  // Drains prev's records, emits SWITCH_OUT/IN, installs next's area. The
+  // running table must still say `prev` for `cpu` (the drain's records are
+  // its); the Kernel sets `next` after.
   void Switch(int cpu, uint64_t now, TaskId prev, TaskId next, bool preempt);
   // The task exited: EXIT record to its consumers; their rings end (records
   // stay readable).
@@ -165,6 +172,7 @@ class DsAllocator {
   struct Context;
   struct CpuState;
 
+  DsAllocator(const RunningTasks* running, const DsLimits& limits, int cpus);
   Context* TaskContext(int32_t pid) const;
   // The context of a task that still runs traced: null for pid 0 (idle or
   // untraced), no context, or one whose task exited.
@@ -192,6 +200,8 @@ class DsAllocator {
   void FreeContextIfEmpty(Context* ctx);
 
   DsLimits limits_;
+  std::unique_ptr<RunningTasks> own_running_;  // only when on its own
+  const RunningTasks* running_;
   const PebsRouter* router_ = nullptr;
   ConsumerId next_id_ = 1;
   std::map<ConsumerId, std::unique_ptr<Consumer>> consumers_;

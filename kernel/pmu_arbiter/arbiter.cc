@@ -31,17 +31,23 @@ struct PmuArbiter::Cpu {
       : slots(index, shape, work_units) {}
 
   CpuSlots slots;
-  int32_t pid = 0;          // running task, 0 = idle / switched out
-  Context* task = nullptr;  // its context when it is installed here
+  Context* task = nullptr;  // the running task's context, installed here
   bool dirty = false;       // contexts changed: refill at next Tick
 };
 
 PmuArbiter::PmuArbiter(const MachineInfo& m, uint64_t mux_interval_ns)
-    : shape_(PmuShape::From(m)),
+    : PmuArbiter(m, mux_interval_ns, nullptr) {}
+
+PmuArbiter::PmuArbiter(const MachineInfo& m, uint64_t mux_interval_ns,
+                       const RunningTasks* running)
+    : own_running_(running == nullptr ? std::make_unique<RunningTasks>(m.cpus)
+                                      : nullptr),
+      running_(running == nullptr ? own_running_.get() : running),
+      shape_(PmuShape::From(m)),
       mux_interval_ns_(mux_interval_ns),
       admission_(std::make_unique<Admission>(shape_)),
       contexts_(std::make_unique<ContextTable>()) {
-  assert(m.cpus > 0);
+  assert(m.cpus > 0 && running_->cpus() == m.cpus);
   assert(mux_interval_ns > 0);
   contexts_->cpu.resize(shape_.cpus);
   for (int i = 0; i < shape_.cpus; ++i)
@@ -71,7 +77,7 @@ PmuArbiter::Context* PmuArbiter::GetOrCreateContext(const pfm_pmu_req& req,
     // The task may be running already: its clock starts now.
     for (int i = 0; i < shape_.cpus; ++i) {
       Cpu& cpu = *cpu_[i];
-      if (cpu.pid != req.pid || cpu.task != nullptr) continue;
+      if (running_->on(i).pid != req.pid || cpu.task != nullptr) continue;
       if (c->on_cpu >= 0) {
         c->shared = true;
         break;
@@ -194,7 +200,7 @@ void PmuArbiter::SwitchOut(int cpu_index, uint64_t now) {
   if (cpu_index < 0 || cpu_index >= shape_.cpus) return;
   Cpu& cpu = *cpu_[cpu_index];
   Context* t = cpu.task;
-  cpu.pid = 0;
+  if (own_running_) own_running_->Set(cpu_index, TaskId{});
   if (t == nullptr) return;
   cpu.slots.TakeAll(now, t);
   if (t->active) {
@@ -210,7 +216,7 @@ void PmuArbiter::SwitchOut(int cpu_index, uint64_t now) {
   t->shared = false;
   for (int i = 0; i < shape_.cpus; ++i) {
     Cpu& other = *cpu_[i];
-    if (i == cpu_index || other.pid != t->pid || other.task != nullptr)
+    if (i == cpu_index || running_->on(i).pid != t->pid || other.task != nullptr)
       continue;
     other.task = t;
     t->on_cpu = i;
@@ -224,8 +230,8 @@ void PmuArbiter::SwitchOut(int cpu_index, uint64_t now) {
 void PmuArbiter::SwitchIn(int cpu_index, TaskId task, uint64_t now) {
   if (cpu_index < 0 || cpu_index >= shape_.cpus) return;
   Cpu& cpu = *cpu_[cpu_index];
-  if (cpu.task != nullptr || cpu.pid != 0) SwitchOut(cpu_index, now);
-  cpu.pid = task.pid;
+  SwitchOut(cpu_index, now);
+  if (own_running_) own_running_->Set(cpu_index, task);
   if (task.pid > 0) {
     auto it = contexts_->task.find(task.pid);
     if (it != contexts_->task.end() && it->second->on_cpu >= 0) {

@@ -43,6 +43,7 @@
 
 #include "kernel/drivers/driver.h"
 #include "kernel/pmu_arbiter/request.h"  // RequestId, kFixedCounterBase
+#include "kernel/running_tasks.h"
 #include "kernel/uapi/pfm_error.h"
 #include "kernel/uapi/pfm_uapi.h"
 
@@ -64,6 +65,12 @@ class PmuArbiter {
   // clamped to 32), pebs_counter_mask (restricted to the GP counters) and
   // debug_registers (clamped to 32). `mux_interval_ns` > 0 (the caller's
   // default is kDefaultMuxIntervalNs).
+  // Inside the Kernel: what runs where is `running` (kernel/running_tasks.h),
+  // which the caller sets before SwitchIn and which outlives this.
+  PmuArbiter(const MachineInfo& m, uint64_t mux_interval_ns,
+             const RunningTasks* running);
+  // On its own (tests, benchmarks): a table of its own, written by
+  // SwitchIn/SwitchOut.
   PmuArbiter(const MachineInfo& m, uint64_t mux_interval_ns);
   ~PmuArbiter();
   PmuArbiter(const PmuArbiter&) = delete;
@@ -166,6 +173,8 @@ class PmuArbiter {
   bool MaybeRotate(Context* c, uint64_t now);
   void Rebuild(int cpu_index, uint64_t now);
 
+  std::unique_ptr<RunningTasks> own_running_;  // only when on its own
+  const RunningTasks* running_;
   const arbiter_internal::PmuShape shape_;
   const uint64_t mux_interval_ns_;
   const std::unique_ptr<const arbiter_internal::Admission> admission_;
