@@ -19,8 +19,9 @@ if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
   failed=1
 fi
 rm -f "$log"
-# clang's -Wthread-safety over the code under the kernel lock, counted as
-# one test (tools/thread_safety.sh).
+# The whole tree built with clang -Wthread-safety (.bazelrc config
+# thread-safety, in its own output base), counted as one test
+# (tools/thread_safety.sh).
 if tools/thread_safety.sh; then
   passed=$((passed + 1))
 else
