@@ -6,7 +6,6 @@
 //
 // Timing bounds are not loosened for a busy machine; a measurement that a
 // scheduling hiccup could spoil is repeated instead (kAttempts).
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -35,7 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "pfm/client.h"
 #include "pfm/wire.h"
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
@@ -44,31 +43,19 @@ namespace json = boost::json;
 using Clock = std::chrono::steady_clock;
 using testing::AsUid;
 using testing::ConnectRaw;
+using testing::CountOf;
 using testing::Daemon;
+using testing::FdCount;
+using testing::kNobody;
 using testing::Pfmctl;
+using testing::ReadFile;
 
-constexpr uid_t kNobody = 65534;
 constexpr int kAttempts = 3;
 const std::vector<std::string> kSimFlags = {"--driver", "sim", "--sim-cpus", "2",
                                             "--sim-paused"};
 
 double Ms(Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-size_t CountOf(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = text.find(what); p != std::string::npos;
-       p = text.find(what, p + 1))
-    ++n;
-  return n;
 }
 
 // utime + stime of `pid`, in clock ticks (proc(5): fields 14 and 15).
@@ -267,15 +254,6 @@ TEST(AbuseE2e, PipelinedRequestsThenHalfCloseGetEveryReplyInOrder) {
   absl::StatusOr<Frame> end = RecvFrame(fd, 5000);
   EXPECT_EQ(end.status().code(), absl::StatusCode::kUnavailable) << end.status();
   ::close(fd);
-}
-
-int FdCount(pid_t pid) {
-  DIR* dir = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
-  if (dir == nullptr) return -1;
-  int n = 0;
-  while (const dirent* e = ::readdir(dir)) n += e->d_name[0] != '.';
-  ::closedir(dir);
-  return n;
 }
 
 TEST(AbuseE2e, FdsAClientSendsAreNeverReceivedByPfmd) {

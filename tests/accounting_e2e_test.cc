@@ -23,18 +23,18 @@
 #include "absl/strings/str_cat.h"
 #include "kernel/uapi/pfm_uapi.h"
 #include "pfm/client.h"
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
 
 namespace json = boost::json;
 using testing::AsUid;
-using testing::Daemon;
+using testing::kNobody;
+using testing::Num;
 using testing::Pfmctl;
 using testing::PfmctlJson;
 
-constexpr uid_t kNobody = 65534;
 // A task context's shared DS buffer at its default size.
 constexpr uint64_t kTaskBuffer =
     2048 * sizeof(pfm_bts_raw) + 64 * sizeof(pfm_pebs_raw);
@@ -48,19 +48,19 @@ constexpr uint64_t kRootRing = PFM_RING_HEADER_BYTES + kRootBuffer + kSessionOve
 constexpr uint64_t kNobodyRing = PFM_RING_HEADER_BYTES + kNobodyBuffer + kSessionOverhead;
 static_assert(kTaskBuffer % 2 == 0, "the split below assumes no leftover byte");
 
-uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
-
-
-class AccountingE2e : public ::testing::Test {
+class AccountingE2e : public testing::DaemonTest {
  protected:
-  void Start(std::vector<std::string> extra = {}) {
+  // The skip is here, not in Start: GTEST_SKIP returns only from the
+  // function it is in, and the test body would go on without a daemon.
+  void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
-    std::vector<std::string> flags = {"--driver", "sim", "--sim-pmu", "skl",
-                                      "--sim-cpus", "2", "--sim-tasks", "4",
-                                      "--sim-paused"};
+  }
+  // Each test starts pfmd itself, with its own limits in `extra`.
+  void Start(std::vector<std::string> extra = {}) {
+    std::vector<std::string> flags = {"--sim-pmu", "skl", "--sim-cpus", "2",
+                                      "--sim-tasks", "4", "--sim-paused"};
     flags.insert(flags.end(), extra.begin(), extra.end());
-    d_ = std::make_unique<Daemon>(flags);
-    ASSERT_TRUE(d_->started());
+    ASSERT_NO_FATAL_FAILURE(StartSim(flags));
     ASSERT_TRUE(d_->OpenToOtherUids());
   }
   // A detached lossless BTS session on pid 1000, created by `uid`.
@@ -82,7 +82,7 @@ class AccountingE2e : public ::testing::Test {
     return got.contains("id") ? Num(got.at("id")) : 0;
   }
   json::object Status() {
-    return PfmctlJson(d_->socket(), {"status"}).at("memory").as_object();
+    return PfmctlJson(socket(), {"status"}).at("memory").as_object();
   }
   // uid -> bytes, from status.memory.charged.
   std::map<uint64_t, uint64_t> Charged() {
@@ -93,11 +93,11 @@ class AccountingE2e : public ::testing::Test {
     return out;
   }
   uint64_t SessionCharge(uint64_t id) {
-    return Num(PfmctlJson(d_->socket(), {"session", "show", std::to_string(id)})
+    return Num(PfmctlJson(socket(), {"session", "show", std::to_string(id)})
                    .at("charged_bytes"));
   }
   void Kill(uint64_t id) {
-    testing::Result r = Pfmctl(d_->socket(), {"session", "kill", std::to_string(id)});
+    testing::Result r = Pfmctl(socket(), {"session", "kill", std::to_string(id)});
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   // Charges always sum to the bytes allocated, and those are the bytes the
@@ -110,7 +110,6 @@ class AccountingE2e : public ::testing::Test {
     EXPECT_EQ(sum, Num(m.at("allocated"))) << m;
     EXPECT_EQ(Num(m.at("allocated")), Num(m.at("held"))) << m;
   }
-  std::unique_ptr<Daemon> d_;
 };
 
 TEST_F(AccountingE2e, TwoUidsSplitTheTaskBufferAndTheLastOnePaysItAll) {
@@ -149,11 +148,11 @@ TEST_F(AccountingE2e, BufferShrinksWithResizedNoticeWhenTheRemainingUidWouldExce
   const uint64_t nobody = Join(kNobody, kNobodyBuffer);
   ASSERT_NE(root, 0u);
   ASSERT_NE(nobody, 0u);
-  ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "run", "2000000"}).exit_code, 0);
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "2000000"}).exit_code, 0);
   Kill(root);  // leaving never fails, even though the whole buffer won't fit
   const uint64_t shrunk = limit - kNobodyRing;
   // The remaining consumer is told, in its own stream.
-  json::value snap = PfmctlJson(d_->socket(), {"snapshot", std::to_string(nobody)});
+  json::value snap = PfmctlJson(socket(), {"snapshot", std::to_string(nobody)});
   std::vector<json::object> resized;
   for (const json::value& r : snap.at("records").as_array())
     if (r.at("type").as_string() == "resized") resized.push_back(r.as_object());
@@ -169,19 +168,19 @@ TEST_F(AccountingE2e, BufferShrinksWithResizedNoticeWhenTheRemainingUidWouldExce
   ExpectChargesSumToAllocated();
   // Tracing goes on into the smaller buffer.
   const uint64_t before = Num(snap.at("ring_records"));
-  ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "run", "2000000"}).exit_code, 0);
-  snap = PfmctlJson(d_->socket(), {"snapshot", std::to_string(nobody)});
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "2000000"}).exit_code, 0);
+  snap = PfmctlJson(socket(), {"snapshot", std::to_string(nobody)});
   EXPECT_GT(Num(snap.at("ring_records")), before);
 }
 
 TEST_F(AccountingE2e, RequestOverThePerUidLimitIsRefusedStatingLimitUsageAndRequest) {
   Start({"--mem-limit-per-uid", "1MiB"});
-  json::value first = PfmctlJson(d_->socket(), {"session", "create", "--pid", "1001",
-                                                "--bts", "lossless", "--buffer", "256KiB"});
+  json::value first = PfmctlJson(socket(), {"session", "create", "--pid", "1001",
+                                            "--bts", "lossless", "--buffer", "256KiB"});
   ASSERT_TRUE(first.as_object().contains("id"));
-  const json::value before = PfmctlJson(d_->socket(), {"status"});
-  testing::Result r = Pfmctl(d_->socket(), {"session", "create", "--pid", "1002",
-                                            "--bts", "lossless", "--buffer", "1MiB"});
+  const json::value before = PfmctlJson(socket(), {"status"});
+  testing::Result r = Pfmctl(socket(), {"session", "create", "--pid", "1002",
+                                        "--bts", "lossless", "--buffer", "1MiB"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << r.err;
   // The limit, what the uid uses, and what the request needs.
@@ -198,15 +197,15 @@ TEST_F(AccountingE2e, RequestOverThePerUidLimitIsRefusedStatingLimitUsageAndRequ
   EXPECT_NE(r.err.find("needs 1.1MiB more (ring 1032KiB + its share"), std::string::npos)
       << r.err << " (request " << request << ")";
   // Nothing changed.
-  EXPECT_EQ(json::serialize(PfmctlJson(d_->socket(), {"status"})),
+  EXPECT_EQ(json::serialize(PfmctlJson(socket(), {"status"})),
             json::serialize(before));
-  EXPECT_EQ(PfmctlJson(d_->socket(), {"session", "list"}).as_array().size(), 1u);
+  EXPECT_EQ(PfmctlJson(socket(), {"session", "list"}).as_array().size(), 1u);
 }
 
 TEST_F(AccountingE2e, RequestOverTheDaemonLimitIsRefusedForAnyUid) {
   Start({"--mem-limit-total", "512KiB"});
   ASSERT_NE(Join(0, 256 << 10), 0u);
-  const json::value before = PfmctlJson(d_->socket(), {"status"});
+  const json::value before = PfmctlJson(socket(), {"status"});
   const std::string socket = d_->socket();
   json::object got = AsUid(kNobody, [&]() -> json::object {
     absl::StatusOr<Client> c = Client::Connect(socket);

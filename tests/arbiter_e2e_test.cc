@@ -8,13 +8,12 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
 
 namespace json = boost::json;
-using testing::Daemon;
 using testing::Pfmctl;
 using testing::PfmctlJson;
 
@@ -29,30 +28,23 @@ const std::vector<std::string> kGpEvents = {
     "MEM_LOAD_RETIRED.L1_HIT", "MEM_LOAD_RETIRED.L2_HIT",
     "MEM_LOAD_RETIRED.L3_MISS", "UOPS_ISSUED.ANY"};
 
-class ArbiterE2e : public ::testing::Test {
+class ArbiterE2e : public testing::DaemonTest {
  protected:
   void SetUp() override {
-    d_ = std::make_unique<Daemon>(std::vector<std::string>{
-        "--driver", "sim", "--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "3",
-        "--sim-seed", "11", "--sim-paused"});
-    ASSERT_TRUE(d_->started());
+    StartSim({"--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "3", "--sim-seed", "11",
+              "--sim-paused"});
   }
-  testing::Result Create(std::vector<std::string> flags) {
+  // `pfmctl --json session create <flags>`, refused or not.
+  testing::Result TryCreate(std::vector<std::string> flags) {
     flags.insert(flags.begin(), {"--json", "session", "create"});
-    return Pfmctl(d_->socket(), flags);
-  }
-  uint64_t MustCreate(std::vector<std::string> flags) {
-    testing::Result r = Create(flags);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return json::parse(r.out).at("id").to_number<uint64_t>();
+    return Pfmctl(socket(), flags);
   }
   json::object Show(uint64_t id) {
-    return PfmctlJson(d_->socket(), {"session", "show", std::to_string(id)}).as_object();
+    return PfmctlJson(socket(), {"session", "show", std::to_string(id)}).as_object();
   }
   void Run(uint64_t ns) {
-    ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "run", std::to_string(ns)}).exit_code, 0);
+    ASSERT_EQ(Pfmctl(socket(), {"sim", "run", std::to_string(ns)}).exit_code, 0);
   }
-  std::unique_ptr<Daemon> d_;
 };
 
 std::vector<std::string> Breakpoints(int n, uint64_t base) {
@@ -72,29 +64,29 @@ TEST_F(ArbiterE2e, FourPinnedBreakpointsAdmittedFifthRefusedUntilOneLeaves) {
     std::vector<std::string> f = {"--role", "debugger", "--pid", "1000"};
     std::vector<std::string> bp = Breakpoints(1, 0x601000 + 64 * i);
     f.insert(f.end(), bp.begin(), bp.end());
-    ids.push_back(MustCreate(f));
+    ids.push_back(Create(f));
   }
-  testing::Result r = Create({"--role", "debugger", "--pid", "1000", "--breakpoint",
+  testing::Result r = TryCreate({"--role", "debugger", "--pid", "1000", "--breakpoint",
                               "0x602000:8:w"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("debug register"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("session"), std::string::npos) << "names the holder: " << r.err;
-  json::value list = PfmctlJson(d_->socket(), {"session", "list"});
+  json::value list = PfmctlJson(socket(), {"session", "list"});
   EXPECT_EQ(list.as_array().size(), 4u) << "the refusal left nothing behind";
-  ASSERT_EQ(Pfmctl(d_->socket(), {"session", "kill", std::to_string(ids[1])}).exit_code, 0);
-  MustCreate({"--role", "debugger", "--pid", "1000", "--breakpoint", "0x602000:8:w"});
+  ASSERT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(ids[1])}).exit_code, 0);
+  Create({"--role", "debugger", "--pid", "1000", "--breakpoint", "0x602000:8:w"});
 }
 
 TEST_F(ArbiterE2e, DebuggerBreakpointsStayPinnedWhileWatchpointsMultiplex) {
   std::vector<std::string> dbg = {"--role", "debugger", "--pid", "1000"};
   std::vector<std::string> bp = Breakpoints(2, 0x601000);
   dbg.insert(dbg.end(), bp.begin(), bp.end());
-  const uint64_t d = MustCreate(dbg);
+  const uint64_t d = Create(dbg);
   std::vector<std::string> prof = {"--role", "profiler", "--pid", "1000"};
   bp = Breakpoints(6, 0x700000);
   prof.insert(prof.end(), bp.begin(), bp.end());
-  const uint64_t p = MustCreate(prof);
+  const uint64_t p = Create(prof);
   Run(400000000);  // 400 ms virtual
   const json::object ds = Show(d), ps = Show(p);
   for (const json::value& b : ds.at("breakpoints").as_array())
@@ -117,10 +109,10 @@ TEST_F(ArbiterE2e, TwelveFlexibleCountersScaleWithinTenPercentOfTruth) {
     f.push_back("--counter");
     f.push_back(e);
   }
-  const uint64_t id = MustCreate(f);
+  const uint64_t id = Create(f);
   Run(2000000000);  // 2 s virtual
   json::object show = Show(id);
-  json::value stats = PfmctlJson(d_->socket(), {"sim", "stats", "1001"});
+  json::value stats = PfmctlJson(socket(), {"sim", "stats", "1001"});
   const json::object& truth = stats.at("tasks").at(0).at("true_counts").as_object();
   ASSERT_EQ(show.at("counters").as_array().size(), kGpEvents.size());
   for (const json::value& c : show.at("counters").as_array()) {
@@ -148,8 +140,8 @@ TEST_F(ArbiterE2e, SessionWithOneCounterIsNotStarvedByOneWithTen) {
     fa.push_back("--counter");
     fa.push_back(kGpEvents[i]);
   }
-  const uint64_t a = MustCreate(fa);
-  const uint64_t b = MustCreate({"--pid", "1002", "--counter", kGpEvents[11]});
+  const uint64_t a = Create(fa);
+  const uint64_t b = Create({"--pid", "1002", "--counter", kGpEvents[11]});
   Run(1000000000);
   const json::object bs = Show(b), as = Show(a);
   const json::array& bc = bs.at("counters").as_array();
@@ -170,31 +162,31 @@ TEST_F(ArbiterE2e, PinnedCountersBeyondTheHardwareAreRefused) {
     f.push_back("--counter");
     f.push_back(kGpEvents[i]);
   }
-  testing::Result r = Create(f);
+  testing::Result r = TryCreate(f);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << r.err;
-  json::value st = PfmctlJson(d_->socket(), {"status"});
+  json::value st = PfmctlJson(socket(), {"status"});
   EXPECT_EQ(st.at("sessions").to_number<int>(), 0);
 }
 
 TEST_F(ArbiterE2e, UnknownEventNameIsInvalidArgumentNamingIt) {
-  testing::Result r = Create({"--pid", "1000", "--counter", "NOT_AN_EVENT_X"});
+  testing::Result r = TryCreate({"--pid", "1000", "--counter", "NOT_AN_EVENT_X"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("NOT_AN_EVENT_X"), std::string::npos) << r.err;
 }
 
 TEST_F(ArbiterE2e, ResourcesShowsWhoHoldsWhat) {
-  MustCreate({"--role", "debugger", "--pid", "1000", "--breakpoint", "0x601000:8:w",
+  Create({"--role", "debugger", "--pid", "1000", "--breakpoint", "0x601000:8:w",
               "--bts", "history"});
-  MustCreate({"--pid", "1000", "--counter", "cycles", "--bts", "lossless"});
+  Create({"--pid", "1000", "--counter", "cycles", "--bts", "lossless"});
   Run(10000000);
-  json::value r = PfmctlJson(d_->socket(), {"resources"});
+  json::value r = PfmctlJson(socket(), {"resources"});
   std::string all = json::serialize(r);
   EXPECT_NE(all.find("debug register"), std::string::npos) << all;
   EXPECT_NE(all.find("debug store"), std::string::npos) << all;
   EXPECT_NE(all.find("cycles"), std::string::npos) << all;
-  testing::Result text = Pfmctl(d_->socket(), {"resources"});
+  testing::Result text = Pfmctl(socket(), {"resources"});
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_NE(text.out.find("task 1000"), std::string::npos) << text.out;
 }

@@ -34,7 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "pfm/client.h"
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
@@ -42,35 +42,15 @@ namespace {
 namespace json = boost::json;
 namespace fs = std::filesystem;
 using testing::AsUid;
+using testing::Contains;
 using testing::Daemon;
+using testing::kNobody;
+using testing::ReadAll;
+using testing::StartsWith;
 
-constexpr uid_t kNobody = 65534;
 constexpr uid_t kOther = 65533;
 // The private directory pfmctl uses for uid 65534 without XDG_RUNTIME_DIR.
 const char kNobodyDir[] = "/tmp/pfmd-65534";
-
-bool StartsWith(const std::string& s, const std::string& prefix) {
-  return s.rfind(prefix, 0) == 0;
-}
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-// Reads fd to EOF (EINTR-safe).
-std::string ReadAll(int fd) {
-  std::string s;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n > 0) {
-      s.append(buf, static_cast<size_t>(n));
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      return s;
-    }
-  }
-}
 
 // Runs `argv` as `uid` (no supplementary groups, gid = uid) with exactly the
 // environment `env`, cwd "/", and collects its output; killed after

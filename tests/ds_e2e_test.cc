@@ -12,51 +12,39 @@
 
 #include "kernel/uapi/pfm_uapi.h"
 #include "pfm/trace_file.h"
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
 
 namespace json = boost::json;
-using testing::Daemon;
+using testing::Addr;
+using testing::Num;
 using testing::Pfmctl;
 using testing::PfmctlJson;
 
-uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
-uint64_t Addr(const json::value& v) {
-  return std::stoull(std::string(v.as_string()), nullptr, 16);
-}
-
-class DsE2e : public ::testing::Test {
+class DsE2e : public testing::DaemonTest {
  protected:
   void SetUp() override {
-    d_ = std::make_unique<Daemon>(std::vector<std::string>{
-        "--driver", "sim", "--sim-pmu", "skl", "--sim-cpus", "2",
-        "--sim-tasks", "4", "--sim-seed", "7", "--sim-paused"});
-    ASSERT_TRUE(d_->started());
-  }
-  uint64_t Create(std::vector<std::string> flags) {
-    flags.insert(flags.begin(), {"session", "create"});
-    json::value v = PfmctlJson(d_->socket(), flags);
-    return Num(v.at("id"));
+    StartSim({"--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "4", "--sim-seed", "7",
+              "--sim-paused"});
   }
   json::array Snapshot(uint64_t id, json::object* whole = nullptr) {
-    json::value v = PfmctlJson(d_->socket(), {"snapshot", std::to_string(id)});
+    json::value v = PfmctlJson(socket(), {"snapshot", std::to_string(id)});
     if (whole) *whole = v.as_object();
     return v.at("records").as_array();
   }
   void Run(uint64_t ns) {
-    testing::Result r = Pfmctl(d_->socket(), {"sim", "run", std::to_string(ns)});
+    testing::Result r = Pfmctl(socket(), {"sim", "run", std::to_string(ns)});
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   json::object TaskStats(int pid) {
-    json::value v = PfmctlJson(d_->socket(), {"sim", "stats", std::to_string(pid)});
+    json::value v = PfmctlJson(socket(), {"sim", "stats", std::to_string(pid)});
     return v.at("tasks").as_array().at(0).as_object();
   }
   json::object Show(uint64_t id) {
-    return PfmctlJson(d_->socket(), {"session", "show", std::to_string(id)}).as_object();
+    return PfmctlJson(socket(), {"session", "show", std::to_string(id)}).as_object();
   }
-  std::unique_ptr<Daemon> d_;
 };
 
 TEST_F(DsE2e, DebuggerHistoryAndLosslessProfilerShareOneTask) {
@@ -67,10 +55,10 @@ TEST_F(DsE2e, DebuggerHistoryAndLosslessProfilerShareOneTask) {
                                 "--buffer", "16MiB"});
   Run(20000000);  // 20 ms of virtual time
   // The task exits: its records stay readable and the rings end.
-  ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "exit", "1000"}).exit_code, 0);
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "exit", "1000"}).exit_code, 0);
   const std::string dir = testing::MakeTempDir("ds");
   const std::string file = dir + "/prof.trace";
-  testing::Result sr = Pfmctl(d_->socket(), {"stream", std::to_string(prof), "-o", file});
+  testing::Result sr = Pfmctl(socket(), {"stream", std::to_string(prof), "-o", file});
   ASSERT_EQ(sr.exit_code, 0) << sr.err;
   absl::StatusOr<Trace> t = ReadTrace(file);
   ASSERT_TRUE(t.ok()) << t.status();
@@ -129,13 +117,13 @@ TEST_F(DsE2e, BlockModeHoldsTheTaskInsteadOfLosing) {
   const std::string file = testing::MakeTempDir("block") + "/t.trace";
   testing::Result sr;
   std::thread reader([&] {
-    sr = Pfmctl(d_->socket(), {"stream", std::to_string(id), "-o", file});
+    sr = Pfmctl(socket(), {"stream", std::to_string(id), "-o", file});
   });
   for (int i = 0; i < 20; ++i) {
     Run(5000000);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "exit", "1000"}).exit_code, 0);
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "exit", "1000"}).exit_code, 0);
   reader.join();
   ASSERT_EQ(sr.exit_code, 0) << sr.err;
   absl::StatusOr<Trace> t = ReadTrace(file);
@@ -223,23 +211,23 @@ TEST_F(DsE2e, FixedAndCompactDecodeToIdenticalRecordsCompactIsAThird) {
 
 TEST_F(DsE2e, KillingASessionFreesItsChargesAndRefusesBadInput) {
   const uint64_t id = Create({"--pid", "1000", "--bts", "lossless"});
-  json::value st = PfmctlJson(d_->socket(), {"status"});
+  json::value st = PfmctlJson(socket(), {"status"});
   EXPECT_EQ(Num(st.at("sessions")), 1u);
   EXPECT_FALSE(st.at("memory").at("charged").as_array().empty());
-  ASSERT_EQ(Pfmctl(d_->socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
-  st = PfmctlJson(d_->socket(), {"status"});
+  ASSERT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+  st = PfmctlJson(socket(), {"status"});
   EXPECT_EQ(Num(st.at("sessions")), 0u);
   EXPECT_TRUE(st.at("memory").at("charged").as_array().empty());
   EXPECT_EQ(Num(st.at("memory").at("allocated")), 0u);
-  testing::Result r = Pfmctl(d_->socket(), {"session", "create", "--pid", "4242", "--bts", "lossless"});
+  testing::Result r = Pfmctl(socket(), {"session", "create", "--pid", "4242", "--bts", "lossless"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos) << r.err;
-  r = Pfmctl(d_->socket(), {"session", "create", "--pid", "1000", "--bts", "sideways"});
+  r = Pfmctl(socket(), {"session", "create", "--pid", "1000", "--bts", "sideways"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
-  r = Pfmctl(d_->socket(), {"snapshot", "99"});
+  r = Pfmctl(socket(), {"snapshot", "99"});
   EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos) << r.err;
-  st = PfmctlJson(d_->socket(), {"status"});
+  st = PfmctlJson(socket(), {"status"});
   EXPECT_EQ(Num(st.at("sessions")), 0u) << "a refusal changes nothing";
 }
 

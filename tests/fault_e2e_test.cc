@@ -21,17 +21,17 @@
 #include <gtest/gtest.h>
 
 #include "pfm/trace_file.h"
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
 
 namespace json = boost::json;
 using testing::Daemon;
+using testing::Num;
 using testing::Pfmctl;
 using testing::PfmctlJson;
-
-uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
+using testing::ReadFile;
 
 // Polls `done` every 20 ms, at most `tries` times.
 bool WaitFor(const std::function<bool()>& done, int tries = 1500) {
@@ -82,14 +82,7 @@ class StreamProc {
     int status = 0;
     return pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == 0;
   }
-  std::string Err() const {
-    std::string s;
-    char buf[4096];
-    const int fd = ::open(err_.c_str(), O_RDONLY);
-    for (ssize_t n; fd >= 0 && (n = ::read(fd, buf, sizeof(buf))) > 0;) s.append(buf, n);
-    if (fd >= 0) ::close(fd);
-    return s;
-  }
+  std::string Err() const { return ReadFile(err_); }
 
  private:
   std::string err_;
@@ -108,36 +101,31 @@ size_t CountType(const Trace& t, uint32_t type) {
   return n;
 }
 
-class SimFault : public ::testing::Test {
+class SimFault : public testing::DaemonTest {
  protected:
   void SetUp() override {
-    d_ = std::make_unique<Daemon>(std::vector<std::string>{
-        "--driver", "sim", "--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "4",
-        "--sim-seed", "11", "--sim-paused"});
-    ASSERT_TRUE(d_->started());
+    ASSERT_NO_FATAL_FAILURE(StartSim({"--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks",
+                                      "4", "--sim-seed", "11", "--sim-paused"}));
     dir_ = testing::MakeTempDir("fault");
   }
   uint64_t CreateLossless(int pid) {
-    return Num(PfmctlJson(d_->socket(), {"session", "create", "--pid", std::to_string(pid),
-                                         "--bts", "lossless", "--buffer", "16MiB"})
-                   .at("id"));
+    return Create({"--pid", std::to_string(pid), "--bts", "lossless", "--buffer", "16MiB"});
   }
   void SimRun(uint64_t ns) {
-    testing::Result r = Pfmctl(d_->socket(), {"sim", "run", std::to_string(ns)});
+    testing::Result r = Pfmctl(socket(), {"sim", "run", std::to_string(ns)});
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   uint64_t BtsUser(int pid) {
-    json::value v = PfmctlJson(d_->socket(), {"sim", "stats", std::to_string(pid)});
+    json::value v = PfmctlJson(socket(), {"sim", "stats", std::to_string(pid)});
     return Num(v.at("tasks").as_array().at(0).at("bts_user"));
   }
-  std::unique_ptr<Daemon> d_;
   std::string dir_;
 };
 
 TEST_F(SimFault, ClientKilledMidStreamLeavesDaemonServingAndSessionKillable) {
   const uint64_t id = CreateLossless(1000);
   const std::string file = dir_ + "/killed.trace";
-  StreamProc s(d_->socket(), id, file);
+  StreamProc s(socket(), id, file);
   SimRun(20000000);
   ASSERT_TRUE(WaitFor([&] { return FlushedRecords(file) > 0; })) << s.Err();
   s.Kill();
@@ -149,13 +137,13 @@ TEST_F(SimFault, ClientKilledMidStreamLeavesDaemonServingAndSessionKillable) {
   EXPECT_GT(t->records.size(), 0u);
   // The daemon still serves; the detached session outlives its reader, keeps
   // collecting, and a new reader can take over the ring.
-  json::value show = PfmctlJson(d_->socket(), {"session", "show", std::to_string(id)});
+  json::value show = PfmctlJson(socket(), {"session", "show", std::to_string(id)});
   EXPECT_EQ(Num(show.at("id")), id);
   SimRun(5000000);
-  json::value snap = PfmctlJson(d_->socket(), {"snapshot", std::to_string(id)});
+  json::value snap = PfmctlJson(socket(), {"snapshot", std::to_string(id)});
   EXPECT_GT(snap.at("records").as_array().size(), 0u);
-  EXPECT_EQ(Pfmctl(d_->socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
-  json::value st = PfmctlJson(d_->socket(), {"status"});
+  EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+  json::value st = PfmctlJson(socket(), {"status"});
   EXPECT_EQ(Num(st.at("sessions")), 0u);
   EXPECT_TRUE(st.at("memory").at("charged").as_array().empty());
   EXPECT_EQ(d_->Stop(), 0);
@@ -164,7 +152,7 @@ TEST_F(SimFault, ClientKilledMidStreamLeavesDaemonServingAndSessionKillable) {
 TEST_F(SimFault, PfmdSigtermWhileStreamingLeavesACompleteFileWithEveryBranch) {
   const uint64_t id = CreateLossless(1001);
   const std::string file = dir_ + "/term.trace";
-  StreamProc s(d_->socket(), id, file);
+  StreamProc s(socket(), id, file);
   SimRun(20000000);
   ASSERT_TRUE(WaitFor([&] { return FlushedRecords(file) > 0; })) << s.Err();
   // The sim is paused: nothing is stored after this count.
@@ -181,7 +169,7 @@ TEST_F(SimFault, PfmdSigtermWhileStreamingLeavesACompleteFileWithEveryBranch) {
   EXPECT_TRUE(t->trailer.at("daemon_exited").as_bool());
   EXPECT_EQ(Num(t->trailer.at("lost")), 0u);
   // report needs no daemon; it reads the file as complete.
-  json::value rep = PfmctlJson(d_->socket(), {"report", file});
+  json::value rep = PfmctlJson(socket(), {"report", file});
   EXPECT_TRUE(rep.at("complete").as_bool());
   EXPECT_EQ(Num(rep.at("summary").at("by_type").at("branch")), stored);
 }
@@ -189,7 +177,7 @@ TEST_F(SimFault, PfmdSigtermWhileStreamingLeavesACompleteFileWithEveryBranch) {
 TEST_F(SimFault, PfmdSigkillWhileStreamingEndsTheStreamAndReportSaysCutShort) {
   const uint64_t id = CreateLossless(1002);
   const std::string file = dir_ + "/kill.trace";
-  StreamProc s(d_->socket(), id, file);
+  StreamProc s(socket(), id, file);
   SimRun(20000000);
   ASSERT_TRUE(WaitFor([&] { return FlushedRecords(file) > 0; })) << s.Err();
   const size_t flushed = FlushedRecords(file);
@@ -204,10 +192,10 @@ TEST_F(SimFault, PfmdSigkillWhileStreamingEndsTheStreamAndReportSaysCutShort) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_FALSE(t->complete);
   EXPECT_GE(t->records.size(), flushed);
-  testing::Result human = Pfmctl(d_->socket(), {"report", file});
+  testing::Result human = Pfmctl(socket(), {"report", file});
   EXPECT_EQ(human.exit_code, 0) << human.err;
   EXPECT_NE(human.out.find("cut short"), std::string::npos) << human.out;
-  json::value rep = PfmctlJson(d_->socket(), {"report", file});
+  json::value rep = PfmctlJson(socket(), {"report", file});
   EXPECT_FALSE(rep.at("complete").as_bool());
   EXPECT_EQ(Num(rep.at("summary").at("records")), t->records.size());
 }

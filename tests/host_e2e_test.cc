@@ -13,42 +13,38 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
 
 namespace json = boost::json;
-using testing::Daemon;
+using testing::Num;
 using testing::Pfmctl;
 using testing::PfmctlJson;
-
-uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
 
 bool HasCpuPmu() {
   return access("/sys/bus/event_source/devices/cpu", F_OK) == 0 ||
          access("/sys/bus/event_source/devices/cpu_core", F_OK) == 0;
 }
 
-class HostE2e : public ::testing::Test {
+class HostE2e : public testing::DaemonTest {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: ptrace and perf_event_open on any process";
-    d_ = std::make_unique<Daemon>(std::vector<std::string>{"--driver", "host"});
-    ASSERT_TRUE(d_->started());
+    ASSERT_NO_FATAL_FAILURE(StartDaemon({"--driver", "host"}));
     dir_ = testing::MakeTempDir("host");
   }
   json::value Report(const std::string& file) {
-    return PfmctlJson(d_->socket(), {"report", file});
+    return PfmctlJson(socket(), {"report", file});
   }
-  std::unique_ptr<Daemon> d_;
   std::string dir_;
 };
 
 TEST_F(HostE2e, RecordTrueShowsThousandsOfSymbolizedBranches) {
   const std::string file = dir_ + "/true.trace";
-  testing::Result r = Pfmctl(d_->socket(), {"--json", "record", "--bts", "lossless",
-                                            "--buffer", "16MiB", "-o", file, "--", "/bin/true"});
+  testing::Result r = Pfmctl(socket(), {"--json", "record", "--bts", "lossless",
+                                        "--buffer", "16MiB", "-o", file, "--", "/bin/true"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json::value rep = Report(file);
   EXPECT_TRUE(rep.at("complete").as_bool());
@@ -74,14 +70,14 @@ TEST_F(HostE2e, RecordTrueShowsThousandsOfSymbolizedBranches) {
   EXPECT_GT(in_libc, 5u);
   EXPECT_GT(symbolized, branches * 9 / 10);
   // The command's exit status is pfmctl's.
-  EXPECT_EQ(Pfmctl(d_->socket(), {"record", "-o", file, "--", "/bin/false"}).exit_code, 1);
+  EXPECT_EQ(Pfmctl(socket(), {"record", "-o", file, "--", "/bin/false"}).exit_code, 1);
 }
 
 TEST_F(HostE2e, CrashHistoryHoldsTheBranchesLeadingToTheFault) {
   constexpr int kHistory = 16;
   const std::string file = dir_ + "/crash.trace", addr_file = dir_ + "/addr";
   testing::Result r = Pfmctl(
-      d_->socket(),
+      socket(),
       {"record", "--role", "debugger", "--bts", "history", "--buffer",
        std::to_string(kHistory * 64), "-o", file, "--",
        testing::Runfile("kernel/drivers/ptrace/testdata_crash_bin"), addr_file});
@@ -108,13 +104,13 @@ TEST_F(HostE2e, SoftwareCountersCountRealValues) {
       usleep(1000);
     }
   }
-  testing::Result c = Pfmctl(d_->socket(), {"--json", "session", "create", "--pid",
-                                            std::to_string(child), "--counter", "task-clock",
-                                            "--counter", "context-switches"});
+  testing::Result c = Pfmctl(socket(), {"--json", "session", "create", "--pid",
+                                        std::to_string(child), "--counter", "task-clock",
+                                        "--counter", "context-switches"});
   ASSERT_EQ(c.exit_code, 0) << c.err;
   const uint64_t id = Num(json::parse(c.out).at("id"));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  json::value show = PfmctlJson(d_->socket(), {"session", "show", std::to_string(id)});
+  json::value show = PfmctlJson(socket(), {"session", "show", std::to_string(id)});
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   const json::array& counters = show.at("counters").as_array();
@@ -124,7 +120,7 @@ TEST_F(HostE2e, SoftwareCountersCountRealValues) {
   EXPECT_GT(Num(counters[0].at("time_enabled")), 0u);
   EXPECT_DOUBLE_EQ(counters[0].at("ratio").to_number<double>(), 1.0);
   EXPECT_EQ(show.at("state").as_string(), "running");
-  ASSERT_EQ(Pfmctl(d_->socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+  ASSERT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
 }
 
 TEST_F(HostE2e, PebsAndHardwareCountersAreNotSupportedHereAndChangeNothing) {
@@ -135,15 +131,15 @@ TEST_F(HostE2e, PebsAndHardwareCountersAreNotSupportedHereAndChangeNothing) {
     _exit(0);
   }
   const std::string pid = std::to_string(child);
-  testing::Result r = Pfmctl(d_->socket(), {"session", "create", "--pid", pid, "--pebs",
-                                            "MEM_LOAD_RETIRED.L3_MISS"});
+  testing::Result r = Pfmctl(socket(), {"session", "create", "--pid", pid, "--pebs",
+                                        "MEM_LOAD_RETIRED.L3_MISS"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("UNIMPLEMENTED"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("not supported on this machine"), std::string::npos) << r.err;
-  r = Pfmctl(d_->socket(), {"session", "create", "--pid", pid, "--counter", "cycles"});
+  r = Pfmctl(socket(), {"session", "create", "--pid", pid, "--counter", "cycles"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("not supported on this machine"), std::string::npos) << r.err;
-  json::value st = PfmctlJson(d_->socket(), {"status"});
+  json::value st = PfmctlJson(socket(), {"status"});
   EXPECT_EQ(Num(st.at("sessions")), 0u);
   EXPECT_TRUE(st.at("memory").at("charged").as_array().empty());
   kill(child, SIGKILL);
@@ -161,29 +157,29 @@ TEST_F(HostE2e, DebuggerAndProfilerTraceOneRealProcessAtOnce) {
     _exit(0);
   }
   const std::string pid = std::to_string(child);
-  testing::Result dbg = Pfmctl(d_->socket(), {"--json", "session", "create", "--role", "debugger",
-                                              "--pid", pid, "--bts", "history", "--buffer", "2KiB",
-                                              "--breakpoint", "0x401000:8:w"});
+  testing::Result dbg = Pfmctl(socket(), {"--json", "session", "create", "--role", "debugger",
+                                          "--pid", pid, "--bts", "history", "--buffer", "2KiB",
+                                          "--breakpoint", "0x401000:8:w"});
   ASSERT_EQ(dbg.exit_code, 0) << dbg.err;
-  testing::Result prof = Pfmctl(d_->socket(), {"--json", "session", "create", "--role", "profiler",
-                                               "--pid", pid, "--bts", "lossless", "--counter",
-                                               "task-clock"});
+  testing::Result prof = Pfmctl(socket(), {"--json", "session", "create", "--role", "profiler",
+                                           "--pid", pid, "--bts", "lossless", "--counter",
+                                           "task-clock"});
   ASSERT_EQ(prof.exit_code, 0) << prof.err;
   const uint64_t d_id = Num(json::parse(dbg.out).at("id"));
   const uint64_t p_id = Num(json::parse(prof.out).at("id"));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  json::value res = PfmctlJson(d_->socket(), {"resources"});
+  json::value res = PfmctlJson(socket(), {"resources"});
   const std::string rs = json::serialize(res);
   EXPECT_NE(rs.find("debug register"), std::string::npos) << rs;
   EXPECT_NE(rs.find("debugger history"), std::string::npos) << rs;
   EXPECT_NE(rs.find("profiler lossless"), std::string::npos) << rs;
-  json::value snap = PfmctlJson(d_->socket(), {"snapshot", std::to_string(d_id)});
+  json::value snap = PfmctlJson(socket(), {"snapshot", std::to_string(d_id)});
   EXPECT_EQ(snap.at("records").as_array().size(), 32u);
   { std::ofstream(stop.c_str()) << "stop\n"; }
   int ws = 0;
   waitpid(child, &ws, 0);
   const std::string file = dir_ + "/prof.trace";
-  testing::Result s = Pfmctl(d_->socket(), {"stream", std::to_string(p_id), "-o", file});
+  testing::Result s = Pfmctl(socket(), {"stream", std::to_string(p_id), "-o", file});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   json::value rep = Report(file);
   EXPECT_GT(Num(rep.at("summary").at("by_type").at("branch")), 1000u);
@@ -198,11 +194,11 @@ TEST_F(HostE2e, DebuggerAndProfilerTraceOneRealProcessAtOnce) {
   }
   EXPECT_GT(symbolized, branch_count * 9 / 10) << symbolized << " of " << branch_count;
   EXPECT_GT(Num(rep.at("trailer").at("steps")), 0u);
-  json::value show = PfmctlJson(d_->socket(), {"session", "show", std::to_string(p_id)});
+  json::value show = PfmctlJson(socket(), {"session", "show", std::to_string(p_id)});
   EXPECT_EQ(show.at("state").as_string(), "exited");
   for (uint64_t id : {d_id, p_id})
-    EXPECT_EQ(Pfmctl(d_->socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
-  json::value st = PfmctlJson(d_->socket(), {"status"});
+    EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+  json::value st = PfmctlJson(socket(), {"status"});
   EXPECT_TRUE(st.at("memory").at("charged").as_array().empty());
 }
 
@@ -218,10 +214,10 @@ TEST_F(HostE2e, FifthBreakpointIsRefusedByTheArbiterBeforeTheKernel) {
     f.push_back("--breakpoint");
     f.push_back("0x4010" + std::to_string(i) + "0:8:w");
   }
-  testing::Result ok = Pfmctl(d_->socket(), f);
+  testing::Result ok = Pfmctl(socket(), f);
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
-  testing::Result r = Pfmctl(d_->socket(), {"session", "create", "--role", "debugger", "--pid",
-                                            std::to_string(child), "--breakpoint", "0x402000:8:w"});
+  testing::Result r = Pfmctl(socket(), {"session", "create", "--role", "debugger", "--pid",
+                                        std::to_string(child), "--breakpoint", "0x402000:8:w"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("RESOURCE_EXHAUSTED: debug registers"), std::string::npos) << r.err;
   kill(child, SIGKILL);

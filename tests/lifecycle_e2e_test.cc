@@ -20,20 +20,16 @@
 
 #include "pfm/client.h"
 #include "pfm/wire.h"
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
 
 namespace json = boost::json;
-using testing::Daemon;
+using testing::Num;
 using testing::Pfmctl;
 using testing::PfmctlJson;
-
-uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
-std::string Str(const json::value& v) {
-  return v.is_string() ? std::string(v.as_string()) : json::serialize(v);
-}
+using testing::Str;
 
 json::array Breakpoints(int n, uint64_t base) {
   json::array out;
@@ -61,15 +57,12 @@ std::vector<json::object> ThreeSpecs() {
   };
 }
 
-class LifecycleE2e : public ::testing::Test {
+class LifecycleE2e : public testing::DaemonTest {
  protected:
   void SetUp() override {
-    d_ = std::make_unique<Daemon>(std::vector<std::string>{
-        "--driver", "sim", "--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "4",
-        "--sim-paused"});
-    ASSERT_TRUE(d_->started());
+    StartSim({"--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "4", "--sim-paused"});
   }
-  json::object Status() { return PfmctlJson(d_->socket(), {"status"}).as_object(); }
+  json::object Status() { return PfmctlJson(socket(), {"status"}).as_object(); }
   testing::Result CreateBreakpoints(int n, uint64_t base) {
     std::vector<std::string> f = {"session", "create", "--role", "debugger", "--pid",
                                   "1000", "--pinned"};
@@ -77,17 +70,16 @@ class LifecycleE2e : public ::testing::Test {
       f.push_back("--breakpoint");
       f.push_back(Str(b));
     }
-    return Pfmctl(d_->socket(), f);
+    return Pfmctl(socket(), f);
   }
   // Every hardware holder the daemon lists (counters, debug registers, DS).
   size_t Holders() {
-    json::value r = PfmctlJson(d_->socket(), {"resources"});
+    json::value r = PfmctlJson(socket(), {"resources"});
     size_t n = 0;
     for (const json::value& c : r.at("cpus").as_array()) n += c.at("holders").as_array().size();
     for (const json::value& t : r.at("tasks").as_array()) n += t.at("holders").as_array().size();
     return n;
   }
-  std::unique_ptr<Daemon> d_;
 };
 
 TEST_F(LifecycleE2e, KilledClientsSessionsChargesAndSlotsAreFreedWithinASecond) {
@@ -147,18 +139,18 @@ TEST_F(LifecycleE2e, KilledClientsSessionsChargesAndSlotsAreFreedWithinASecond) 
 
 TEST_F(LifecycleE2e, MalformedInputIsRefusedClearlyAndOtherClientsAreUnaffected) {
   // A well-behaved client with a live, non-detached session.
-  absl::StatusOr<Client> good = Client::Connect(d_->socket());
+  absl::StatusOr<Client> good = Client::Connect(socket());
   ASSERT_TRUE(good.ok()) << good.status();
   absl::StatusOr<Client::Reply> made = good->Call(
       "session_create",
       {{"spec", json::object{{"pid", 1000}, {"bts", "lossless"}, {"detached", false}}}});
   ASSERT_TRUE(made.ok()) << made.status();
   const uint64_t id = Num(made->result.at("id"));
-  ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "run", "2000000"}).exit_code, 0);
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "2000000"}).exit_code, 0);
 
   // One raw connection per abuse; each gets a reply saying what was wrong.
   auto exchange = [&](const std::string& bytes) -> std::string {
-    int fd = testing::ConnectRaw(d_->socket());
+    int fd = testing::ConnectRaw(socket());
     EXPECT_GE(fd, 0);
     EXPECT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
     absl::StatusOr<Frame> f = RecvFrame(fd, 5000);
@@ -198,14 +190,14 @@ TEST_F(LifecycleE2e, MalformedInputIsRefusedClearlyAndOtherClientsAreUnaffected)
       "{\"op\":\"session_create\",\"spec\":{\"pid\":1001,\"bts\":\"lossless\","
       "\"buffer_bytes\":1073741824}}"));
   EXPECT_NE(reply.find("RESOURCE_EXHAUSTED"), std::string::npos) << reply;
-  testing::Result r = Pfmctl(d_->socket(), {"session", "create", "--pid", "1001", "--bts",
-                                            "lossless", "--buffer", "100GiB"});
+  testing::Result r = Pfmctl(socket(), {"session", "create", "--pid", "1001", "--bts",
+                                        "lossless", "--buffer", "100GiB"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("buffer"), std::string::npos) << r.err;
   // A truncated frame left hanging: the daemon waits for the rest on that
   // connection only.
-  int cut = testing::ConnectRaw(d_->socket());
+  int cut = testing::ConnectRaw(socket());
   ASSERT_GE(cut, 0);
   const std::string partial = EncodeFrame("{\"op\":\"status\",\"pad\":\"xxxxxxxx\"}").substr(0, 9);
   ASSERT_EQ(::write(cut, partial.data(), partial.size()), static_cast<ssize_t>(partial.size()));
@@ -214,7 +206,7 @@ TEST_F(LifecycleE2e, MalformedInputIsRefusedClearlyAndOtherClientsAreUnaffected)
   absl::StatusOr<Client::Reply> show = good->Call("session_show", {{"id", id}});
   ASSERT_TRUE(show.ok()) << show.status();
   EXPECT_EQ(Str(show->result.at("state")), "running");
-  json::value snap = PfmctlJson(d_->socket(), {"snapshot", std::to_string(id)});
+  json::value snap = PfmctlJson(socket(), {"snapshot", std::to_string(id)});
   EXPECT_GT(snap.at("records").as_array().size(), 0u);
   json::object st = Status();
   EXPECT_EQ(Num(st.at("sessions")), 1u) << "refusals created nothing: " << st;
@@ -222,15 +214,15 @@ TEST_F(LifecycleE2e, MalformedInputIsRefusedClearlyAndOtherClientsAreUnaffected)
 }
 
 TEST_F(LifecycleE2e, TracedTaskThatExitsLeavesItsRecordsReadable) {
-  json::value c = PfmctlJson(d_->socket(), {"session", "create", "--pid", "1003",
-                                            "--bts", "lossless"});
+  json::value c = PfmctlJson(socket(), {"session", "create", "--pid", "1003",
+                                        "--bts", "lossless"});
   const std::string id = std::to_string(Num(c.at("id")));
-  ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "run", "5000000"}).exit_code, 0);
-  testing::Result r = Pfmctl(d_->socket(), {"sim", "exit", "1003"});
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "5000000"}).exit_code, 0);
+  testing::Result r = Pfmctl(socket(), {"sim", "exit", "1003"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  json::value show = PfmctlJson(d_->socket(), {"session", "show", id});
+  json::value show = PfmctlJson(socket(), {"session", "show", id});
   EXPECT_EQ(Str(show.at("state")), "exited") << show;
-  json::value snap = PfmctlJson(d_->socket(), {"snapshot", id});
+  json::value snap = PfmctlJson(socket(), {"snapshot", id});
   size_t branches = 0, exits = 0;
   for (const json::value& rec : snap.at("records").as_array()) {
     branches += Str(rec.at("type")) == "branch";
@@ -240,15 +232,15 @@ TEST_F(LifecycleE2e, TracedTaskThatExitsLeavesItsRecordsReadable) {
   EXPECT_EQ(exits, 1u) << "the stream ends with the task's exit";
   EXPECT_EQ(Str(snap.at("records").as_array().back().at("type")), "exit");
   // Later runs add nothing: the task is gone.
-  ASSERT_EQ(Pfmctl(d_->socket(), {"sim", "run", "5000000"}).exit_code, 0);
-  json::value again = PfmctlJson(d_->socket(), {"snapshot", id});
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "5000000"}).exit_code, 0);
+  json::value again = PfmctlJson(socket(), {"snapshot", id});
   EXPECT_EQ(again.at("records").as_array().size(), snap.at("records").as_array().size());
 }
 
 // The example programs (C++ and C API) trace a task and end their sessions.
 TEST_F(LifecycleE2e, ExampleProgramsTraceASimTaskAndLeaveNothingBehind) {
   for (const char* example : {"libpfm-bts/trace_sim_task", "libpfm-bts/trace_sim_task_c"}) {
-    testing::Result r = testing::Run({testing::Runfile(example), "--socket", d_->socket(),
+    testing::Result r = testing::Run({testing::Runfile(example), "--socket", socket(),
                                       "--pid", "1001", "--ns", "3000000"});
     ASSERT_EQ(r.exit_code, 0) << example << ": " << r.err;
     EXPECT_NE(r.out.find("pid 1001: "), std::string::npos) << r.out;
@@ -261,7 +253,7 @@ TEST_F(LifecycleE2e, ExampleProgramsTraceASimTaskAndLeaveNothingBehind) {
   }
   // A refusal reaches a C program as code + message.
   testing::Result r = testing::Run({testing::Runfile("libpfm-bts/trace_sim_task_c"),
-                                    "--socket", d_->socket(), "--pid", "4242"});
+                                    "--socket", socket(), "--pid", "4242"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("session_create: NOT_FOUND: no simulated task 4242"),
             std::string::npos)

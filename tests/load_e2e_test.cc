@@ -11,7 +11,6 @@
 // above it (malloc keeps freed arenas; a leak of about 1 KiB per session over
 // the ~25,000 sessions a run makes here would exceed it). Under ASan/TSan
 // the RSS bound is not checked (see kCheckRss).
-#include <dirent.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -33,13 +32,14 @@
 #include "pfm/client.h"
 #include "pfm/ring_reader.h"
 #include "pfm/session_spec.h"
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
 
 namespace json = boost::json;
 using testing::Daemon;
+using testing::FdCount;
 
 constexpr int kClients = 200;
 constexpr auto kDuration = std::chrono::seconds(10);
@@ -53,15 +53,6 @@ constexpr bool kCheckRss = false;
 #else
 constexpr bool kCheckRss = true;
 #endif
-
-int FdCount(pid_t pid) {
-  DIR* dir = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
-  if (dir == nullptr) return -1;
-  int n = 0;
-  while (const dirent* e = ::readdir(dir)) n += e->d_name[0] != '.';
-  ::closedir(dir);
-  return n;
-}
 
 uint64_t RssBytes(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");

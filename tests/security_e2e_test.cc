@@ -23,7 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pfm/client.h"
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
@@ -31,14 +31,10 @@ namespace {
 namespace json = boost::json;
 using testing::AsUid;
 using testing::Daemon;
+using testing::kNobody;
+using testing::Num;
 using testing::PfmctlJson;
-
-constexpr uid_t kNobody = 65534;
-
-uint64_t Num(const json::value& v) { return v.to_number<uint64_t>(); }
-std::string Str(const json::value& v) {
-  return v.is_string() ? std::string(v.as_string()) : json::serialize(v);
-}
+using testing::Str;
 
 // A reply as plain JSON, so a child can send it to the parent:
 // {"ok": true, "result": ...} or {"ok": false, "code": "...", "message": "..."}.
@@ -74,12 +70,11 @@ json::object CounterSpec(int pid, const std::string& event) {
           {"detached", false}};
 }
 
-class SecurityE2e : public ::testing::Test {
+class SecurityE2e : public testing::DaemonTest {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
-    d_ = std::make_unique<Daemon>(std::vector<std::string>{"--driver", "host"});
-    ASSERT_TRUE(d_->started());
+    ASSERT_NO_FATAL_FAILURE(StartDaemon({"--driver", "host"}));
     ASSERT_TRUE(d_->OpenToOtherUids());
   }
   void TearDown() override {
@@ -94,13 +89,12 @@ class SecurityE2e : public ::testing::Test {
   uint64_t Sessions() {
     uint64_t n = 0;
     for (int i = 0; i < 200; ++i) {
-      n = Num(PfmctlJson(d_->socket(), {"status"}).at("sessions"));
+      n = Num(PfmctlJson(socket(), {"status"}).at("sessions"));
       if (n == 0) break;
       ::usleep(10000);
     }
     return n;
   }
-  std::unique_ptr<Daemon> d_;
   std::vector<pid_t> spinners_;
 };
 
@@ -137,8 +131,8 @@ TEST_F(SecurityE2e, OtherUidIsRefusedTracingARootOwnedProcess) {
 TEST_F(SecurityE2e, OtherUidCannotSeeOrKillRootsSessions) {
   const pid_t target = RootSpinner();
   json::value created = PfmctlJson(
-      d_->socket(), {"session", "create", "--pid", std::to_string(target),
-                     "--counter", "task-clock"});
+      socket(), {"session", "create", "--pid", std::to_string(target),
+                 "--counter", "task-clock"});
   const uint64_t id = Num(created.at("id"));
   const std::string socket = d_->socket();
   json::object got = AsUid(kNobody, [&]() -> json::object {

@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,7 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "pfm/client.h"
 #include "pfm/wire.h"
-#include "tests/testing/harness.h"
+#include "tests/testing/e2e.h"
 
 namespace pfm {
 namespace {
@@ -35,11 +34,12 @@ namespace {
 namespace json = boost::json;
 using testing::AsUid;
 using testing::Daemon;
+using testing::kNobody;
 using testing::Pfmctl;
 using testing::PfmctlJson;
+using testing::ReadFile;
 using testing::Result;
 
-constexpr uid_t kNobody = 65534;
 const std::vector<std::string> kAsNobody = {"/usr/bin/setpriv", "--reuid=65534",
                                             "--regid=65534", "--clear-groups",
                                             "--"};
@@ -58,13 +58,6 @@ bool CopyTo(const std::string& from, const std::string& to, mode_t mode) {
   return in && out && ::chmod(to.c_str(), mode) == 0;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Processes whose command line is a tracer helper for `tracee`.
 std::vector<pid_t> TracerHelpersOf(pid_t tracee) {
   std::vector<pid_t> out;
@@ -73,7 +66,7 @@ std::vector<pid_t> TracerHelpersOf(pid_t tracee) {
   while (dirent* e = ::readdir(d)) {
     const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
     if (pid <= 0) continue;
-    std::string cmd = ReadAll(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::string cmd = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
     for (char& c : cmd)
       if (c == '\0') c = ' ';
     if (cmd.find("--pfm-tracer-helper 3 " + std::to_string(tracee) + " ") !=
@@ -111,13 +104,11 @@ json::object RawCall(int fd, json::object req) {
   return ec || !v.is_object() ? json::object{{"bad_reply", f->body}} : v.as_object();
 }
 
-class SecurityHostE2e : public ::testing::Test {
+class SecurityHostE2e : public testing::DaemonTest {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
-    d_ = std::make_unique<Daemon>(std::vector<std::string>{"--driver", "host"});
-    ASSERT_TRUE(d_->started());
-    socket_ = d_->socket();
+    ASSERT_NO_FATAL_FAILURE(StartDaemon({"--driver", "host"}));
     ASSERT_TRUE(d_->OpenToOtherUids());
     dir_ = testing::MakeSocketDir();
     ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);
@@ -140,7 +131,7 @@ class SecurityHostE2e : public ::testing::Test {
   }
   // pfmctl as uid 65534, on the root daemon.
   Result NobodyPfmctl(std::vector<std::string> args, int timeout_s = 60) {
-    std::vector<std::string> argv = {pfmctl_, "--socket", socket_};
+    std::vector<std::string> argv = {pfmctl_, "--socket", socket()};
     argv.insert(argv.end(), args.begin(), args.end());
     return testing::Run(AsNobody(argv), {}, timeout_s);
   }
@@ -153,11 +144,10 @@ class SecurityHostE2e : public ::testing::Test {
       GTEST_SKIP() << "setuid does not take effect in " << dir_ << ": " << r.out;
   }
   uint64_t Sessions() {
-    return PfmctlJson(socket_, {"status"}).at("sessions").to_number<uint64_t>();
+    return PfmctlJson(socket(), {"status"}).at("sessions").to_number<uint64_t>();
   }
 
-  std::unique_ptr<Daemon> d_;
-  std::string socket_, dir_, pfmctl_, probe_, setuid_probe_;
+  std::string dir_, pfmctl_, probe_, setuid_probe_;
   std::vector<pid_t> children_;
 };
 
@@ -254,12 +244,12 @@ TEST_F(SecurityHostE2e, NonDumpableOwnProcessIsRefusedWithTheKernelsReason) {
 TEST_F(SecurityHostE2e, RootOfAUserNamespaceGetsNothingOfRoots) {
   const pid_t target = SpawnWorker(30);
   children_.push_back(target);
-  const uint64_t id = PfmctlJson(socket_, {"session", "create", "--pid",
-                                           std::to_string(target), "--counter",
-                                           "task-clock"})
+  const uint64_t id = PfmctlJson(socket(), {"session", "create", "--pid",
+                                            std::to_string(target), "--counter",
+                                            "task-clock"})
                           .at("id")
                           .to_number<uint64_t>();
-  const std::string socket = socket_;
+  const std::string socket = d_->socket();
   json::object got = AsUid(kNobody, [&]() -> json::object {
     // setuid() made this child non-dumpable, which hides its own uid_map.
     ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
@@ -309,7 +299,7 @@ TEST_F(SecurityHostE2e, RootOfAUserNamespaceGetsNothingOfRoots) {
 TEST_F(SecurityHostE2e, ConnectThenExecSetuidIsStillTheConnectingUid) {
   RequireSetuidWorks();
   if (HasFatalFailure() || IsSkipped()) return;
-  const std::string socket = socket_, probe = setuid_probe_;
+  const std::string socket = d_->socket(), probe = setuid_probe_;
   auto via_setuid = [&](const std::string& request) {
     return AsUid(kNobody, [&]() -> json::object {
       const int fd = testing::ConnectRaw(socket);
@@ -382,8 +372,8 @@ TEST_F(SecurityHostE2e, RecycledPidDoesNotInheritAnExitedProcessesState) {
     ::_exit(7);
   }
   const std::string old_id = absl::StrCat(
-      PfmctlJson(socket_, {"session", "create", "--role", "debugger", "--pid",
-                           std::to_string(old), "--bts", "history"})
+      PfmctlJson(socket(), {"session", "create", "--role", "debugger", "--pid",
+                            std::to_string(old), "--bts", "history"})
           .at("id")
           .to_number<uint64_t>());
   int st = 0;
@@ -391,7 +381,7 @@ TEST_F(SecurityHostE2e, RecycledPidDoesNotInheritAnExitedProcessesState) {
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7);
   json::value shown;
   for (int i = 0; i < 200; ++i) {
-    shown = PfmctlJson(socket_, {"session", "show", old_id});
+    shown = PfmctlJson(socket(), {"session", "show", old_id});
     if (shown.as_object().contains("exit_status")) break;
     ::usleep(10000);
   }
@@ -415,15 +405,15 @@ TEST_F(SecurityHostE2e, RecycledPidDoesNotInheritAnExitedProcessesState) {
   children_.push_back(reused);
   if (reused != old) GTEST_SKIP() << "could not get pid " << old << " again";
   const std::string new_id = absl::StrCat(
-      PfmctlJson(socket_, {"session", "create", "--pid", std::to_string(old),
-                           "--counter", "task-clock"})
+      PfmctlJson(socket(), {"session", "create", "--pid", std::to_string(old),
+                            "--counter", "task-clock"})
           .at("id")
           .to_number<uint64_t>());
-  json::value fresh = PfmctlJson(socket_, {"session", "show", new_id});
+  json::value fresh = PfmctlJson(socket(), {"session", "show", new_id});
   EXPECT_EQ(fresh.at("state"), "running") << fresh;
   EXPECT_FALSE(fresh.as_object().contains("exit_status")) << fresh;
   // The old session still tells the old process's end.
-  shown = PfmctlJson(socket_, {"session", "show", old_id});
+  shown = PfmctlJson(socket(), {"session", "show", old_id});
   EXPECT_EQ(shown.at("state"), "exited") << shown;
   EXPECT_EQ(shown.at("exit_status").to_number<int64_t>(), 7 << 8) << shown;
 }
@@ -436,18 +426,18 @@ TEST_F(SecurityHostE2e, ChargesEqualWhatTheDaemonHolds) {
   const pid_t worker = SpawnWorker(5);
   children_.push_back(worker);
   const std::string pid = std::to_string(worker);
-  PfmctlJson(socket_, {"session", "create", "--role", "profiler", "--pid", pid, "--bts",
-                       "lossless", "--counter", "task-clock"});
-  PfmctlJson(socket_, {"session", "create", "--role", "debugger", "--pid", pid, "--bts",
-                       "history", "--buffer", "2KiB"});
+  PfmctlJson(socket(), {"session", "create", "--role", "profiler", "--pid", pid, "--bts",
+                        "lossless", "--counter", "task-clock"});
+  PfmctlJson(socket(), {"session", "create", "--role", "debugger", "--pid", pid, "--bts",
+                        "history", "--buffer", "2KiB"});
   auto check = [&] {
-    json::value st = PfmctlJson(socket_, {"status"});
+    json::value st = PfmctlJson(socket(), {"status"});
     const json::object& m = st.at("memory").as_object();
     uint64_t by_uid = 0;
     for (const json::value& c : m.at("charged").as_array())
       by_uid += c.at("bytes").to_number<uint64_t>();
     uint64_t by_session = 0;
-    const json::value list = PfmctlJson(socket_, {"session", "list"});
+    const json::value list = PfmctlJson(socket(), {"session", "list"});
     for (const json::value& s : list.as_array())
       by_session += s.at("charged_bytes").to_number<uint64_t>();
     EXPECT_EQ(by_uid, m.at("allocated").to_number<uint64_t>()) << st;
@@ -460,9 +450,9 @@ TEST_F(SecurityHostE2e, ChargesEqualWhatTheDaemonHolds) {
   // While it traces (the branches go through the task's own buffer).
   ::usleep(300000);
   check();
-  const json::value list = PfmctlJson(socket_, {"session", "list"});
+  const json::value list = PfmctlJson(socket(), {"session", "list"});
   for (const json::value& s : list.as_array())
-    Pfmctl(socket_, {"session", "kill", std::to_string(s.at("id").to_number<uint64_t>())});
+    Pfmctl(socket(), {"session", "kill", std::to_string(s.at("id").to_number<uint64_t>())});
   EXPECT_EQ(check(), 0u);
 }
 
