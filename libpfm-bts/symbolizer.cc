@@ -9,16 +9,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cinttypes>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "kernel/uapi/pfm_uapi.h"
 #include "pfm/unique_fd.h"
 
@@ -43,7 +39,7 @@ const Dwfl_Callbacks* Callbacks() {
 // The mapping puts file offset m.offset at m.start; the PT_LOAD segment that
 // holds that offset gives its vaddr (vaddr - p_vaddr == offset - p_offset).
 // nullopt if the file cannot be read as ELF or no segment holds the offset.
-std::optional<uint64_t> LoadBias(const MapEntry& m) {
+std::optional<uint64_t> LoadBias(const Mapping& m) {
   UniqueFd fd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return std::nullopt;
   if (elf_version(EV_CURRENT) == EV_NONE) return std::nullopt;
@@ -83,33 +79,7 @@ std::string Basename(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<MapEntry>> ParseProcMaps(absl::string_view text) {
-  std::vector<MapEntry> out;
-  int lineno = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++lineno;
-    if (line.empty()) continue;
-    const std::string l(line);
-    uint64_t start = 0, end = 0, offset = 0;
-    char perms[8] = {0};
-    int path_at = -1;
-    if (std::sscanf(l.c_str(), "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %*s %*s%n",
-                    &start, &end, perms, &offset, &path_at) != 4 ||
-        path_at < 0 || end < start || std::strlen(perms) != 4)
-      return absl::InvalidArgumentError(
-          absl::StrCat("maps line ", lineno, " is malformed: '", line, "'"));
-    absl::string_view path = absl::StripLeadingAsciiWhitespace(
-        absl::string_view(l).substr(static_cast<size_t>(path_at)));
-    if (perms[2] != 'x' || path.empty() || path[0] != '/') continue;
-    path = absl::StripSuffix(path, " (deleted)");
-    out.push_back(MapEntry{start, end, offset, std::string(path)});
-  }
-  std::sort(out.begin(), out.end(),
-            [](const MapEntry& a, const MapEntry& b) { return a.start < b.start; });
-  return out;
-}
-
-absl::StatusOr<std::vector<MapEntry>> ReadProcMaps(pid_t pid) {
+absl::StatusOr<std::vector<Mapping>> ReadProcMaps(pid_t pid) {
   const std::string path =
       pid == 0 ? "/proc/self/maps" : absl::StrCat("/proc/", pid, "/maps");
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -134,28 +104,36 @@ absl::StatusOr<std::vector<MapEntry>> ReadProcMaps(pid_t pid) {
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
   }
-  return ParseProcMaps(text);
+  std::vector<Mapping> maps;
+  ErrorDetail d;
+  if (ParseProcMaps(text, MalformedLine::kRefuse, &maps, &d) != 0)
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", d.message));
+  KeepFileBacked(&maps);
+  return maps;
 }
 
 void Symbolizer::DwflDeleter::operator()(Dwfl* d) const { dwfl_end(d); }
 
-Symbolizer::Symbolizer(std::vector<MapEntry> maps)
+Symbolizer::Symbolizer(std::vector<Mapping> maps)
     : maps_(std::move(maps)), dwfl_(dwfl_begin(Callbacks())) {
+  maps_.erase(std::remove_if(maps_.begin(), maps_.end(),
+                             [](const Mapping& m) { return m.path.empty() || m.end <= m.start; }),
+              maps_.end());
   std::sort(maps_.begin(), maps_.end(),
-            [](const MapEntry& a, const MapEntry& b) { return a.start < b.start; });
+            [](const Mapping& a, const Mapping& b) { return a.start < b.start; });
 }
 
 Symbolizer::~Symbolizer() = default;
 
-const MapEntry* Symbolizer::Find(uint64_t addr) const {
+const Mapping* Symbolizer::Find(uint64_t addr) const {
   auto it = std::upper_bound(maps_.begin(), maps_.end(), addr,
-                             [](uint64_t a, const MapEntry& m) { return a < m.start; });
+                             [](uint64_t a, const Mapping& m) { return a < m.start; });
   if (it == maps_.begin()) return nullptr;
   --it;
   return addr < it->end ? &*it : nullptr;
 }
 
-Dwfl_Module* Symbolizer::ModuleFor(const MapEntry& m) {
+Dwfl_Module* Symbolizer::ModuleFor(const Mapping& m) {
   auto [it, inserted] = modules_.emplace(m.path, nullptr);
   if (!inserted || dwfl_ == nullptr) return it->second;
   const std::optional<uint64_t> bias = LoadBias(m);
@@ -171,7 +149,7 @@ Dwfl_Module* Symbolizer::ModuleFor(const MapEntry& m) {
 
 std::string Symbolizer::Symbolize(uint64_t addr) {
   if (PFM_ADDR_IS_KERNEL(addr)) return "[kernel]";
-  const MapEntry* m = Find(addr);
+  const Mapping* m = Find(addr);
   if (m == nullptr) return "";
   if (Dwfl_Module* mod = ModuleFor(*m)) {
     GElf_Off off = 0;
@@ -189,7 +167,7 @@ std::string Symbolizer::Symbolize(uint64_t addr) {
 
 std::string Symbolizer::ModuleOf(uint64_t addr) const {
   if (PFM_ADDR_IS_KERNEL(addr)) return "[kernel]";
-  const MapEntry* m = Find(addr);
+  const Mapping* m = Find(addr);
   return m == nullptr ? "" : Basename(m->path);
 }
 

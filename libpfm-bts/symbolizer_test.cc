@@ -28,7 +28,7 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 Symbolizer SelfSymbolizer() {
   auto maps = ReadProcMaps(0);
   EXPECT_TRUE(maps.ok()) << maps.status();
-  return Symbolizer(maps.ok() ? *maps : std::vector<MapEntry>{});
+  return Symbolizer(maps.ok() ? *maps : std::vector<Mapping>{});
 }
 
 TEST(ReadProcMaps, ListsOnlyExecutableFileMappingsInOrder) {
@@ -37,7 +37,7 @@ TEST(ReadProcMaps, ListsOnlyExecutableFileMappingsInOrder) {
   ASSERT_FALSE(maps->empty());
   bool has_self = false;
   for (size_t i = 0; i < maps->size(); ++i) {
-    const MapEntry& m = (*maps)[i];
+    const Mapping& m = (*maps)[i];
     EXPECT_EQ(m.path[0], '/') << m.path;
     EXPECT_LT(m.start, m.end);
     if (i > 0) {
@@ -55,28 +55,16 @@ TEST(ReadProcMaps, MissingProcessIsNotFound) {
   EXPECT_EQ(maps.status().code(), absl::StatusCode::kNotFound) << maps.status();
 }
 
-TEST(ParseProcMaps, KeepsExecutableFileBackedLinesAndStripsDeleted) {
-  auto maps = ParseProcMaps(
-      "00400000-00401000 r--p 00000000 08:01 11 /bin/prog\n"
-      "00401000-00402000 r-xp 00001000 08:01 11 /bin/prog\n"
-      "7f0000000000-7f0000001000 r-xp 00002000 08:01 12 /tmp/my lib.so (deleted)\n"
-      "7ffd00000000-7ffd00001000 r-xp 00000000 00:00 0 [vdso]\n"
-      "7ffe00000000-7ffe00001000 rwxp 00000000 00:00 0\n");
-  ASSERT_TRUE(maps.ok()) << maps.status();
-  ASSERT_EQ(maps->size(), 2u);
-  EXPECT_EQ((*maps)[0].start, 0x401000u);
-  EXPECT_EQ((*maps)[0].end, 0x402000u);
-  EXPECT_EQ((*maps)[0].offset, 0x1000u);
-  EXPECT_EQ((*maps)[0].path, "/bin/prog");
-  EXPECT_EQ((*maps)[1].path, "/tmp/my lib.so");
-  EXPECT_EQ((*maps)[1].offset, 0x2000u);
-}
+// ReadProcMaps' parsing and filtering (ParseProcMaps, KeepFileBacked) are
+// tested in kernel/uapi/proc_maps_test.cc.
 
-TEST(ParseProcMaps, RefusesMalformedLineNamingIt) {
-  auto maps = ParseProcMaps("00400000-00401000 r-xp 00000000 08:01 11 /bin/a\nnonsense\n");
-  ASSERT_FALSE(maps.ok());
-  EXPECT_EQ(maps.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(std::string(maps.status().message()), "line 2"));
+TEST(Symbolizer, LeavesOutMappingsWithoutAPathOrBytes) {
+  Symbolizer s({Mapping{0x10000000, 0x10001000, 0, ""},
+                Mapping{0x10001000, 0x10001000, 0, "/nonexistent/empty"},
+                Mapping{0x10002000, 0x10003000, 0, "[vdso]"}});
+  EXPECT_EQ(s.Symbolize(0x10000010), "");
+  EXPECT_EQ(s.ModuleOf(0x10001000), "");
+  EXPECT_EQ(s.Symbolize(0x10002010), "[[vdso]+0x10]");
 }
 
 TEST(Symbolizer, NamesOwnFunctionDemangledWithOffset) {
@@ -88,12 +76,12 @@ TEST(Symbolizer, NamesOwnFunctionDemangledWithOffset) {
 }
 
 TEST(Symbolizer, NamesFunctionInAnotherLoadedObject) {
-  // ParseProcMaps lives in the symbolizer library: a shared object of its own
+  // ReadProcMaps lives in the symbolizer library: a shared object of its own
   // when Bazel links the test dynamically, else the test executable.
   Symbolizer s = SelfSymbolizer();
-  const uint64_t f = Addr(reinterpret_cast<void*>(&ParseProcMaps));
+  const uint64_t f = Addr(reinterpret_cast<void*>(&ReadProcMaps));
   const std::string name = s.Symbolize(f);
-  EXPECT_EQ(name.rfind("pfm::ParseProcMaps(", 0), 0u) << name;
+  EXPECT_EQ(name.rfind("pfm::ReadProcMaps(", 0), 0u) << name;
   EXPECT_FALSE(Contains(name, "+")) << name;
 }
 
@@ -118,7 +106,7 @@ TEST(Symbolizer, UnmappedIsEmptyAndKernelIsBracketed) {
 }
 
 TEST(Symbolizer, MissingFileFallsBackToPathAndFileOffset) {
-  Symbolizer s({MapEntry{0x10000000, 0x10002000, 0x3000, "/nonexistent/libgone.so"}});
+  Symbolizer s({Mapping{0x10000000, 0x10002000, 0x3000, "/nonexistent/libgone.so"}});
   EXPECT_EQ(s.Symbolize(0x10000010), "[/nonexistent/libgone.so+0x3010]");
   EXPECT_EQ(s.Symbolize(0x10000020), "[/nonexistent/libgone.so+0x3020]");  // cached failure
   EXPECT_EQ(s.ModuleOf(0x10000010), "libgone.so");
@@ -127,7 +115,7 @@ TEST(Symbolizer, MissingFileFallsBackToPathAndFileOffset) {
 
 TEST(Symbolizer, FileThatIsNotElfFallsBack) {
   // /proc/self/maps exists but is not ELF: must not crash or match symbols.
-  Symbolizer s({MapEntry{0x20000000, 0x20001000, 0, "/proc/self/maps"}});
+  Symbolizer s({Mapping{0x20000000, 0x20001000, 0, "/proc/self/maps"}});
   EXPECT_EQ(s.Symbolize(0x20000004), "[/proc/self/maps+0x4]");
 }
 

@@ -8,13 +8,47 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 
 namespace pfm {
 namespace {
 
-enum BlockKind : uint32_t { kHeader = 1, kRecords = 2, kTrailer = 3 };
+enum BlockKind : uint32_t { kHeader = 1, kRecords = 2, kTrailer = 3, kMaps = 4 };
+
+// A MAPS block's fixed part: u64 time_ns, i32 pid, u32 reserved.
+constexpr size_t kMapsPrefix = 16;
+
+void PutLe(char* p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+uint64_t GetLe(const char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+// A MAPS block's payload into *out; false with *why for anything else.
+bool DecodeMapsBlock(const char* p, size_t len, ProcessMaps* out, std::string* why) {
+  if (len < kMapsPrefix) {
+    *why = absl::StrCat(len, " bytes, shorter than its fixed part");
+    return false;
+  }
+  if (GetLe(p + 12, 4) != 0) {
+    *why = "reserved field is not 0";
+    return false;
+  }
+  ErrorDetail d;
+  if (DecodeMappings(std::string_view(p + kMapsPrefix, len - kMapsPrefix),
+                     &out->mappings, &d) != 0) {
+    *why = d.message;
+    return false;
+  }
+  out->time_ns = GetLe(p, 8);
+  out->pid = static_cast<int32_t>(static_cast<uint32_t>(GetLe(p + 8, 4)));
+  return true;
+}
 
 absl::Status WriteAll(int fd, const iovec* iov, int n, size_t total) {
   // Blocks are written with one writev; loop only for partial writes.
@@ -77,6 +111,25 @@ absl::Status TraceWriter::Append(const pfm_record* records, size_t n) {
   return absl::OkStatus();
 }
 
+absl::Status TraceWriter::AppendMaps(const ProcessMaps& maps) {
+  std::string block(kMapsPrefix, '\0');
+  PutLe(block.data(), maps.time_ns, 8);
+  PutLe(block.data() + 8, static_cast<uint32_t>(maps.pid), 4);
+  std::string encoded;
+  const size_t n = EncodeMappings(maps.mappings, kMaxTraceBlock - kMapsPrefix, &encoded);
+  if (n != maps.mappings.size()) {
+    const std::string why =
+        n == kMaxMappings ? absl::StrCat("more than ", kMaxMappings, " mappings")
+        : !IsEncodableMapping(maps.mappings[n])
+            ? absl::StrCat("mapping ", n, " ends before it starts or has a path over ",
+                           kMaxMappingPath, " bytes")
+            : absl::StrCat("over ", kMaxTraceBlock, " bytes");
+    return absl::InvalidArgumentError(absl::StrCat("cannot write a MAPS block: ", why));
+  }
+  block += encoded;
+  return WriteBlock(kMaps, block.data(), block.size());
+}
+
 absl::Status TraceWriter::Finish(const boost::json::object& trailer) {
   const std::string t = boost::json::serialize(trailer);
   absl::Status s = WriteBlock(kTrailer, t.data(), t.size());
@@ -94,6 +147,10 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a pfm trace file"));
   uint32_t version;
   std::memcpy(&version, data.data() + 8, 4);
+  if (version == 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": trace version 1 (mappings in JSON) is no longer read; re-record with "
+              "this pfmctl, which writes version ", kTraceVersion));
   if (version != kTraceVersion)
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": trace version ", version, " (this pfmctl reads ", kTraceVersion, ")"));
@@ -127,6 +184,16 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
       const size_t at = t.records.size();
       t.records.resize(at + n);
       std::memcpy(t.records.data() + at, p, len);
+      continue;
+    }
+    if (kind == kMaps) {
+      ProcessMaps m;
+      std::string why;
+      if (!DecodeMapsBlock(p, len, &m, &why)) {
+        t.cut_reason = absl::StrCat("damaged MAPS block at byte ", off - 8 - len, ": ", why);
+        break;
+      }
+      t.maps.push_back(std::move(m));
       continue;
     }
     boost::system::error_code ec;

@@ -4,6 +4,9 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -62,6 +65,127 @@ TEST(TraceFile, FileCutMidBlockIsReadableUpToTheLastWholeBlock) {
   EXPECT_FALSE(t->complete);
   EXPECT_EQ(t->records.size(), 10u);
   EXPECT_NE(t->cut_reason.find("cut short"), std::string::npos);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void WriteAll(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+}
+
+ProcessMaps Maps(uint64_t time_ns, const std::string& path) {
+  ProcessMaps m;
+  m.time_ns = time_ns;
+  m.pid = 4321;
+  m.mappings = {Mapping{0x400000, 0x401000, 0x1000, path, false, false},
+                Mapping{0x7f0000000000, 0x7f0000001000, 0, "", true, true}};
+  return m;
+}
+
+// A complete file: header, records, maps at t=5, records, maps at t=9, trailer.
+std::string WriteWithMaps(const char* name) {
+  const std::string path = TempPath(name);
+  auto w = TraceWriter::Create(path, {{"session", 2}});
+  EXPECT_TRUE(w.ok()) << w.status();
+  std::vector<pfm_record> recs(3, Branch(1));
+  EXPECT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  EXPECT_TRUE(w->AppendMaps(Maps(5, "/bin/first")).ok());
+  EXPECT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  EXPECT_TRUE(w->AppendMaps(Maps(9, "/bin/second")).ok());
+  EXPECT_TRUE(w->Finish({{"records", 6}}).ok());
+  return path;
+}
+
+TEST(TraceFile, MapsBlocksRoundTripInOrder) {
+  auto t = ReadTrace(WriteWithMaps("maps.pfm"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->complete) << t->cut_reason;
+  EXPECT_EQ(t->records.size(), 6u);
+  ASSERT_EQ(t->maps.size(), 2u);
+  EXPECT_EQ(t->maps[0].time_ns, 5u);
+  EXPECT_EQ(t->maps[0].pid, 4321);
+  EXPECT_EQ(t->maps[0].mappings, Maps(5, "/bin/first").mappings);
+  EXPECT_EQ(t->maps[1].time_ns, 9u);
+  EXPECT_EQ(t->maps[1].mappings, Maps(9, "/bin/second").mappings);
+  EXPECT_FALSE(t->trailer.contains("maps"));
+}
+
+TEST(TraceFile, AppendMapsRefusesWhatItCannotCarryAndWritesNothing) {
+  const std::string path = TempPath("badmaps.pfm");
+  auto w = TraceWriter::Create(path, {{"session", 1}});
+  ASSERT_TRUE(w.ok());
+  ProcessMaps bad = Maps(1, "/x");
+  bad.mappings[1].start = bad.mappings[1].end + 1;
+  absl::Status s = w->AppendMaps(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("mapping 1"), std::string::npos) << s;
+  bad.mappings[1] = Mapping{1, 2, 0, std::string(kMaxMappingPath + 1, 'p')};
+  EXPECT_EQ(w->AppendMaps(bad).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(w->Finish({}).ok());
+  auto t = ReadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->complete);
+  EXPECT_TRUE(t->maps.empty());
+}
+
+TEST(TraceFile, DamagedMapsBlockCutsTheTraceKeepingWhatCameBefore) {
+  const std::string path = WriteWithMaps("damaged_maps.pfm");
+  std::string data = ReadAll(path);
+  // The second MAPS block's count: after magic+version (12), the header
+  // block, a records block, the first MAPS block, a records block, then
+  // 8 bytes of block header and 16 of fixed part.
+  const std::string marker = "/bin/second";
+  const size_t second_path = data.find(marker);
+  ASSERT_NE(second_path, std::string::npos);
+  const size_t count_at = second_path - kMappingFixedBytes - kMappingsHeaderBytes;
+  ASSERT_EQ(data[count_at], 2);
+  data[count_at + 3] = 0x7f;  // an absurd count
+  WriteAll(path, data);
+  auto t = ReadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->complete);
+  EXPECT_NE(t->cut_reason.find("damaged MAPS block"), std::string::npos) << t->cut_reason;
+  EXPECT_EQ(t->records.size(), 6u);
+  ASSERT_EQ(t->maps.size(), 1u);
+  EXPECT_EQ(t->maps[0].mappings[0].path, "/bin/first");
+  // A nonzero reserved field is damage too.
+  data = ReadAll(WriteWithMaps("reserved_maps.pfm"));
+  data[count_at - 1] = 1;
+  WriteAll(path, data);
+  t = ReadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->cut_reason.find("reserved"), std::string::npos) << t->cut_reason;
+  EXPECT_EQ(t->maps.size(), 1u);
+}
+
+TEST(TraceFile, FileCutAtEveryByteIsReadUpToTheCutOrRefused) {
+  const std::string data = ReadAll(WriteWithMaps("every.pfm"));
+  const std::string path = TempPath("every_cut.pfm");
+  for (size_t n = 0; n < data.size(); ++n) {
+    WriteAll(path, data.substr(0, n));
+    auto t = ReadTrace(path);
+    if (!t.ok()) {
+      EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << n;
+      continue;
+    }
+    EXPECT_FALSE(t->complete) << n;
+    EXPECT_FALSE(t->cut_reason.empty()) << n;
+    EXPECT_LE(t->maps.size(), 2u);
+  }
+}
+
+TEST(TraceFile, RefusesVersionOneNamingTheRemedy) {
+  std::string data = ReadAll(WriteWithMaps("v1.pfm"));
+  data[8] = 1;
+  const std::string path = TempPath("v1_cut.pfm");
+  WriteAll(path, data);
+  absl::Status s = ReadTrace(path).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("trace version 1"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("re-record with this pfmctl"), std::string::npos) << s;
 }
 
 TEST(TraceFile, RefusesAFileThatIsNotATrace) {

@@ -2,11 +2,12 @@
 
 #include <poll.h>
 
+#include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "userspace/pfmctl/reply.h"
 
 namespace pfm {
 namespace {
@@ -46,7 +47,36 @@ absl::StatusOr<RingReader> MapRing(Client& c, uint64_t id, bool drain,
   return ring;
 }
 
-absl::Status AddSessionSummary(Client& c, uint64_t id, json::object* trailer) {
+ProcessMaps ReadMaps(const ReplyNode& maps) {
+  ProcessMaps out;
+  const ReplyNode pid = maps.Member("pid");
+  const int64_t p = pid.Int();
+  if (p < INT32_MIN || p > INT32_MAX) pid.Invalid("is not a pid");
+  out.pid = static_cast<int32_t>(p);
+  out.time_ns = maps.Member("time_ns").Uint();
+  const ReplyNode list = maps.Member("mappings");
+  const std::vector<ReplyNode> elements = list.Elements();
+  if (elements.size() > kMaxMappings)
+    list.Invalid(absl::StrCat("has ", elements.size(), " mappings, over ", kMaxMappings));
+  for (size_t i = 0; i < elements.size() && i < kMaxMappings; ++i) {
+    const ReplyNode& e = elements[i];
+    Mapping m;
+    m.start = e.Member("start").Uint();
+    m.end = e.Member("end").Uint();
+    m.offset = e.Member("offset").Uint();
+    m.path = e.Member("path").String();
+    m.writable = e.Member("writable").Bool();
+    m.shared = e.Member("shared").Bool();
+    if (m.start > m.end) e.Invalid("ends before it starts");
+    if (m.path.size() > kMaxMappingPath)
+      e.Member("path").Invalid(absl::StrCat("is over ", kMaxMappingPath, " bytes"));
+    out.mappings.push_back(std::move(m));
+  }
+  return out;
+}
+
+absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
+                               json::object* trailer) {
   absl::StatusOr<Client::Reply> show = c.Call("session_show", {{"id", id}});
   if (!show.ok()) return absl::OkStatus();  // the session is gone: no summary
   ReplyReader reader("session_show", show->result);
@@ -54,14 +84,18 @@ absl::Status AddSessionSummary(Client& c, uint64_t id, json::object* trailer) {
   const json::object* so = s.Object();
   const ReplyNode soft_bts = s.Member("soft_bts");
   if (soft_bts.present()) soft_bts.Member("steps").Uint();
+  const ReplyNode maps_node = s.Member("maps");
+  std::optional<ProcessMaps> maps;
+  if (maps_node.present()) maps = ReadMaps(maps_node);
   if (!reader.ok()) return reader.status();
-  for (const char* k : {"counters", "breakpoints", "maps", "state", "exit_status",
-                        "fatal_signal"})
+  for (const char* k : {"counters", "breakpoints", "state", "exit_status", "fatal_signal"})
     if (const json::value* v = so->if_contains(k)) (*trailer)[k] = *v;
   if (soft_bts.present()) {
     (*trailer)["steps"] = *soft_bts.Member("steps").json();
     (*trailer)["soft_bts"] = *soft_bts.json();
   }
+  // Checked above to be what a MAPS block carries: only a write can fail.
+  if (maps) return w.AppendMaps(*maps);
   return absl::OkStatus();
 }
 

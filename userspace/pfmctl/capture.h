@@ -1,7 +1,7 @@
 // Capturing a session's records into a trace file (pfm/trace_file.h): the
 // ring pfmd passes, the one loop that copies a lossless ring into a file
-// (used by `stream` and by `record`), and the session summary a trace's
-// trailer carries for `report`.
+// (used by `stream` and by `record`), and the session summary a trace
+// carries for `report` (trailer fields and a MAPS block).
 #ifndef PFM_USERSPACE_PFMCTL_CAPTURE_H_
 #define PFM_USERSPACE_PFMCTL_CAPTURE_H_
 
@@ -16,7 +16,9 @@
 #include "absl/status/statusor.h"
 #include "pfm/client.h"
 #include "pfm/ring_reader.h"
+#include "kernel/uapi/proc_maps.h"
 #include "pfm/trace_file.h"
+#include "userspace/pfmctl/reply.h"
 
 namespace pfm {
 
@@ -29,13 +31,25 @@ namespace pfm {
 absl::StatusOr<RingReader> MapRing(Client& c, uint64_t id, bool drain,
                                    boost::json::object* info);
 
-// What `report` needs from the daemon to symbolize and summarise a trace: the
-// target's executable mappings (soft BTS on the host), the session's counters
-// and breakpoints, its state, and the tracer's step count, copied from
-// session_show into *trailer. Adds nothing and returns OK when the session is
-// gone (the request fails); INTERNAL when the reply is malformed, after
-// adding nothing.
-absl::Status AddSessionSummary(Client& c, uint64_t id, boost::json::object* trailer);
+// What `report` needs from the daemon to symbolize and summarise a trace,
+// from session_show: the target's executable mappings (soft BTS on the
+// host), written to `w` as a MAPS block, and the session's counters and
+// breakpoints, its state and the tracer's step count, copied into *trailer.
+// Adds nothing and returns OK when the session is gone (the request fails);
+// INTERNAL when the reply is malformed (ReadMaps' checks included), after
+// adding nothing; TraceWriter's error when the block cannot be written.
+absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
+                               boost::json::object* trailer);
+
+// The "maps" of a session_show reply, read through `maps`' reader:
+//   {"pid": int32, "time_ns": uint,
+//    "mappings": [{"start": uint, "end": uint, "offset": uint, "path": string,
+//                  "writable": bool, "shared": bool}, ...]}
+// Every field is required. What a MAPS block could not carry is the
+// reader's error too: a mapping that ends before it starts or whose path is
+// over kMaxMappingPath bytes, more than kMaxMappings mappings, a pid outside
+// int32.
+ProcessMaps ReadMaps(const ReplyNode& maps);
 
 // When StreamToFile stops, besides the ring's end flag.
 struct StreamOptions {

@@ -151,6 +151,8 @@ std::string ReplyNode::Ratio() const {
   return absl::StrFormat("%.1f%%", 100.0 * Number());
 }
 
+void ReplyNode::Invalid(absl::string_view what) const { reader_->Fail(path_, what); }
+
 ReplyReader::ReplyReader(absl::string_view op, const json::value& result)
     : op_(op), result_(result) {}
 

@@ -88,6 +88,10 @@ class ReplyNode {
   // "87.5%" for a running ratio in [0, 1]; "not counted" when absent or null.
   std::string Ratio() const;
 
+  // Records "<path> <what>" unless an error came first: for a value of the
+  // right type that is still wrong ("ends before it starts").
+  void Invalid(absl::string_view what) const;
+
  private:
   friend class ReplyReader;
   ReplyNode(ReplyReader* reader, const boost::json::value* v, std::string path)

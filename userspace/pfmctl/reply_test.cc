@@ -47,6 +47,14 @@ TEST(ReplyReaderTest, KeepsTheFirstErrorAndReturnsEmptyValues) {
             "pfmd reply: status: result.memory is the number 5, expected an object");
 }
 
+TEST(ReplyReaderTest, InvalidNamesThePathAndKeepsTheFirstError) {
+  const json::value v = json::parse(R"({"a": {"b": 5}, "c": "x"})");
+  ReplyReader r("op", v);
+  r.result().Member("a").Member("b").Invalid("is over the limit");
+  r.result().Member("c").Uint();
+  EXPECT_EQ(Message(r), "pfmd reply: op: result.a.b is over the limit");
+}
+
 TEST(ReplyReaderTest, MissingResultIsNamed) {
   const json::value null;
   ReplyReader r("status", null);

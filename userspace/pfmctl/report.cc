@@ -1,8 +1,6 @@
 #include "userspace/pfmctl/report.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -19,21 +17,11 @@ namespace json = boost::json;
 constexpr size_t kHotJson = 20;
 constexpr size_t kHotText = 15;
 
-// A map entry's address: a hex string (as pfmd writes them) or a number.
-std::optional<uint64_t> MapAddress(const json::object& o, const char* k) {
-  const json::value* v = o.if_contains(k);
-  if (v == nullptr) return std::nullopt;
-  if (v->is_string()) return std::strtoull(std::string(v->get_string()).c_str(), nullptr, 16);
-  if (v->is_uint64()) return v->get_uint64();
-  if (v->is_int64() && v->get_int64() >= 0) return static_cast<uint64_t>(v->get_int64());
-  return std::nullopt;
-}
-
 // Symbolizes each address once: the hot-function count looks up every
 // branch, and loops repeat the same few addresses.
 class CachedSymbols {
  public:
-  explicit CachedSymbols(std::vector<MapEntry> maps) : sym_(std::move(maps)) {}
+  explicit CachedSymbols(std::vector<Mapping> maps) : sym_(std::move(maps)) {}
   const std::string& Symbolize(uint64_t addr) {
     auto it = cache_.find(addr);
     if (it == cache_.end()) it = cache_.emplace(addr, sym_.Symbolize(addr)).first;
@@ -68,26 +56,10 @@ std::string RatioText(const json::value* v) {
 
 }  // namespace
 
-std::vector<MapEntry> MapsFromTraceJson(const json::object& o) {
-  std::vector<MapEntry> maps;
-  const json::value* m = o.if_contains("maps");
-  if (m == nullptr || !m->is_array()) return maps;
-  for (const json::value& e : m->get_array()) {
-    if (!e.is_object()) continue;
-    const json::object& eo = e.get_object();
-    std::optional<uint64_t> start = MapAddress(eo, "start");
-    std::optional<uint64_t> end = MapAddress(eo, "end");
-    std::optional<uint64_t> offset = MapAddress(eo, "offset");
-    const json::value* path = eo.if_contains("path");
-    if (!start || !end || !offset || path == nullptr || !path->is_string()) continue;
-    MapEntry me;
-    me.start = *start;
-    me.end = *end;
-    me.offset = *offset;
-    me.path = std::string(path->get_string());
-    if (me.end > me.start && !me.path.empty()) maps.push_back(std::move(me));
-  }
-  return maps;
+const ProcessMaps* SymbolMaps(const Trace& trace) {
+  for (auto it = trace.maps.rbegin(); it != trace.maps.rend(); ++it)
+    if (!it->mappings.empty()) return &*it;
+  return nullptr;
 }
 
 absl::StatusOr<TraceReport> BuildReport(const std::string& file, size_t limit) {
@@ -97,9 +69,8 @@ absl::StatusOr<TraceReport> BuildReport(const std::string& file, size_t limit) {
   rep.file = file;
   rep.trace = std::move(*t);
   const std::vector<pfm_record>& records = rep.trace.records;
-  std::vector<MapEntry> maps = MapsFromTraceJson(rep.trace.trailer);
-  if (maps.empty()) maps = MapsFromTraceJson(rep.trace.header);
-  CachedSymbols sym(std::move(maps));
+  const ProcessMaps* maps = SymbolMaps(rep.trace);
+  CachedSymbols sym(maps != nullptr ? maps->mappings : std::vector<Mapping>{});
 
   std::vector<const pfm_record*> branches;
   for (const pfm_record& r : records) {
@@ -188,10 +159,26 @@ json::object RenderReportJson(const TraceReport& rep) {
     hot.push_back(json::object{{"function", rep.hot[i].function},
                                {"branches", rep.hot[i].branches}});
   const Trace& t = rep.trace;
+  // The mappings the report symbolized with (they were in the trailer's
+  // JSON before trace version 2), addresses as hex like the records'.
+  json::value maps = nullptr;
+  if (const ProcessMaps* m = SymbolMaps(t)) {
+    json::array mappings;
+    for (const Mapping& e : m->mappings)
+      mappings.push_back(json::object{{"start", Hex(e.start)},
+                                      {"end", Hex(e.end)},
+                                      {"offset", Hex(e.offset)},
+                                      {"path", e.path},
+                                      {"writable", e.writable},
+                                      {"shared", e.shared}});
+    maps = json::object{
+        {"pid", m->pid}, {"time_ns", m->time_ns}, {"mappings", std::move(mappings)}};
+  }
   return json::object{{"complete", t.complete},
                       {"cut_reason", t.cut_reason},
                       {"header", t.header},
                       {"trailer", t.trailer},
+                      {"maps", std::move(maps)},
                       {"summary", json::object{{"records", t.records.size()},
                                                {"by_type", std::move(types)},
                                                {"lost", rep.lost}}},

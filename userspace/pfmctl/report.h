@@ -3,9 +3,10 @@
 //
 // A trace file is input too (it may be cut short, or written by another
 // version): its header and trailer are read without accessors that throw,
-// and what does not have the expected shape is left out (a map entry, a
-// counter) rather than failing the report, as ReadTrace keeps what was
-// readable of a damaged file.
+// and what does not have the expected shape is left out (a counter) rather
+// than failing the report, as ReadTrace keeps what was readable of a
+// damaged file. The mappings come from the file's binary MAPS blocks, which
+// ReadTrace checked.
 #ifndef PFM_USERSPACE_PFMCTL_REPORT_H_
 #define PFM_USERSPACE_PFMCTL_REPORT_H_
 
@@ -40,7 +41,7 @@ struct ReportFunction {
 
 struct TraceReport {
   std::string file;
-  Trace trace;  // header, records, trailer, complete, cut_reason
+  Trace trace;  // header, records, maps, trailer, complete, cut_reason
   std::map<std::string, uint64_t> by_type;  // records per type name
   uint64_t lost = 0;                         // sum of the LOST records' counts
   // Branches by source function, most first (ties: greater name first).
@@ -54,16 +55,17 @@ struct TraceReport {
   std::vector<ReportRecord> last_branches;
 };
 
-// The executable mappings a trace's header or trailer carries ("maps":
-// [{"start", "end", "offset" (hex strings or numbers), "path"}]); entries of
-// another shape are skipped.
-std::vector<MapEntry> MapsFromTraceJson(const boost::json::object& o);
+// The mappings a report symbolizes with: those of the trace's last MAPS
+// block that has any (an empty list, as a target that had not reported its
+// mappings yet leaves, does not hide an earlier one); none without.
+const ProcessMaps* SymbolMaps(const Trace& trace);
 
 // Reads `file` (ReadTrace's errors) and builds its report, symbolizing with
-// the trailer's maps, else the header's.
+// SymbolMaps(trace).
 absl::StatusOr<TraceReport> BuildReport(const std::string& file, size_t limit);
 
 void RenderReportText(const TraceReport& report, std::ostream& out);
+// With "maps": SymbolMaps' mappings (addresses as hex strings), or null.
 boost::json::object RenderReportJson(const TraceReport& report);
 
 }  // namespace pfm

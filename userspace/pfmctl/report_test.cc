@@ -64,19 +64,21 @@ TEST(ReportTest, CountsTypesLossAndHotAddresses) {
   const json::object j = RenderReportJson(*rep);
   EXPECT_EQ(j.at("records").as_array().size(), 2u);
   EXPECT_TRUE(j.at("counters").as_array().empty());
+  EXPECT_TRUE(j.at("maps").is_null());
 }
 
 TEST(ReportTest, SkipsMalformedTrailerEntriesInsteadOfThrowing) {
   const json::value trailer = json::parse(R"({
     "counters": [{"event": "e", "value": 5, "ratio": 0.5}, "junk",
                  {"event": "f", "ratio": "bad"}],
-    "maps": [{"start": true, "end": "0x20", "offset": "0", "path": "/x"}, 7,
-             {"start": "0x10", "end": -3, "offset": 0, "path": "/y"}],
+    "maps": [{"start": 16, "end": 32, "offset": 0, "path": "/x"}],
     "steps": {"odd": 1}})");
   const std::string path = WriteTrace("odd.trace", trailer.as_object());
-  EXPECT_TRUE(MapsFromTraceJson(trailer.as_object()).empty());
   absl::StatusOr<TraceReport> rep = BuildReport(path, 20);
   ASSERT_TRUE(rep.ok()) << rep.status();
+  // Maps in JSON (trace version 1's place for them) are not read.
+  EXPECT_EQ(SymbolMaps(rep->trace), nullptr);
+  EXPECT_EQ(rep->hot[0].function, "0x10");
   std::ostringstream text;
   RenderReportText(*rep, text);
   EXPECT_NE(text.str().find("  e                                       5  running 50.0%\n"),
@@ -86,6 +88,35 @@ TEST(ReportTest, SkipsMalformedTrailerEntriesInsteadOfThrowing) {
   EXPECT_NE(text.str().find("soft-BTS steps: {\"odd\":1}\n"), std::string::npos);
   // --json passes the counters on as written.
   EXPECT_EQ(RenderReportJson(*rep).at("counters").as_array().size(), 3u);
+}
+
+TEST(ReportTest, SymbolizesWithTheLastMapsBlockThatHasMappings) {
+  const std::string path = TempPath("maps.trace");
+  auto w = TraceWriter::Create(path, {{"command", "prog"}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<pfm_record> recs = {Branch(0x1010, 0x1020), Branch(0x1010, 0x5000)};
+  ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  ProcessMaps first{1, 42, {Mapping{0x1000, 0x2000, 0, "/nonexistent/first"}}};
+  ProcessMaps last{2, 42, {Mapping{0x1000, 0x2000, 0x4000, "/nonexistent/last"}}};
+  ASSERT_TRUE(w->AppendMaps(first).ok());
+  ASSERT_TRUE(w->AppendMaps(last).ok());
+  ASSERT_TRUE(w->AppendMaps(ProcessMaps{3, 42, {}}).ok());  // hides nothing
+  ASSERT_TRUE(w->Finish({}).ok());
+  absl::StatusOr<TraceReport> rep = BuildReport(path, 20);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  ASSERT_EQ(rep->trace.maps.size(), 3u);
+  ASSERT_NE(SymbolMaps(rep->trace), nullptr);
+  EXPECT_EQ(SymbolMaps(rep->trace)->time_ns, 2u);
+  ASSERT_EQ(rep->last_branches.size(), 2u);
+  // The file cannot be read: the path and the offset in the file.
+  EXPECT_EQ(rep->last_branches[0].from_sym, "[/nonexistent/last+0x4010]");
+  EXPECT_EQ(rep->last_branches[1].to_sym, "");  // unmapped
+  ASSERT_EQ(rep->hot.size(), 1u);
+  EXPECT_EQ(rep->hot[0].branches, 2u);
+  const json::object j = RenderReportJson(*rep);
+  EXPECT_EQ(json::serialize(j.at("maps")),
+            R"({"pid":42,"time_ns":2,"mappings":[{"start":"0x1000","end":"0x2000",)"
+            R"("offset":"0x4000","path":"/nonexistent/last","writable":false,"shared":false}]})");
 }
 
 TEST(ReportTest, MissingFileIsNotFound) {

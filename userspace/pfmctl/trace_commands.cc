@@ -156,7 +156,7 @@ absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args
   // The session summary, if the session is still there to ask. A malformed
   // answer still leaves a complete trace (without the summary) behind.
   absl::Status summary =
-      res->hung_up ? absl::OkStatus() : AddSessionSummary(*c, *id, &trailer);
+      res->hung_up ? absl::OkStatus() : AddSessionSummary(*c, *id, *w, &trailer);
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (!summary.ok()) return summary;
   if (ctx.json) {
@@ -273,7 +273,7 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   if (WIFSIGNALED(wstatus))
     trailer["exit"] = absl::StrCat("killed by signal ", WTERMSIG(wstatus));
   trailer["wait_status"] = wstatus;
-  const absl::Status summary = AddSessionSummary(*c, id, &trailer);
+  const absl::Status summary = AddSessionSummary(*c, id, *w, &trailer);
   (void)c->Call("session_kill", {{"id", id}});
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (!summary.ok()) return summary;

@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "pfm/record_json.h"
 #include "pfm/session_spec.h"
 
 namespace pfm {
@@ -106,13 +105,20 @@ json::object SessionToJson(const SessionInfo& s, bool detail) {
     o["soft_bts"] = json::object{{"steps", s.soft_bts->steps},
                                  {"branches", s.soft_bts->branches},
                                  {"singleblock", s.soft_bts->singleblock_honoured}};
-    json::array maps;
-    for (const TraceeMapping& m : s.maps)
-      maps.push_back(json::object{{"start", Hex(m.start)},
-                                  {"end", Hex(m.end)},
-                                  {"offset", Hex(m.offset)},
-                                  {"path", m.path}});
-    o["maps"] = std::move(maps);
+    // Numbers, not the hex strings other addresses get (docs/pfmd.md):
+    // pfmctl copies them into a trace file's binary MAPS block, and user
+    // addresses (below 2^47) stay exact even for readers holding doubles.
+    json::array mappings;
+    for (const Mapping& m : s.maps.mappings)
+      mappings.push_back(json::object{{"start", m.start},
+                                      {"end", m.end},
+                                      {"offset", m.offset},
+                                      {"path", m.path},
+                                      {"writable", m.writable},
+                                      {"shared", m.shared}});
+    o["maps"] = json::object{{"pid", s.maps.pid},
+                             {"time_ns", s.maps.time_ns},
+                             {"mappings", std::move(mappings)}};
   }
   return o;
 }

@@ -33,6 +33,7 @@
 #include "kernel/drivers/ptrace/soft_bts.h"
 #include "kernel/drivers/sim/sim_machine.h"
 #include "kernel/pfm_kernel.h"
+#include "kernel/uapi/proc_maps.h"
 #include "pfm/unique_fd.h"
 #include "userspace/pfmd/accounting.h"
 #include "userspace/pfmd/auth.h"
@@ -80,7 +81,7 @@ struct SessionInfo {
   std::vector<RequestInfo> counters;
   std::vector<RequestInfo> breakpoints;
   std::optional<SoftBtsTracer::Stats> soft_bts;
-  std::vector<TraceeMapping> maps;
+  ProcessMaps maps;  // with soft_bts: the tracee's, as the tracer last sent them
 };
 
 struct StatusInfo {

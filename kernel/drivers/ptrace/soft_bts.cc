@@ -26,7 +26,6 @@
 #include <cstring>
 #include <iterator>
 #include <map>
-#include <sstream>
 
 #include "kernel/drivers/clock.h"
 #include "kernel/drivers/ptrace/branch_decoder.h"
@@ -178,31 +177,6 @@ std::map<pid_t, int>& SpawnFds() {
 
 int SoftBtsWakeSignal() { return SIGRTMAX - 2; }
 
-std::vector<TraceeMapping> ParseExecutableMaps(const std::string& text) {
-  std::vector<TraceeMapping> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    unsigned long long start, end, offset;
-    char perms[8] = {};
-    int path_at = 0;
-    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %*s %*s %n", &start,
-                    &end, perms, &offset, &path_at) < 4)
-      continue;
-    if (std::strlen(perms) < 3 || perms[2] != 'x') continue;
-    TraceeMapping e;
-    e.start = start;
-    e.end = end;
-    e.offset = offset;
-    e.writable = perms[1] == 'w';
-    e.shared = std::strlen(perms) >= 4 && perms[3] == 's';
-    if (path_at > 0 && static_cast<size_t>(path_at) <= line.size())
-      e.path = line.substr(path_at);
-    out.push_back(e);
-  }
-  return out;
-}
-
 // The tracer thread's state: lives on that thread's stack for one run.
 class SoftBtsRun {
  public:
@@ -239,10 +213,13 @@ class SoftBtsRun {
     if (area != nullptr && area->WriteBts(r) != DsArea::kStored) Drain(NowNs());
   }
   void RefreshMaps() {
-    std::vector<TraceeMapping> m =
-        ParseExecutableMaps(ReadFile("/proc/" + std::to_string(pid_) + "/maps"));
+    // Best effort: the maps change under the reader, and a tracer that
+    // lost a line still steps correctly (it reads the registers there).
+    std::vector<Mapping> m;
+    ParseProcMaps(ReadFile("/proc/" + std::to_string(pid_) + "/maps"),
+                  MalformedLine::kSkip, &m, nullptr);
     regions_.clear();
-    for (const TraceeMapping& e : m) {
+    for (const Mapping& e : m) {
       // Where a computed RIP may be trusted: code that can only change
       // through a syscall we watch (mmap/mprotect/munmap), so the decode
       // cache is current. Not writable or shared mappings (JITs, a second
@@ -783,7 +760,7 @@ SoftBtsTracer::Stats SoftBtsTracer::stats() const {
   return s;
 }
 
-std::vector<TraceeMapping> SoftBtsTracer::maps() const {
+std::vector<Mapping> SoftBtsTracer::maps() const {
   std::lock_guard<std::mutex> lk(mu_);
   return maps_;
 }

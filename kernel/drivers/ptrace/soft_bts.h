@@ -55,22 +55,9 @@
 #include "kernel/drivers/driver.h"
 #include "kernel/ds/ds_area.h"
 #include "kernel/uapi/pfm_error.h"
+#include "kernel/uapi/proc_maps.h"
 
 namespace pfm {
-
-// One executable mapping of /proc/PID/maps, for symbolization.
-struct TraceeMapping {
-  uint64_t start = 0;
-  uint64_t end = 0;
-  uint64_t offset = 0;
-  std::string path;  // empty for anonymous mappings; "[vdso]" etc.
-  bool writable = false;  // 'w' in the permissions
-  bool shared = false;    // 's' (MAP_SHARED) rather than 'p'
-};
-
-// Parses the text of /proc/PID/maps, keeping executable mappings only.
-// Malformed lines are skipped.
-std::vector<TraceeMapping> ParseExecutableMaps(const std::string& text);
 
 struct SoftBtsOptions {
   // Size of the task DS area a tracer's own core gives it (the tracer
@@ -146,12 +133,13 @@ class SoftBtsTracer {
     return drains_served_.load(std::memory_order_acquire) > ticket;
   }
 
-  // Executable mappings of the tracee, captured at attach, after every exec
+  // Executable mappings of the tracee (kernel/uapi/proc_maps.h, malformed
+  // lines skipped), captured at attach, after every exec
   // (PTRACE_EVENT_EXEC) and after every mmap/mprotect syscall asking for
   // PROT_EXEC (seen as a `syscall` instruction about to run with that
   // number and protection in its registers — no extra syscall stops). The
   // decode cache is flushed at the same moments.
-  std::vector<TraceeMapping> maps() const;
+  std::vector<Mapping> maps() const;
 
  private:
   SoftBtsTracer(pid_t pid, const SoftBtsOptions& opt, CoreHooks* core);
@@ -181,7 +169,7 @@ class SoftBtsTracer {
   int start_rc_ = 0;
   ErrorDetail start_detail_;
   bool thread_exited_ = false;
-  std::vector<TraceeMapping> maps_;
+  std::vector<Mapping> maps_;
 
   std::mutex stop_mu_;  // serializes Stop()
 

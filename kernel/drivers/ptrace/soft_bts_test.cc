@@ -127,8 +127,8 @@ class RecordingSink : public CoreHooks {
   int64_t status_ = 0;
 };
 
-const TraceeMapping* FindMap(const std::vector<TraceeMapping>& maps, uint64_t addr) {
-  for (const TraceeMapping& m : maps)
+const Mapping* FindMap(const std::vector<Mapping>& maps, uint64_t addr) {
+  for (const Mapping& m : maps)
     if (addr >= m.start && addr < m.end) return &m;
   return nullptr;
 }
@@ -152,35 +152,8 @@ int64_t TraceToExit(const std::vector<std::string>& argv, const SoftBtsOptions& 
   return status;
 }
 
-TEST(ParseExecutableMaps, KeepsExecutableMappingsWithPaths) {
-  const std::string text =
-      "00400000-00401000 r--p 00000000 08:01 123 /bin/prog\n"
-      "00401000-00402000 r-xp 00001000 08:01 123 /bin/prog with space\n"
-      "7ffd0000-7ffd2000 r-xp 00000000 00:00 0                  [vdso]\n"
-      "7ffe0000-7ffe1000 r-xp 00000000 00:00 0\n"
-      "garbage line\n";
-  const std::vector<TraceeMapping> m = ParseExecutableMaps(text);
-  ASSERT_EQ(m.size(), 3u);
-  EXPECT_EQ(m[0].start, 0x401000u);
-  EXPECT_EQ(m[0].end, 0x402000u);
-  EXPECT_EQ(m[0].offset, 0x1000u);
-  EXPECT_EQ(m[0].path, "/bin/prog with space");
-  EXPECT_EQ(m[1].path, "[vdso]");
-  EXPECT_EQ(m[2].path, "");
-  EXPECT_FALSE(m[0].writable);
-  EXPECT_FALSE(m[0].shared);
-}
-
-TEST(ParseExecutableMaps, KeepsWritableAndSharedBits) {
-  const std::vector<TraceeMapping> m = ParseExecutableMaps(
-      "10000-11000 rwxp 00000000 00:00 0\n"
-      "20000-21000 r-xs 00000000 00:05 9 /memfd:jit (deleted)\n");
-  ASSERT_EQ(m.size(), 2u);
-  EXPECT_TRUE(m[0].writable);
-  EXPECT_FALSE(m[0].shared);
-  EXPECT_FALSE(m[1].writable);
-  EXPECT_TRUE(m[1].shared);
-}
+// The /proc/PID/maps parser the tracer uses is tested with the rest of
+// kernel/uapi/proc_maps (proc_maps_test.cc).
 
 TEST(SoftBts, TracesBinTrueFromBeforeExecThroughLdSoAndLibc) {
   pid_t pid = 0;
@@ -205,10 +178,10 @@ TEST(SoftBts, TracesBinTrueFromBeforeExecThroughLdSoAndLibc) {
               (unsigned long long)st.steps, (unsigned long long)st.branches,
               st.singleblock_honoured);
 
-  const std::vector<TraceeMapping> maps = t->maps();
+  const std::vector<Mapping> maps = t->maps();
   size_t in_ld = 0, in_libc = 0;
   for (const pfm_bts_raw& r : recs) {
-    const TraceeMapping* m = FindMap(maps, r.from);
+    const Mapping* m = FindMap(maps, r.from);
     if (m == nullptr) continue;
     if (m->path.find("/ld-linux") != std::string::npos) ++in_ld;
     if (m->path.find("/libc.so") != std::string::npos) ++in_libc;

@@ -29,7 +29,6 @@
 namespace pfm {
 namespace {
 
-using tracer_protocol::EncodeMaps;
 using tracer_protocol::Frame;
 using tracer_protocol::MsgHeader;
 using tracer_protocol::ReadMsg;
@@ -43,6 +42,7 @@ using tracer_protocol::kHeld;
 using tracer_protocol::kHeldQuery;
 using tracer_protocol::kHelperDsRecords;
 using tracer_protocol::kMaps;
+using tracer_protocol::kMaxMsgBytes;
 using tracer_protocol::kRequestDrain;
 using tracer_protocol::kSignaled;
 using tracer_protocol::kStarted;
@@ -151,16 +151,14 @@ class RemoteCore : public CoreHooks {
   void MaybeSendMaps() {
     SoftBtsTracer* t = tracer_.load(std::memory_order_acquire);
     if (t == nullptr) return;
-    std::vector<TraceeMapping> m = t->maps();
+    std::vector<Mapping> m = t->maps();
     std::lock_guard<std::mutex> lk(maps_mu_);
-    auto same = [](const TraceeMapping& a, const TraceeMapping& b) {
-      return a.start == b.start && a.end == b.end && a.offset == b.offset &&
-             a.path == b.path && a.writable == b.writable && a.shared == b.shared;
-    };
-    if (sent_maps_ && m.size() == last_maps_.size() &&
-        std::equal(m.begin(), m.end(), last_maps_.begin(), same))
-      return;
-    const std::string p = EncodeMaps(m);
+    if (sent_maps_ && m == last_maps_) return;
+    // The mappings that fit in one message, in address order: pfmd refuses
+    // longer ones. Only a process with thousands of executable mappings
+    // loses its highest ones.
+    std::string p;
+    EncodeMappings(m, kMaxMsgBytes, &p);
     Send(Frame(kMaps, p.data(), static_cast<uint32_t>(p.size())));
     last_maps_ = std::move(m);
     sent_maps_ = true;
@@ -208,7 +206,7 @@ class RemoteCore : public CoreHooks {
   uint64_t replies_ = 0;
   bool gone_ = false;
   std::mutex maps_mu_;
-  std::vector<TraceeMapping> last_maps_;
+  std::vector<Mapping> last_maps_;
   bool sent_maps_ = false;
 };
 

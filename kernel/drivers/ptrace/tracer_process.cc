@@ -24,7 +24,6 @@
 
 namespace pfm {
 
-using tracer_protocol::DecodeMaps;
 using tracer_protocol::Frame;
 using tracer_protocol::FromWire;
 using tracer_protocol::MsgHeader;
@@ -260,13 +259,14 @@ void TracerProcess::ReadLoop() {
         break;
       }
       case kMaps: {
-        std::vector<TraceeMapping> m;
-        if (!DecodeMaps(p, &m)) {
+        std::vector<Mapping> m;
+        if (DecodeMappings(p, &m, nullptr) != 0) {
           ok = false;
           break;
         }
         std::lock_guard<std::mutex> lk(mu_);
-        maps_ = std::move(m);
+        maps_.mappings = std::move(m);
+        maps_.time_ns = now;  // pfmd's clock, as for the records
         break;
       }
       case kStats:
@@ -308,9 +308,11 @@ SoftBtsTracer::Stats TracerProcess::stats() const {
   return stats_;
 }
 
-std::vector<TraceeMapping> TracerProcess::maps() const {
+ProcessMaps TracerProcess::maps() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return maps_;
+  ProcessMaps out = maps_;
+  out.pid = pid_;
+  return out;
 }
 
 uint64_t TracerProcess::RequestDrain() {

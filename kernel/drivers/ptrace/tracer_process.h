@@ -55,6 +55,7 @@
 #include "kernel/kernel_lock.h"
 #include "kernel/drivers/ptrace/soft_bts.h"
 #include "kernel/uapi/pfm_error.h"
+#include "kernel/uapi/proc_maps.h"
 
 namespace pfm {
 
@@ -98,7 +99,11 @@ class TracerProcess {
 
   // As last reported by the helper (at every drain and a few times a second).
   SoftBtsTracer::Stats stats() const;
-  std::vector<TraceeMapping> maps() const;
+  // The tracee's executable mappings as last reported by the helper (at
+  // attach and whenever they changed, before the records taken with them),
+  // stamped with the time pfmd received them; time_ns 0 and no mappings
+  // before the first report.
+  ProcessMaps maps() const;
 
   // Asks the helper to drain its DS area now; DrainServed(ticket) turns true
   // once it did (or the helper is gone). WaitDrain blocks until then or
@@ -129,7 +134,7 @@ class TracerProcess {
   bool stopped_ = false;
   bool reaped_ = false;
   SoftBtsTracer::Stats stats_;
-  std::vector<TraceeMapping> maps_;
+  ProcessMaps maps_;  // pid is filled in by maps()
   std::mutex send_mu_;
   std::mutex stop_mu_;  // serializes Stop()
 };

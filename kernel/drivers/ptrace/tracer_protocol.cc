@@ -5,7 +5,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -65,56 +64,6 @@ SoftBtsTracer::Stats FromWire(const WireStats& w) {
   s.mispredictions = w.mispredictions;
   s.resyncs = w.resyncs;
   return s;
-}
-
-std::string EncodeMaps(const std::vector<TraceeMapping>& maps) {
-  std::string out;
-  const uint32_t n = static_cast<uint32_t>(std::min<size_t>(maps.size(), kMaxMaps));
-  out.append(reinterpret_cast<const char*>(&n), sizeof(n));
-  for (uint32_t i = 0; i < n; ++i) {
-    const TraceeMapping& m = maps[i];
-    const uint32_t plen = static_cast<uint32_t>(std::min<size_t>(m.path.size(), kMaxPath));
-    WireMap w{m.start, m.end, m.offset, m.writable, m.shared, 0, plen};
-    if (out.size() + sizeof(w) + plen > kMaxMsgBytes) break;
-    out.append(reinterpret_cast<const char*>(&w), sizeof(w));
-    out.append(m.path.data(), plen);
-  }
-  // The count written first may be larger than what fit; fix it.
-  uint32_t written = 0;
-  for (size_t at = sizeof(n); at < out.size(); ++written) {
-    WireMap w;
-    std::memcpy(&w, out.data() + at, sizeof(w));
-    at += sizeof(w) + w.path_len;
-  }
-  std::memcpy(out.data(), &written, sizeof(written));
-  return out;
-}
-
-bool DecodeMaps(const std::string& p, std::vector<TraceeMapping>* out) {
-  uint32_t n;
-  if (p.size() < sizeof(n)) return false;
-  std::memcpy(&n, p.data(), sizeof(n));
-  if (n > kMaxMaps) return false;
-  size_t at = sizeof(n);
-  out->clear();
-  for (uint32_t i = 0; i < n; ++i) {
-    WireMap w;
-    if (p.size() - at < sizeof(w)) return false;
-    std::memcpy(&w, p.data() + at, sizeof(w));
-    at += sizeof(w);
-    if (w.path_len > kMaxPath || p.size() - at < w.path_len || w.start > w.end)
-      return false;
-    TraceeMapping m;
-    m.start = w.start;
-    m.end = w.end;
-    m.offset = w.offset;
-    m.writable = w.writable != 0;
-    m.shared = w.shared != 0;
-    m.path.assign(p.data() + at, w.path_len);
-    at += w.path_len;
-    out->push_back(std::move(m));
-  }
-  return at == p.size();
 }
 
 void ReapHelper(pid_t helper, std::chrono::milliseconds timeout) {

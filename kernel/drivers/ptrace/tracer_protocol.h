@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "kernel/drivers/ptrace/soft_bts.h"
 
@@ -28,7 +27,7 @@ enum MsgType : uint32_t {
   kSwitch = 4,        // i32 cpu, u8 prev_is_task, u8 next_is_task, u8 preempt
   kExited = 5,        // i64 wait status
   kSignaled = 6,      // i32 signo
-  kMaps = 7,          // u32 count, then count x {WireMap, path bytes}
+  kMaps = 7,          // the tracee's mappings, kernel/uapi/proc_maps.h's encoding
   kStats = 8,         // WireStats
   kDrainServed = 9,   // u64 ticket, WireStats
   // pfmd -> helper
@@ -47,20 +46,11 @@ struct WireStats {
       resyncs;
 };
 
-struct WireMap {
-  uint64_t start, end, offset;
-  uint8_t writable, shared;
-  uint16_t pad;
-  uint32_t path_len;
-};
-
 // The DS area of a helper's tracer, in records (SoftBtsOptions' default),
 // and the largest message either side accepts.
 inline constexpr uint32_t kHelperDsRecords = SoftBtsOptions{}.ds_records;
 inline constexpr uint32_t kMaxMsgBytes =
     sizeof(WireStats) + 8 + kHelperDsRecords * sizeof(pfm_bts_raw);
-inline constexpr uint32_t kMaxMaps = 65536;
-inline constexpr uint32_t kMaxPath = 4096;
 // A helper that has not attached within this long is given up on.
 inline constexpr int kStartTimeoutMs = 15000;
 
@@ -72,9 +62,6 @@ bool ReadMsg(int fd, MsgHeader* h, std::string* payload);
 std::string Frame(uint32_t type, const void* payload, uint32_t len);
 WireStats ToWire(const SoftBtsTracer::Stats& s);
 SoftBtsTracer::Stats FromWire(const WireStats& w);
-std::string EncodeMaps(const std::vector<TraceeMapping>& maps);
-// False for anything malformed (the peer is not trusted).
-bool DecodeMaps(const std::string& p, std::vector<TraceeMapping>* out);
 // Waits for a helper told to leave (kStop, or its socket closed) to exit;
 // kills it only after `timeout`: a helper killed while attached can leave
 // its tracee with the trap flag set.

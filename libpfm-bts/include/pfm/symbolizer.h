@@ -12,35 +12,30 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "kernel/uapi/proc_maps.h"
 
 struct Dwfl;
 struct Dwfl_Module;
 
 namespace pfm {
 
-// One executable mapping, as in /proc/PID/maps: [start, end) maps the file at
-// `path` from file offset `offset`.
-struct MapEntry {
-  uint64_t start = 0, end = 0, offset = 0;
-  std::string path;
-};
-
 // The executable, file-backed mappings of /proc/PID/maps (pid 0 = self), in
-// address order. Pseudo-mappings ([vdso], [vsyscall]) and anonymous ones are
-// left out; a " (deleted)" suffix is stripped from the path. NOT_FOUND if
-// the process does not exist, PERMISSION_DENIED if its maps are not readable.
-absl::StatusOr<std::vector<MapEntry>> ReadProcMaps(pid_t pid);
-// The same for text in /proc/PID/maps format (e.g. saved in a trace header).
-// INVALID_ARGUMENT naming the first malformed line.
-absl::StatusOr<std::vector<MapEntry>> ParseProcMaps(absl::string_view text);
+// address order: kernel/uapi/proc_maps.h's ParseProcMaps (INVALID_ARGUMENT
+// naming a malformed line, or for more than kMaxMappings), then KeepFileBacked
+// (pseudo-mappings such as [vdso] and anonymous ones left out, a
+// " (deleted)" suffix stripped). NOT_FOUND if the process does not exist,
+// PERMISSION_DENIED if its maps are not readable.
+absl::StatusOr<std::vector<Mapping>> ReadProcMaps(pid_t pid);
 
 // Not thread-safe. Each file is opened on the first address that falls in one
 // of its mappings and kept open (with its symbol table) until destruction; a
 // file that cannot be read is remembered as such and not retried.
 class Symbolizer {
  public:
-  explicit Symbolizer(std::vector<MapEntry> maps);
+  // Mappings without a path (anonymous memory) or without bytes are left
+  // out: there is no file to name; the others need not be file-backed
+  // ("[vdso]" addresses show as "[[vdso]+0x...]").
+  explicit Symbolizer(std::vector<Mapping> maps);
   ~Symbolizer();
   Symbolizer(const Symbolizer&) = delete;
   Symbolizer& operator=(const Symbolizer&) = delete;
@@ -61,12 +56,12 @@ class Symbolizer {
   std::string ModuleOf(uint64_t addr) const;
 
  private:
-  const MapEntry* Find(uint64_t addr) const;
+  const Mapping* Find(uint64_t addr) const;
   // The libdwfl module for `path`, reporting it on first use; null if the
   // file cannot be read (remembered).
-  Dwfl_Module* ModuleFor(const MapEntry& m);
+  Dwfl_Module* ModuleFor(const Mapping& m);
 
-  std::vector<MapEntry> maps_;  // sorted by start
+  std::vector<Mapping> maps_;  // sorted by start
   struct DwflDeleter {
     void operator()(Dwfl* d) const;
   };

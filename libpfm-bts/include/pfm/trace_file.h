@@ -2,14 +2,27 @@
 // read by `pfmctl report`.
 //
 // Layout (little-endian):
-//   "PFMTRACE" (8 bytes) | u32 version (1)
+//   "PFMTRACE" (8 bytes) | u32 version (2)
 //   then blocks, each: u32 kind | u32 length | payload[length]
-//     kind 1 HEADER  : JSON (session, target, machine, maps for symbols)
+//     kind 1 HEADER  : JSON (session, kind, ring; record: command, pid, spec)
 //     kind 2 RECORDS : n * 64-byte pfm_record (fixed encoding)
 //     kind 3 TRAILER : JSON (counters, exit status, totals); last block
+//     kind 4 MAPS    : the target's executable mappings, for symbols:
+//                      u64 time_ns | i32 pid | u32 reserved (0: a reader
+//                      takes anything else for damage) |
+//                      mappings in kernel/uapi/proc_maps.h's encoding
+//                      (u32 count, then per mapping u64 start, u64 end,
+//                      u64 offset, u32 flags, u32 path_len, path bytes)
+// MAPS blocks may come anywhere after the header, each a whole list as of
+// time_ns (ProcessMaps); `report` symbolizes with the last one that has
+// any mappings.
+// Version 1 carried the mappings as hex strings in the trailer's JSON; this
+// version refuses it (re-record).
 // Every block is written with one write() and flushed to the file as it
 // comes, so a writer killed mid-run leaves a file readable up to its last
 // complete block; a file without TRAILER is reported as cut short.
+//
+// TraceWriter is not thread-safe; ReadTrace is (it shares nothing).
 #ifndef PFM_LIBPFM_BTS_INCLUDE_PFM_TRACE_FILE_H_
 #define PFM_LIBPFM_BTS_INCLUDE_PFM_TRACE_FILE_H_
 
@@ -22,12 +35,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernel/uapi/pfm_uapi.h"
+#include "kernel/uapi/proc_maps.h"
 #include "pfm/unique_fd.h"
 
 namespace pfm {
 
 inline constexpr char kTraceMagic[8] = {'P', 'F', 'M', 'T', 'R', 'A', 'C', 'E'};
-inline constexpr uint32_t kTraceVersion = 1;
+inline constexpr uint32_t kTraceVersion = 2;
 inline constexpr uint32_t kMaxTraceBlock = 64 << 20;
 
 class TraceWriter {
@@ -36,6 +50,10 @@ class TraceWriter {
   static absl::StatusOr<TraceWriter> Create(const std::string& path,
                                             const boost::json::object& header);
   absl::Status Append(const pfm_record* records, size_t n);
+  // Writes a MAPS block. INVALID_ARGUMENT, writing nothing, when the list
+  // cannot be carried whole: more than kMaxMappings, a mapping that is not
+  // IsEncodableMapping, or a block over kMaxTraceBlock.
+  absl::Status AppendMaps(const ProcessMaps& maps);
   absl::Status Finish(const boost::json::object& trailer);
   uint64_t records() const { return records_; }
 
@@ -49,14 +67,18 @@ class TraceWriter {
 struct Trace {
   boost::json::object header;
   std::vector<pfm_record> records;
+  std::vector<ProcessMaps> maps;  // the MAPS blocks, in file order
   boost::json::object trailer;
   bool complete = false;    // a TRAILER was found
   std::string cut_reason;   // why not, when !complete
 };
 
 // Reads a whole trace. A truncated or damaged tail is not an error: what was
-// readable is returned with complete=false and the reason. A file that is not
-// a trace is INVALID_ARGUMENT; a missing one NOT_FOUND.
+// readable is returned with complete=false and the reason; a damaged block
+// (a RECORDS length that is not whole records, JSON that is not an object,
+// a MAPS block that does not decode) ends the reading the same way. A file
+// that is not a trace, or of another version, is INVALID_ARGUMENT; a
+// missing one NOT_FOUND.
 absl::StatusOr<Trace> ReadTrace(const std::string& path);
 
 }  // namespace pfm
