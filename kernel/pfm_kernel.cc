@@ -11,11 +11,13 @@ Kernel::Kernel(const MachineInfo& machine, const KernelOptions& options)
       arbiter_(machine, options.mux_interval_ns, &running_) {
   KernelLockGuard l(&lock_);
   ds_.set_pebs_router(this);
+  arbiter_.set_schedule_observer(this);
 }
 
 Kernel::~Kernel() {
   KernelLockGuard l(&lock_);
   ds_.set_pebs_router(nullptr);
+  arbiter_.set_schedule_observer(nullptr);
 }
 
 // ---- the owner's verbs ----
@@ -23,7 +25,11 @@ Kernel::~Kernel() {
 int Kernel::AttachConsumer(const ConsumerParams& params, uint64_t now,
                            ErrorDetail* d) {
   lock_.AssertHeld();
-  return ds_.Attach(params, now, d);
+  const int id = ds_.Attach(params, now, d);
+  // A schedule listener starts from what is on hardware now.
+  if (id > 0 && (params.req.flags & PFM_CONSUMER_SCHEDULE))
+    arbiter_.TellOnHardware(params.session, now);
+  return id;
 }
 
 void Kernel::DetachConsumer(ConsumerId id, uint64_t now) {
@@ -160,6 +166,20 @@ void Kernel::TaskSignaled(TaskId task, uint64_t now_ns, int signo) {
 
 // Called back by the DS allocator from inside a drain, i.e. with the lock
 // held by whoever started the drain.
+void Kernel::OnSchedule(const ScheduleChange& change) {
+  lock_.AssertHeld();
+  pfm_record rec{};
+  rec.type = PFM_REC_SCHEDULE;
+  rec.cpu = static_cast<uint16_t>(change.cpu);
+  rec.misc = change.on ? PFM_MISC_SCHED_ON : 0;
+  rec.time = change.now;
+  rec.pid = static_cast<uint32_t>(change.pid);
+  rec.tid = static_cast<uint32_t>(change.pid);
+  rec.u.sched.request = change.request;
+  rec.u.sched.slot = static_cast<uint32_t>(change.slot);
+  ds_.NotifySession(change.session, rec);
+}
+
 uint32_t Kernel::OwnerOf(int cpu, int counter) const {
   lock_.AssertHeld();
   return arbiter_.OnCounter(cpu, counter);

@@ -32,7 +32,7 @@ struct KernelOptions {
   uint64_t mux_interval_ns = 4000000;  // 4 ms
 };
 
-class Kernel : public CoreHooks, public PebsRouter {
+class Kernel : public CoreHooks, public PebsRouter, public ScheduleObserver {
  public:
   Kernel(const MachineInfo& machine, const KernelOptions& options);
   ~Kernel() override;
@@ -97,6 +97,9 @@ class Kernel : public CoreHooks, public PebsRouter {
 
   // PebsRouter (called back by the DS allocator during a drain).
   uint32_t OwnerOf(int cpu, int counter) const override;
+  // ScheduleObserver (called back by the arbiter): a SCHEDULE record to the
+  // consumers of the request's session that asked for it.
+  void OnSchedule(const ScheduleChange& change) override;
 
  private:
   mutable KernelLock lock_;

@@ -16,6 +16,7 @@ std::string RecordTypeName(uint16_t type) {
     case PFM_REC_THROTTLE: return "throttle";
     case PFM_REC_RESIZED: return "resized";
     case PFM_REC_EXIT: return "exit";
+    case PFM_REC_SCHEDULE: return "schedule";
     default: return absl::StrCat("type_", type);
   }
 }
@@ -63,6 +64,11 @@ boost::json::object RecordToJson(const pfm_record& r) {
       break;
     case PFM_REC_EXIT:
       o["status"] = r.u.exit.status;
+      break;
+    case PFM_REC_SCHEDULE:
+      o["request"] = r.u.sched.request;
+      o["slot"] = r.u.sched.slot;
+      o["on"] = (r.misc & PFM_MISC_SCHED_ON) != 0;
       break;
     default:
       break;

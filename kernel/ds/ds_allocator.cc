@@ -172,14 +172,20 @@ int DsAllocator::Attach(const ConsumerParams& params, uint64_t now,
   if (r.format != PFM_FORMAT_FIXED && r.format != PFM_FORMAT_COMPACT)
     return SetError(detail, -EINVAL, "format %u: expected fixed or compact",
                     r.format);
+  constexpr uint32_t kKnownFlags =
+      PFM_CONSUMER_BLOCK | PFM_CONSUMER_SWITCHES | PFM_CONSUMER_SCHEDULE;
+  if (r.flags & ~kKnownFlags)
+    return SetError(detail, -EINVAL, "consumer flags 0x%x: unknown bits 0x%x",
+                    r.flags, r.flags & ~kKnownFlags);
   const bool block = (r.flags & PFM_CONSUMER_BLOCK) != 0;
   if (block && (r.bts != PFM_BTS_LOSSLESS || r.ctx_kind != PFM_CTX_TASK))
     return SetError(detail, -EINVAL,
                     "block applies to a lossless consumer of a task only");
   if (r.bts == PFM_BTS_OFF && params.pebs_request == 0 &&
-      !(r.flags & PFM_CONSUMER_SWITCHES))
+      !(r.flags & (PFM_CONSUMER_SWITCHES | PFM_CONSUMER_SCHEDULE)))
     return SetError(detail, -EINVAL,
-                    "a consumer needs at least one of BTS, PEBS or switches");
+                    "a consumer needs at least one of BTS, PEBS, switches or "
+                    "the schedule");
   Context* ctx = r.ctx_kind == PFM_CTX_TASK ? TaskContext(r.pid) : nullptr;
   if (ctx != nullptr && ctx->exited)
     return SetError(detail, -ESRCH, "task %d has exited", r.pid);
@@ -273,6 +279,8 @@ int DsAllocator::Attach(const ConsumerParams& params, uint64_t now,
     cs.consumers.push_back(c.get());
   }
   const ConsumerId id = c->id;
+  if (r.flags & PFM_CONSUMER_SCHEDULE)
+    schedule_consumers_[params.session].push_back(c.get());
   consumers_[id] = std::move(c);
   return static_cast<int>(id);
 }
@@ -295,6 +303,14 @@ void DsAllocator::Detach(ConsumerId id, uint64_t now) {
     Drain(c->ctx->running_cpu, now);
   if (c->cpu >= 0) Drain(c->cpu, now);
   c->ring->End();
+  if (c->p.req.flags & PFM_CONSUMER_SCHEDULE) {
+    auto sit = schedule_consumers_.find(c->p.session);
+    if (sit != schedule_consumers_.end()) {
+      auto& v = sit->second;
+      v.erase(std::remove(v.begin(), v.end(), c), v.end());
+      if (v.empty()) schedule_consumers_.erase(sit);
+    }
+  }
   if (c->ctx != nullptr) {
     auto& v = c->ctx->consumers;
     v.erase(std::remove(v.begin(), v.end(), c), v.end());
@@ -666,6 +682,13 @@ void DsAllocator::Notify(int32_t pid, const pfm_record& rec) {
   Context* ctx = TaskContext(pid);
   if (ctx == nullptr) return;
   for (Consumer* c : ctx->consumers) Deliver(c, rec);
+}
+
+void DsAllocator::NotifySession(uint64_t session, const pfm_record& rec) {
+  if (schedule_consumers_.empty()) return;
+  auto it = schedule_consumers_.find(session);
+  if (it == schedule_consumers_.end()) return;
+  for (Consumer* c : it->second) Deliver(c, rec);
 }
 
 TraceConfig DsAllocator::Config(int cpu, TaskId task) const {

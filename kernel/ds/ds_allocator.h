@@ -159,6 +159,9 @@ class DsAllocator {
   // Writes `rec` (stamped by the caller) to the consumers of `task`'s context
   // (COUNTER updates and other notices).
   void Notify(int32_t pid, const pfm_record& rec);
+  // Writes `rec` to the consumers of `session` that asked for the schedule
+  // (PFM_CONSUMER_SCHEDULE). O(1) when none did.
+  void NotifySession(uint64_t session, const pfm_record& rec);
   TraceConfig Config(int cpu, TaskId task) const;
   bool Held(TaskId task) const;
 
@@ -206,6 +209,8 @@ class DsAllocator {
   ConsumerId next_id_ = 1;
   std::map<ConsumerId, std::unique_ptr<Consumer>> consumers_;
   std::map<int32_t, std::unique_ptr<Context>> tasks_;  // by pid
+  // Consumers that asked for their session's SCHEDULE records, by session.
+  std::map<uint64_t, std::vector<Consumer*>> schedule_consumers_;
   std::vector<std::unique_ptr<CpuState>> cpus_;
   // An area no one reads, installed when nothing on a CPU is traced, so a
   // driver that writes anyway never touches freed or foreign memory.

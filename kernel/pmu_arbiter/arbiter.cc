@@ -56,6 +56,33 @@ PmuArbiter::PmuArbiter(const MachineInfo& m, uint64_t mux_interval_ns,
 
 PmuArbiter::~PmuArbiter() = default;
 
+void PmuArbiter::set_schedule_observer(ScheduleObserver* o) {
+  schedule_observer_ = o;
+  for (auto& cpu : cpu_) cpu->slots.set_observer(o);
+}
+
+void PmuArbiter::TellOnHardware(uint64_t session, uint64_t now) const {
+  if (schedule_observer_ == nullptr) return;
+  for (const auto& cpu : cpu_) {
+    const arbiter_internal::CpuSlots& s = cpu->slots;
+    auto tell = [&](const Request* r) {
+      if (r == nullptr || r->session != session) return;
+      ScheduleChange c;
+      c.cpu = s.cpu();
+      c.request = r->id;
+      c.session = r->session;
+      c.pid = r->pid;
+      c.slot = r->slot;
+      c.on = true;
+      c.now = now;
+      schedule_observer_->OnSchedule(c);
+    };
+    for (int i = 0; i < shape_.gp_counters; ++i) tell(s.gp(i));
+    for (int i = 0; i < shape_.fixed_counters; ++i) tell(s.fixed(i));
+    for (int i = 0; i < shape_.debug_registers; ++i) tell(s.debug_register(i));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Contexts
 
@@ -121,6 +148,7 @@ int PmuArbiter::Add(const pfm_pmu_req& req, uint64_t session, const char* label,
 
   auto r = std::make_unique<Request>();
   r->session = session;
+  r->pid = req.ctx_kind == PFM_CTX_TASK ? req.pid : 0;
   if (label != nullptr) snprintf(r->label, sizeof(r->label), "%s", label);
   admission_->Classify(req, r.get());
   if (r->pinned) {

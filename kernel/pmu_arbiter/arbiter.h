@@ -152,6 +152,15 @@ class PmuArbiter {
   // Every request, ordered by id ("who is using the PMU?"). Control path.
   void Describe(uint64_t now, std::vector<Holder>* out) const;
 
+  // From now on `o` (null: nobody) is told of every request going on or off
+  // hardware (ScheduleChange, request.h); it must outlive the arbiter or be
+  // reset first.
+  void set_schedule_observer(ScheduleObserver* o);
+  // Tells the observer, as going on at `now`, each request of `session`
+  // that is on hardware now: the state a newly attached listener starts
+  // from. O(CPUs x slots).
+  void TellOnHardware(uint64_t session, uint64_t now) const;
+
   // Scheduling work done so far: slots cleared and filled, pinned requests
   // visited, flexible requests visited or picked by a deal, and placed
   // requests moved by a rotation. Lets tests check O(slots) switches that do
@@ -176,6 +185,7 @@ class PmuArbiter {
   std::unique_ptr<RunningTasks> own_running_;  // only when on its own
   const RunningTasks* running_;
   const arbiter_internal::PmuShape shape_;
+  ScheduleObserver* schedule_observer_ = nullptr;
   const uint64_t mux_interval_ns_;
   const std::unique_ptr<const arbiter_internal::Admission> admission_;
   const std::unique_ptr<arbiter_internal::ContextTable> contexts_;

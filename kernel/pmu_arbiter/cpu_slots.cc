@@ -3,6 +3,18 @@
 namespace pfm {
 namespace arbiter_internal {
 
+void CpuSlots::Tell(const Request& r, int slot, bool on, uint64_t now) {
+  ScheduleChange c;
+  c.cpu = cpu_;
+  c.request = r.id;
+  c.session = r.session;
+  c.pid = r.pid;
+  c.slot = slot;
+  c.on = on;
+  c.now = now;
+  observer_->OnSchedule(c);
+}
+
 CpuSlots::CpuSlots(int cpu, const PmuShape& shape, uint64_t* work_units)
     : cpu_(cpu),
       shape_(shape),

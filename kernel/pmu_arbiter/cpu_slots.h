@@ -27,6 +27,8 @@ class CpuSlots {
   CpuSlots& operator=(const CpuSlots&) = delete;
 
   int cpu() const { return cpu_; }
+  // Told of every Put and Take from now on (null: nobody); must outlive this.
+  void set_observer(ScheduleObserver* o) { observer_ = o; }
   const PmuShape& shape() const { return shape_; }
   uint32_t gp_free() const { return gp_free_; }  // bit i: GP counter i free
   uint32_t fixed_free() const { return fixed_free_; }
@@ -75,6 +77,7 @@ class CpuSlots {
     r->on_cpu = cpu_;
     r->slot = static_cast<int8_t>(slot);
     r->on_since = now;
+    if (observer_ != nullptr) Tell(*r, slot, true, now);
   }
 
   // Takes `r` (on this CPU) off and adds the interval to its running time.
@@ -96,6 +99,7 @@ class CpuSlots {
     r->running += SatSub(now, r->on_since);
     r->on_cpu = -1;
     r->slot = -1;
+    if (observer_ != nullptr) Tell(*r, slot, false, now);
   }
 
   // Takes off every request here, or only those of context `only`.
@@ -115,6 +119,9 @@ class CpuSlots {
   Request* OnCounter(int counter) const;
 
  private:
+  void Tell(const Request& r, int slot, bool on, uint64_t now);
+
+  ScheduleObserver* observer_ = nullptr;
   const int cpu_;
   const PmuShape shape_;
   uint64_t* const work_units_;

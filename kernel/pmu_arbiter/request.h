@@ -25,6 +25,26 @@ using RequestId = uint32_t;  // > 0; 0 means "none"
 // GP counters are 0..gp_counters-1, fixed counter i is kFixedCounterBase + i.
 inline constexpr int kFixedCounterBase = 32;
 
+// One request going on or off one CPU's hardware: the arbiter's schedule as
+// it happens (PmuArbiter::set_schedule_observer).
+struct ScheduleChange {
+  int cpu = 0;
+  RequestId request = 0;
+  uint64_t session = 0;
+  int32_t pid = 0;  // the task context's pid; 0 for a CPU context
+  int slot = -1;    // counter number (as above) or debug register
+  bool on = false;
+  uint64_t now = 0;
+};
+
+// Told of every ScheduleChange, synchronously, under the caller's lock (the
+// kernel's). Must not call back into the arbiter.
+class ScheduleObserver {
+ public:
+  virtual ~ScheduleObserver() = default;
+  virtual void OnSchedule(const ScheduleChange& change) = 0;
+};
+
 namespace arbiter_internal {
 
 inline constexpr int kMaxSlots = 32;       // per kind of slot (GP, fixed, DR)
@@ -136,6 +156,7 @@ struct Request {
   uint32_t type = 0;
   uint64_t config = 0;
   uint64_t session = 0;
+  int32_t pid = 0;  // its task context's pid; 0 for a CPU context
   uint64_t value = 0;
   uint64_t enabled_base = 0;  // on the context clock
   Demand demand;  // what it adds to its context's pinned demand

@@ -57,6 +57,7 @@ size_t UnionBytes(uint32_t type) {
     case PFM_REC_THROTTLE: return 8;
     case PFM_REC_RESIZED: return 16;
     case PFM_REC_EXIT: return 8;
+    case PFM_REC_SCHEDULE: return 8;
     default: return 0;
   }
 }
@@ -192,6 +193,10 @@ size_t EncodeLong(const pfm_record& r, const CodecState& st, uint8_t* buf) {
       break;
     case PFM_REC_EXIT:
       o.Varint(ZigZag(static_cast<uint64_t>(r.u.exit.status)));
+      break;
+    case PFM_REC_SCHEDULE:
+      o.Varint(r.u.sched.request);
+      o.Varint(r.u.sched.slot);
       break;
   }
   const size_t n = static_cast<size_t>(o.p - buf);
@@ -349,6 +354,10 @@ int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
       break;
     case PFM_REC_EXIT:
       r.u.exit.status = static_cast<int64_t>(UnZigZag(i.Varint()));
+      break;
+    case PFM_REC_SCHEDULE:
+      r.u.sched.request = i.Varint32();
+      r.u.sched.slot = i.Varint32();
       break;
   }
   if (!i.ok) return -EINVAL;

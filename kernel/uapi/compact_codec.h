@@ -7,7 +7,7 @@
 // Compact record layout (little-endian, varints are unsigned LEB128, at most
 // 10 bytes; "zz" = zigzag, so a negative delta stays short):
 //
-//   lead byte  bits 0-3 type (1..9, never 0: a 0 byte is PFM_REC_PAD)
+//   lead byte  bits 0-3 type (1..10, never 0: a 0 byte is PFM_REC_PAD)
 //              bit 4 cpu follows, bit 5 pid follows, bit 6 tid follows
 //              bit 7 misc follows (BRANCH: misc and flags follow)
 //   zz(time - previous time in the chunk)
@@ -22,6 +22,7 @@
 //               THROTTLE no payload yet, so keep 8 bytes in case one is used)
 //     RESIZED   old_bytes, new_bytes
 //     EXIT      zz(status)
+//     SCHEDULE  request, slot (on/off is misc)
 //
 // Short branch form (lead nibble 0xE), used for a BRANCH whose cpu, pid and
 // tid equal the previous record's and whose misc and flags equal the

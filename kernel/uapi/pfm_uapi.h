@@ -99,13 +99,20 @@ enum pfm_record_type {
   PFM_REC_THROTTLE = 7,
   PFM_REC_RESIZED = 8,
   PFM_REC_EXIT = 9, /* the traced task exited; u.exit.status */
-  PFM_REC_TYPE_MAX = 10,
+  /* A request of the session went on (misc PFM_MISC_SCHED_ON) or off the
+   * hardware of `cpu` at `time`: the arbiter's schedule, so a reader sees
+   * when a multiplexed counter counted (u.sched). pid/tid: the task whose
+   * context holds the request, 0 for a CPU context. Only to consumers that
+   * ask (PFM_CONSUMER_SCHEDULE). */
+  PFM_REC_SCHEDULE = 10,
+  PFM_REC_TYPE_MAX = 11,
 };
 
 /* misc bits, by type */
 #define PFM_MISC_BRANCH_PREDICTED (1u << 0)
 #define PFM_MISC_BRANCH_KERNEL_FROM (1u << 1) /* from-address is kernel mode */
 #define PFM_MISC_SWITCH_PREEMPT (1u << 0)     /* involuntary switch */
+#define PFM_MISC_SCHED_ON (1u << 0)           /* SCHEDULE: went on (else off) */
 
 /*
  * The fixed encoding: every record is exactly 64 bytes, so record i of a ring
@@ -155,6 +162,10 @@ struct pfm_record {
     struct {
       __s64 status; /* wait status of the exited task */
     } exit;
+    struct {
+      __u32 request; /* arbiter request id */
+      __u32 slot;    /* counter: GP i or 32 + fixed i; breakpoint: DR i */
+    } sched;
     __u8 raw[40];
   } u;
 };
@@ -250,6 +261,7 @@ struct pfm_consumer_req {
 };
 #define PFM_CONSUMER_BLOCK (1u << 0)   /* lossless: hold the task, don't lose */
 #define PFM_CONSUMER_SWITCHES (1u << 1) /* also deliver SWITCH_OUT/IN */
+#define PFM_CONSUMER_SCHEDULE (1u << 2) /* also deliver the session's SCHEDULE */
 
 enum pfm_request_kind { PFM_REQ_COUNTER = 1, PFM_REQ_BREAKPOINT = 2 };
 enum pfm_bp_kind { PFM_BP_R = 1, PFM_BP_W = 2, PFM_BP_RW = 3, PFM_BP_X = 4 };

@@ -148,6 +148,11 @@ void RenderRecordLine(const pfm_record& r, std::ostream& out) {
     case PFM_REC_EXIT:
       out << "status " << r.u.exit.status;
       break;
+    case PFM_REC_SCHEDULE:
+      out << "request " << r.u.sched.request
+          << ((r.misc & PFM_MISC_SCHED_ON) ? " on" : " off") << " slot "
+          << r.u.sched.slot;
+      break;
     default:
       break;
   }
