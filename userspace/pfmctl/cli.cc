@@ -79,7 +79,9 @@ commands:
   resources                   who holds which counter, debug register, BTS/PEBS
   record [session flags] -o FILE -- CMD ARGS...
                               run CMD traced; exit with CMD's status
-  report FILE [--limit N]     branches (symbolized), samples, switches, counters
+  report FILE [--limit N] [--timeline OUT.svg]
+                              branches (symbolized), samples, switches, counters;
+                              --timeline: an SVG of when threads ran and counters counted
   sim pause|resume|run NS|stats [PID]|exit PID
                               control the simulated machine (--driver sim)
   shutdown                    stop the daemon (the embedded one by default)

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -30,6 +31,7 @@
 #include "userspace/pfmctl/render.h"
 #include "userspace/pfmctl/reply.h"
 #include "userspace/pfmctl/report.h"
+#include "userspace/pfmctl/timeline.h"
 
 namespace pfm {
 namespace {
@@ -293,9 +295,12 @@ absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args
   CommandFlags f(args, 1);
   absl::StatusOr<std::string> limit_s = f.Take("--limit", "");
   if (!limit_s.ok()) return limit_s.status();
+  absl::StatusOr<std::string> timeline = f.Take("--timeline", "");
+  if (!timeline.ok()) return timeline.status();
   absl::StatusOr<std::vector<std::string>> pos = f.Positional("report");
   if (!pos.ok()) return pos.status();
-  if (pos->size() != 1) return UsageError("usage: report FILE [--limit N]");
+  if (pos->size() != 1)
+    return UsageError("usage: report FILE [--limit N] [--timeline OUT.svg]");
   size_t limit = ctx.json ? SIZE_MAX : kReportTextLimit;
   if (!limit_s->empty()) {
     absl::StatusOr<int> n = ParseIntArg("--limit", *limit_s, 0, 1 << 30);
@@ -304,6 +309,15 @@ absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args
   }
   absl::StatusOr<TraceReport> report = BuildReport(pos->front(), limit);
   if (!report.ok()) return report.status();
+  if (!timeline->empty()) {
+    // The picture of when each thread ran and each counter and breakpoint
+    // was on hardware (docs/export.md).
+    std::ofstream svg(*timeline, std::ios::binary | std::ios::trunc);
+    svg << TimelineSvg(BuildTimeline(report->trace));
+    svg.close();
+    if (!svg)
+      return absl::UnavailableError(absl::StrCat(*timeline, ": cannot write the timeline"));
+  }
   if (ctx.json) {
     PrintJson(ctx, RenderReportJson(*report));
   } else {

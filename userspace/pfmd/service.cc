@@ -37,6 +37,7 @@ absl::StatusOr<SessionId> IdOf(const json::object& req) {
 }
 
 void ReadingToJson(const RequestInfo& r, json::object* out) {
+  if (r.request != 0) (*out)["request"] = r.request;
   if (!r.readable) return;
   const PmuArbiter::Reading& g = r.reading;
   (*out)["value"] = g.value;

@@ -195,6 +195,7 @@ SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
   };
   if (s.pebs_request) {
     RequestInfo c;
+    c.request = s.pebs_request;
     c.label = s.spec.pebs_event;
     c.pebs = true;
     c.pebs_period = s.spec.pebs_period;
@@ -205,6 +206,7 @@ SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
   }
   for (const Session::Req& r : s.reqs) {
     RequestInfo c;
+    c.request = r.id;
     c.label = r.label;
     c.pinned = r.pinned;
     reading(r, &c);

@@ -51,6 +51,7 @@ class SimRunner;
 
 // A counter's or breakpoint's count, as `session show` reports it.
 struct RequestInfo {
+  RequestId request = 0;  // the arbiter's id (SCHEDULE records name it); 0: none
   std::string label;  // event name or breakpoint spec ("0x401000:1:x")
   bool pinned = false;
   bool pebs = false;

@@ -1,0 +1,88 @@
+// When things happened in a trace: the model behind `pfmctl export --format
+// chrome-json` (Trace Event Format, for Perfetto and chrome://tracing) and
+// `pfmctl report --timeline FILE.svg`. docs/export.md says what maps to what.
+//
+//   - a track per thread: its running slices, from SWITCH_IN to SWITCH_OUT
+//     (voluntary or preempted), and its branches counted per time bucket;
+//   - a track per counter or breakpoint of the session: the slices when it
+//     was on hardware, from SCHEDULE records (the arbiter's schedule; only
+//     where the arbiter drives the hardware, see docs/ds.md), so a reader
+//     sees why a counter was scaled; with the time_running the trailer
+//     reports, to compare.
+//
+// A slice still open at the end of the trace ends at the trace's last
+// record. Records need not be in time order (a drain stamps branches after
+// the switch that ended them); slices are built from the records sorted by
+// time. Pure functions; thread-compatible.
+#ifndef PFM_USERSPACE_PFMCTL_TIMELINE_H_
+#define PFM_USERSPACE_PFMCTL_TIMELINE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pfm/trace_file.h"
+
+namespace pfm {
+
+struct RunSlice {
+  uint64_t start = 0, end = 0;
+  uint16_t cpu = 0;
+  // How it ended: "preempted", "voluntary", "exit" or "trace end".
+  std::string ended_by;
+};
+
+struct ThreadTrack {
+  uint32_t pid = 0, tid = 0;
+  std::vector<RunSlice> runs;
+  std::vector<uint64_t> branches_per_bucket;  // Timeline::bucket_ns wide
+  uint64_t branches = 0;
+};
+
+struct OnSlice {
+  uint64_t start = 0, end = 0;
+  uint16_t cpu = 0;
+  uint32_t slot = 0;
+};
+
+struct RequestTrack {
+  uint32_t request = 0;
+  std::string name;        // the event or breakpoint; "request N" if unknown
+  bool breakpoint = false;
+  std::vector<OnSlice> on;
+  uint64_t on_ns = 0;      // sum of the slices
+  std::optional<uint64_t> time_running;  // as the trailer reports it
+  std::optional<uint64_t> time_enabled;
+};
+
+struct Timeline {
+  uint64_t start = 0, end = 0;  // first and last record's time
+  uint64_t bucket_ns = 1;       // width of a branch-count bucket
+  uint64_t session = 0;
+  std::string title;            // "pid 1234 (ls -la)", "session 3", ...
+  std::vector<ThreadTrack> threads;    // by (pid, tid)
+  std::vector<RequestTrack> requests;  // by request id
+  uint64_t lost = 0;
+  uint64_t schedule_records = 0;
+};
+
+// At most this many branch-count buckets per thread (the bucket width is
+// chosen from the trace's span, at least 1 us).
+inline constexpr size_t kMaxTimelineBuckets = 1000;
+
+Timeline BuildTimeline(const Trace& trace);
+
+// The Trace Event Format (JSON object form, "traceEvents" plus
+// "displayTimeUnit"): "X" slices, "C" counters, "M" names, "i" instants.
+// Times in microseconds with ns precision.
+std::string ChromeTraceJson(const Timeline& t);
+
+// A self-contained SVG: one row per thread (running slices) and one per
+// request (on-hardware slices), a time axis, and each request's measured
+// share against the trailer's time_running.
+std::string TimelineSvg(const Timeline& t);
+
+}  // namespace pfm
+
+#endif  // PFM_USERSPACE_PFMCTL_TIMELINE_H_

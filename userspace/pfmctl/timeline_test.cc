@@ -1,0 +1,157 @@
+#include "userspace/pfmctl/timeline.h"
+
+#include <map>
+#include <string>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+
+pfm_record Rec(uint16_t type, uint64_t time, uint32_t pid, uint32_t tid, uint16_t cpu = 0) {
+  pfm_record r{};
+  r.type = type;
+  r.time = time;
+  r.pid = pid;
+  r.tid = tid;
+  r.cpu = cpu;
+  return r;
+}
+pfm_record Sched(uint64_t time, uint32_t request, bool on, uint16_t cpu, uint32_t slot) {
+  pfm_record r = Rec(PFM_REC_SCHEDULE, time, 100, 100, cpu);
+  r.misc = on ? PFM_MISC_SCHED_ON : 0;
+  r.u.sched.request = request;
+  r.u.sched.slot = slot;
+  return r;
+}
+pfm_record Branch(uint64_t time, uint32_t tid) {
+  pfm_record r = Rec(PFM_REC_BRANCH, time, 100, tid);
+  r.u.branch.from = 0x401000;
+  r.u.branch.to = 0x401020;
+  return r;
+}
+
+// Thread 100 runs [1000, 5000) (preempted), [8000, 9000) (exit); thread 101
+// runs from before the trace to 3000; request 7 is on [1000, 4000) and
+// [6000, end); request 9 was on when the trace began, off at 2000. Records
+// come out of time order, as a drain after a switch writes them.
+Trace Synthetic() {
+  Trace t;
+  t.header = json::object{{"session", 3}, {"kind", "record"}, {"command", "a.out"}, {"pid", 100}};
+  t.trailer = json::object{
+      {"counters", json::array{json::object{{"event", "cycles"}, {"request", 7},
+                                            {"time_running", 6000}, {"time_enabled", 9000}}}},
+      {"breakpoints", json::array{json::object{{"spec", "0x401000:1:x"}, {"request", 9}}}}};
+  pfm_record out = Rec(PFM_REC_SWITCH_OUT, 5000, 100, 100);
+  out.misc = PFM_MISC_SWITCH_PREEMPT;
+  t.records = {Rec(PFM_REC_SWITCH_IN, 1000, 100, 100), Sched(1000, 7, true, 0, 2),
+               Branch(1500, 100), Branch(1200, 100), Sched(2000, 9, false, 1, 0),
+               Rec(PFM_REC_SWITCH_OUT, 3000, 100, 101, 1), Sched(4000, 7, false, 0, 2),
+               out, Sched(6000, 7, true, 0, 3), Rec(PFM_REC_SWITCH_IN, 8000, 100, 100),
+               Branch(8500, 100), Rec(PFM_REC_EXIT, 9000, 100, 100)};
+  return t;
+}
+
+TEST(Timeline, SlicesFromSwitchAndScheduleRecords) {
+  const Timeline t = BuildTimeline(Synthetic());
+  EXPECT_EQ(t.start, 1000u);
+  EXPECT_EQ(t.end, 9000u);
+  EXPECT_EQ(t.session, 3u);
+  EXPECT_EQ(t.title, "pid 100 (a.out)");
+  ASSERT_EQ(t.threads.size(), 2u);
+  const ThreadTrack& main = t.threads[0];
+  EXPECT_EQ(main.tid, 100u);
+  ASSERT_EQ(main.runs.size(), 2u);
+  EXPECT_EQ(main.runs[0].start, 1000u);
+  EXPECT_EQ(main.runs[0].end, 5000u);
+  EXPECT_EQ(main.runs[0].ended_by, "preempted");
+  EXPECT_EQ(main.runs[1].start, 8000u);
+  EXPECT_EQ(main.runs[1].end, 9000u);
+  EXPECT_EQ(main.runs[1].ended_by, "exit");
+  EXPECT_EQ(main.branches, 3u);
+  const ThreadTrack& other = t.threads[1];
+  ASSERT_EQ(other.runs.size(), 1u);
+  EXPECT_EQ(other.runs[0].start, 1000u);  // running when the trace began
+  EXPECT_EQ(other.runs[0].end, 3000u);
+  EXPECT_EQ(other.runs[0].ended_by, "voluntary");
+
+  ASSERT_EQ(t.requests.size(), 2u);
+  const RequestTrack& cycles = t.requests[0];
+  EXPECT_EQ(cycles.request, 7u);
+  EXPECT_EQ(cycles.name, "cycles");
+  ASSERT_EQ(cycles.on.size(), 2u);
+  EXPECT_EQ(cycles.on[1].start, 6000u);
+  EXPECT_EQ(cycles.on[1].end, 9000u);  // still on at the end
+  EXPECT_EQ(cycles.on[1].slot, 3u);
+  EXPECT_EQ(cycles.on_ns, 3000u + 3000u);
+  EXPECT_EQ(cycles.on_ns, *cycles.time_running);
+  const RequestTrack& bp = t.requests[1];
+  EXPECT_TRUE(bp.breakpoint);
+  EXPECT_EQ(bp.name, "0x401000:1:x");
+  ASSERT_EQ(bp.on.size(), 1u);
+  EXPECT_EQ(bp.on[0].start, 1000u);
+  EXPECT_EQ(bp.on_ns, 1000u);
+}
+
+TEST(Timeline, ChromeJsonObeysTheTraceEventFormat) {
+  const Timeline t = BuildTimeline(Synthetic());
+  const json::value v = json::parse(ChromeTraceJson(t));
+  const json::array& ev = v.at("traceEvents").as_array();
+  std::map<std::string, int> by_ph;
+  double on_us_request7 = 0;
+  for (const json::value& e : ev) {
+    const json::object& o = e.as_object();
+    const std::string ph(o.at("ph").as_string());
+    ++by_ph[ph];
+    EXPECT_TRUE(o.at("name").is_string());
+    EXPECT_TRUE(o.at("pid").is_number());
+    EXPECT_TRUE(o.at("tid").is_number());
+    if (ph != "M") {
+      EXPECT_TRUE(o.at("ts").is_number());
+    }
+    if (ph == "X") {
+      EXPECT_GE(o.at("dur").to_number<double>(), 0.0);
+      if (o.at("name").as_string() == "cycles") {
+        on_us_request7 += o.at("dur").to_number<double>();
+      }
+    }
+  }
+  EXPECT_EQ(by_ph["X"], 3 + 3);  // 3 running slices, 3 on-hardware slices
+  EXPECT_GT(by_ph["C"], 0);
+  EXPECT_EQ(by_ph["M"], 1 + 2 + 1 + 2);  // pid, 2 threads, session, 2 requests
+  EXPECT_DOUBLE_EQ(on_us_request7, 6.0);  // 6000 ns
+  EXPECT_EQ(v.at("displayTimeUnit").as_string(), "ns");
+}
+
+TEST(Timeline, SvgHasOneRowPerThreadAndRequestAndEscapesNames) {
+  Trace tr = Synthetic();
+  tr.trailer.at("breakpoints").as_array()[0].as_object()["spec"] = "a<b&\"c\"";
+  const std::string svg = TimelineSvg(BuildTimeline(tr));
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t p = svg.find(what); p != std::string::npos; p = svg.find(what, p + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("<g class=\"thread\">"), 2u);
+  EXPECT_EQ(count("<g class=\"request\">"), 2u);
+  EXPECT_EQ(count("<rect "), 6u);
+  EXPECT_NE(svg.find("a&lt;b&amp;&quot;c&quot;"), std::string::npos);
+  EXPECT_EQ(svg.find("a<b"), std::string::npos);
+  EXPECT_EQ(svg.rfind("</svg>\n"), svg.size() - 7);
+}
+
+TEST(Timeline, EmptyTraceGivesAnEmptyButValidTimeline) {
+  Trace tr;
+  const Timeline t = BuildTimeline(tr);
+  EXPECT_TRUE(t.threads.empty());
+  EXPECT_TRUE(t.requests.empty());
+  const json::value v = json::parse(ChromeTraceJson(t));
+  EXPECT_TRUE(v.at("traceEvents").as_array().empty());
+  EXPECT_NE(TimelineSvg(t).find("</svg>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pfm
