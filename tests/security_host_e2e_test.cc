@@ -87,7 +87,7 @@ pid_t SpawnWorker(int seconds) {
       for (int j = 0; j < 20000; ++j) x += j;
       ::usleep(50000);
     }
-    ::_exit(0);
+    ::_exit(x == UINT64_MAX ? 1 : 0);  // reads x: the work is not dead code
   }
   return pid;
 }
