@@ -63,10 +63,14 @@ TEST(FuzzRegression, RingReaderSurvivesEveryStoredInput) {
   EXPECT_GE(ReplayAll("ring", FuzzRingReader), 2u);
 }
 
+TEST(FuzzRegression, MapsSurviveEveryStoredInput) {
+  EXPECT_GT(ReplayAll("maps", FuzzMaps), 0u);
+}
+
 // Entries must not crash on the degenerate inputs either.
 TEST(FuzzRegression, EmptyAndOneByteInputsAreHarmless) {
   const uint8_t b[1] = {0xff};
-  for (auto* entry : {FuzzWireDecoder, FuzzCompactDecoder, FuzzRingReader}) {
+  for (auto* entry : {FuzzWireDecoder, FuzzCompactDecoder, FuzzRingReader, FuzzMaps}) {
     EXPECT_EQ(entry(b, 0), 0);
     EXPECT_EQ(entry(b, 1), 0);
   }

@@ -34,6 +34,12 @@ int FuzzCompactDecoder(const uint8_t* data, size_t size);
 // positions/counters), sealed, then RingReader::Map, Snapshot and Consume.
 int FuzzRingReader(const uint8_t* data, size_t size);
 
+// A process's mappings (kernel/uapi/proc_maps.h): the input as the binary
+// encoding (refused, or decoding then encoding gives it back exactly) and
+// as /proc/PID/maps text (parsed both ways; what is parsed is encodable,
+// round-trips, and KeepFileBacked leaves only file paths).
+int FuzzMaps(const uint8_t* data, size_t size);
+
 }  // namespace pfm::fuzz
 
 #endif  // PFM_FUZZ_FUZZ_TARGETS_H_
