@@ -1,13 +1,12 @@
 #include "pfm/trace_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -140,9 +139,31 @@ absl::Status TraceWriter::Finish(const boost::json::object& trailer) {
 }
 
 absl::StatusOr<Trace> ReadTrace(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) {
+    const int e = errno;
+    const std::string why = absl::StrCat("cannot open ", path, ": ", strerror(e));
+    if (e == ENOENT || e == ENOTDIR) return absl::NotFoundError(why);
+    if (e == EACCES || e == EPERM) return absl::PermissionDeniedError(why);
+    return absl::InvalidArgumentError(why);
+  }
+  // Only a regular file: a directory reads as nothing, and a device or a
+  // FIFO may never end.
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, S_ISDIR(st.st_mode) ? " is a directory" : " is not a regular file",
+                     ", not a pfm trace file"));
+  std::string data;
+  for (char buf[1 << 16];;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read ", path, ": ", strerror(errno)));
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
   if (data.size() < 12 || std::memcmp(data.data(), kTraceMagic, 8) != 0)
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a pfm trace file"));
   uint32_t version;

@@ -195,5 +195,15 @@ TEST(TraceFile, RefusesAFileThatIsNotATrace) {
   EXPECT_EQ(ReadTrace(TempPath("missing.pfm")).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(TraceFile, DirectoriesAndDevicesAreRefusedNotRead) {
+  absl::StatusOr<Trace> t = ReadTrace(TempPath(""));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("is a directory"), std::string::npos) << t.status();
+  // /dev/zero never ends: it must not be read at all.
+  t = ReadTrace("/dev/zero");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("not a regular file"), std::string::npos) << t.status();
+}
+
 }  // namespace
 }  // namespace pfm

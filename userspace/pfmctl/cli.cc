@@ -4,10 +4,12 @@
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "pfm/client.h"
 #include "userspace/pfmctl/context.h"
 #include "userspace/pfmctl/daemon_commands.h"
+#include "userspace/pfmctl/export.h"
 #include "userspace/pfmctl/flags.h"
 #include "userspace/pfmctl/session_commands.h"
 #include "userspace/pfmctl/trace_commands.h"
@@ -25,7 +27,7 @@ constexpr Command kCommands[] = {
     {"session", SessionCommand},   {"resources", ResourcesCommand},
     {"sim", SimCommand},           {"snapshot", SnapshotCommand},
     {"stream", StreamCommand},     {"report", ReportCommand},
-    {"record", RecordCommand},
+    {"record", RecordCommand},     {"export", ExportCommand},
 };
 
 // The one error line. Messages may come from pfmd or from an exception:
@@ -65,7 +67,8 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
 }  // namespace
 
 std::string PfmctlUsage() {
-  return R"(usage: pfmctl [--socket PATH] [--json] COMMAND [ARGS]
+  // The export formats come from their table (export.h).
+  return absl::StrReplaceAll(R"(usage: pfmctl [--socket PATH] [--json] COMMAND [ARGS]
 commands:
   status                      the machine's PMU, sessions, memory charges
   session create [--role debugger|profiler] (--pid PID | --cpu N)
@@ -77,11 +80,15 @@ commands:
   snapshot ID [-o FILE]       the records in a session's ring, oldest first
   stream ID -o FILE           lossless records to FILE until the session ends
   resources                   who holds which counter, debug register, BTS/PEBS
-  record [session flags] -o FILE -- CMD ARGS...
-                              run CMD traced; exit with CMD's status
+  record [session flags] [--output-format pfmtrace|{formats}] -o FILE -- CMD ARGS...
+                              run CMD traced; exit with CMD's status (an export
+                              format: FILE is the export, the trace FILE.pfmtrace)
   report FILE [--limit N] [--timeline OUT.svg]
                               branches (symbolized), samples, switches, counters;
                               --timeline: an SVG of when threads ran and counters counted
+  export TRACE -o FILE [--format {formats}]
+                              a trace file for other tools (perf: perf.data
+                              for perf script / perf report; docs/export.md)
   sim pause|resume|run NS|stats [PID]|exit PID
                               control the simulated machine (--driver sim)
   shutdown                    stop the daemon (the embedded one by default)
@@ -92,7 +99,8 @@ global flags:
   --json          one JSON document on stdout
   --driver host|sim, --sim-pmu NAME, --sim-cpus N, --sim-tasks N, --sim-seed N
                   how to start the embedded pfmd if none runs
-)";
+)",
+                             {{"{formats}", ExportFormatList("|")}});
 }
 
 int RunPfmctl(const std::vector<std::string>& args, std::ostream& out,

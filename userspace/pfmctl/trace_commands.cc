@@ -27,6 +27,7 @@
 #include "pfm/unique_fd.h"
 #include "userspace/pfmctl/capture.h"
 #include "userspace/pfmctl/connect.h"
+#include "userspace/pfmctl/export.h"
 #include "userspace/pfmctl/flags.h"
 #include "userspace/pfmctl/render.h"
 #include "userspace/pfmctl/reply.h"
@@ -48,6 +49,10 @@ constexpr int kHistoryEndPolls = 500;
 constexpr auto kHistoryEndPoll = std::chrono::milliseconds(5);
 // `report`: branches shown by default in the text form.
 constexpr size_t kReportTextLimit = 20;
+// `record --output-format`: the trace file's own format (the default), and
+// the suffix of the trace kept next to an export.
+constexpr char kTraceOutputFormat[] = "pfmtrace";
+constexpr char kTraceSuffix[] = ".pfmtrace";
 
 volatile std::sig_atomic_t g_stop_stream = 0;
 void StopStream(int) { g_stop_stream = 1; }
@@ -174,12 +179,23 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   CommandFlags f(args, 1);
   absl::StatusOr<SessionSpec> spec = ParseSessionFlags(f);
   if (!spec.ok()) return spec.status();
-  absl::StatusOr<std::string> file = f.Take("-o");
-  if (!file.ok()) return file.status();
+  absl::StatusOr<std::string> out = f.Take("-o");
+  if (!out.ok()) return out.status();
+  absl::StatusOr<std::string> output_format = f.Take("--output-format", kTraceOutputFormat);
+  if (!output_format.ok()) return output_format.status();
   absl::StatusOr<std::vector<std::string>> pos = f.Positional("record");
   if (!pos.ok()) return pos.status();
-  if (file->empty() || pos->empty() || pos->front() != "--" || pos->size() < 2)
-    return UsageError("usage: record [session flags] -o FILE -- CMD ARGS...");
+  if (out->empty() || pos->empty() || pos->front() != "--" || pos->size() < 2)
+    return UsageError(
+        "usage: record [session flags] [--output-format FORMAT] -o FILE -- CMD ARGS...");
+  // Another format than the trace's: the trace goes next to FILE (kept, for
+  // `report` and another export), FILE gets the export.
+  const bool exporting = *output_format != kTraceOutputFormat;
+  if (exporting && !CheckExportFormat(*output_format).ok())
+    return UsageError(absl::StrCat("record: unknown --output-format '", *output_format,
+                                   "' (formats: ", kTraceOutputFormat, ", ",
+                                   ExportFormatList(), ")"));
+  const std::string trace_file = exporting ? *out + kTraceSuffix : *out;
   const std::vector<std::string> argv(pos->begin() + 1, pos->end());
   spec->detached = false;
   if (spec->pid >= 0 || spec->cpu >= 0)
@@ -231,7 +247,7 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;
   json::object header{{"session", id}, {"kind", "record"}, {"command", command},
                       {"pid", pid}, {"spec", valid->ToJson()}, {"ring", info}};
-  absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
+  absl::StatusOr<TraceWriter> w = TraceWriter::Create(trace_file, header);
   if (!w.ok()) return abandon(w.status());
   if (int err = Release(pid, &d); err < 0)
     return abandon(absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message)));
@@ -256,7 +272,7 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
       return exited_at.has_value() &&
              std::chrono::steady_clock::now() - *exited_at > kRecordEndWait;
     };
-    streamed = StreamToFile(*ring, *w, *file, options).status();
+    streamed = StreamToFile(*ring, *w, trace_file, options).status();
   }
   // Reaped in every case: CMD runs to its end whatever became of the trace.
   wait_child();
@@ -279,12 +295,28 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   (void)c->Call("session_kill", {{"id", id}});
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (!summary.ok()) return summary;
+  std::optional<ExportResult> exported;
+  if (exporting) {
+    std::vector<std::string> cmdline = {"pfmctl"};
+    cmdline.insert(cmdline.end(), args.begin(), args.end());
+    absl::StatusOr<ExportResult> e =
+        ExportTrace({trace_file, *out, *output_format, std::move(cmdline)});
+    if (!e.ok()) return e.status();
+    exported = std::move(*e);
+  }
   if (ctx.json) {
+    if (exported)
+      trailer["export"] = json::object{{"format", *output_format},
+                                       {"trace", trace_file},
+                                       {"output", *out},
+                                       {"detail", exported->detail}};
     PrintJson(ctx, trailer);
   } else {
     *ctx.err << "pfmctl: recorded " << w->records() << " records of '" << command
-             << "' to " << *file << " (" << JsonText(trailer.if_contains("exit"))
-             << ")\n";
+             << "' to " << trace_file << " (" << JsonText(trailer.if_contains("exit"))
+             << ")";
+    if (exported) *ctx.err << "; exported to " << *out << " (" << *output_format << ")";
+    *ctx.err << "\n";
   }
   if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
   if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
@@ -322,6 +354,34 @@ absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args
     PrintJson(ctx, RenderReportJson(*report));
   } else {
     RenderReportText(*report, *ctx.out);
+  }
+  return 0;
+}
+
+absl::StatusOr<int> ExportCommand(const CliContext& ctx, const CommandArgs& args) {
+  CommandFlags f(args, 1);
+  absl::StatusOr<std::string> out = f.Take("-o");
+  if (!out.ok()) return out.status();
+  absl::StatusOr<std::string> format = f.Take("--format", kDefaultExportFormat);
+  if (!format.ok()) return format.status();
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("export");
+  if (!pos.ok()) return pos.status();
+  if (pos->size() != 1 || out->empty())
+    return UsageError(absl::StrCat("usage: export TRACE -o FILE [--format ",
+                                   ExportFormatList("|"), "]"));
+  std::vector<std::string> cmdline = {"pfmctl"};
+  cmdline.insert(cmdline.end(), args.begin(), args.end());
+  absl::StatusOr<ExportResult> r = ExportTrace({pos->front(), *out, *format, cmdline});
+  if (!r.ok()) return r.status();
+  if (ctx.json) {
+    PrintJson(ctx, json::object{{"format", *format},
+                                {"trace", pos->front()},
+                                {"output", *out},
+                                {"records", r->records},
+                                {"detail", r->detail}});
+  } else {
+    *ctx.out << r->records << " records of " << pos->front() << " exported to " << *out
+             << " (" << *format << ")\n";
   }
   return 0;
 }

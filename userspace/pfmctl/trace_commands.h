@@ -1,6 +1,7 @@
 // Commands that read a session's records: `snapshot` (a ring now), `stream`
 // (a lossless ring into a file until the session ends), `record` (run a
-// command traced into a file), and `report` (a trace file, symbolized).
+// command traced into a file), `report` (a trace file, symbolized) and
+// `export` (a trace file in another tool's format).
 #ifndef PFM_USERSPACE_PFMCTL_TRACE_COMMANDS_H_
 #define PFM_USERSPACE_PFMCTL_TRACE_COMMANDS_H_
 
@@ -21,12 +22,19 @@ absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args
 // process's child, held before exec while the daemon attaches
 // (SpawnStopped/Release: kernel/drivers/ptrace/soft_bts.h), streams a
 // lossless ring to FILE while it runs (or snapshots a history ring when it
-// ends), and exits with CMD's status. The session is tied to this connection
+// ends), and exits with CMD's status. `--output-format F` (an export
+// format, export.h) writes the trace to FILE.pfmtrace and then exports it
+// to FILE; an export that fails is the command's error instead of CMD's
+// status. The session is tied to this connection
 // (not detached): if pfmctl dies, the daemon ends it.
 absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args);
 
 // `report FILE [--limit N]`: see report.h.
 absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args);
+
+// `export TRACE -o FILE [--format perf]`: see export.h. A trace cut short
+// is exported as far as it reads, then DATA_LOSS (exit status 1).
+absl::StatusOr<int> ExportCommand(const CliContext& ctx, const CommandArgs& args);
 
 }  // namespace pfm
 

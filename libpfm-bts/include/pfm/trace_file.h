@@ -77,8 +77,10 @@ struct Trace {
 // readable is returned with complete=false and the reason; a damaged block
 // (a RECORDS length that is not whole records, JSON that is not an object,
 // a MAPS block that does not decode) ends the reading the same way. A file
-// that is not a trace, or of another version, is INVALID_ARGUMENT; a
-// missing one NOT_FOUND.
+// that is not a trace, or of another version, is INVALID_ARGUMENT, and so
+// is a directory or anything else that is not a regular file (a device or
+// FIFO is never read); a missing one NOT_FOUND, an unreadable one
+// PERMISSION_DENIED.
 absl::StatusOr<Trace> ReadTrace(const std::string& path);
 
 }  // namespace pfm

@@ -1,0 +1,780 @@
+#include "libpfm-bts/perf_data.h"
+
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <utility>
+
+#include <boost/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "kernel/drivers/perf/perf_event_names.h"
+#include "kernel/uapi/pfm_uapi.h"
+#include "pfm/record_json.h"
+#include "pfm/unique_fd.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+
+static_assert(sizeof(perf_event_attr) >= kPerfAttrBytes,
+              "<linux/perf_event.h> predates PERF_ATTR_SIZE_VER7");
+static_assert(PERF_ATTR_SIZE_VER7 == kPerfAttrBytes);
+
+// perf's string alignment in header features (header.c, NAME_ALIGN).
+constexpr size_t kStringAlign = 64;
+// The kernel's task name length with its NUL (TASK_COMM_LEN).
+constexpr size_t kCommBytes = 16;
+// Buffered output: written to the file in pieces of about this size.
+constexpr size_t kFlushBytes = 1 << 20;
+// A record's size is a u16 (perf_event_header.size).
+[[maybe_unused]] constexpr size_t kMaxRecordBytes = 0xfff8;  // asserted
+// Events per file. A session has at most a few dozen counters; a damaged
+// trace could name a new request in every record, so requests past this
+// get no event, and their records are counted as skipped.
+constexpr size_t kMaxEvents = 256;
+
+// Every event's sample fields; a PEBS event adds the weight, and with more
+// than one event, all add PERF_SAMPLE_IDENTIFIER.
+constexpr uint64_t kBaseSampleType = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
+                                     PERF_SAMPLE_ADDR | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD;
+// The sample fields this writer knows how to fill, in the kernel's order.
+[[maybe_unused]] constexpr uint64_t kKnownSampleType =
+    kBaseSampleType | PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_WEIGHT;  // asserted
+constexpr uint64_t kReadFormat =
+    PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+
+// ---- The trace's JSON is input: read without throwing accessors. --------
+
+std::optional<uint64_t> UintField(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_uint64()) return v->get_uint64();
+  if (v->is_int64() && v->get_int64() >= 0) return static_cast<uint64_t>(v->get_int64());
+  return std::nullopt;
+}
+
+std::optional<int64_t> IntField(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_int64()) return v->get_int64();
+  if (v->is_uint64() && v->get_uint64() <= INT64_MAX)
+    return static_cast<int64_t>(v->get_uint64());
+  return std::nullopt;
+}
+
+std::string StringField(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  return v != nullptr && v->is_string() ? std::string(v->get_string()) : std::string();
+}
+
+bool BoolField(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  return v != nullptr && v->is_bool() && v->get_bool();
+}
+
+const json::object* ObjectField(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  return v != nullptr && v->is_object() ? &v->get_object() : nullptr;
+}
+
+// What the export takes from the trace's header.
+struct HeaderInfo {
+  int64_t pid = -1;      // the traced process, or -1 (a CPU's trace)
+  std::string command;   // `record`'s command line, or ""
+  std::string filter;    // "user", "kernel", "all", or "" when unknown
+  bool cpu_context = false;  // a CPU's trace (every task on it), not a task's
+  std::string bts;       // "off", "history", "lossless", or ""
+  std::string pebs_event;
+  uint64_t pebs_period = 0;
+};
+
+HeaderInfo ReadHeaderInfo(const json::object& h) {
+  HeaderInfo info;
+  if (std::optional<int64_t> pid = IntField(h, "pid"); pid && *pid > 0) info.pid = *pid;
+  info.command = StringField(h, "command");
+  if (const json::object* spec = ObjectField(h, "spec")) {
+    info.filter = StringField(*spec, "filter");
+    info.bts = StringField(*spec, "bts");
+    std::optional<int64_t> cpu = IntField(*spec, "cpu");
+    info.cpu_context = cpu.has_value() && *cpu >= 0;
+    info.pebs_event = StringField(*spec, "pebs_event");
+    info.pebs_period = UintField(*spec, "pebs_period").value_or(0);
+    if (info.pid < 0) {
+      std::optional<int64_t> pid = IntField(*spec, "pid");
+      if (pid && *pid > 0) info.pid = *pid;
+    }
+  }
+  // `snapshot` and `stream` headers carry the ring's description instead of
+  // the spec: "target": "cpu N" or "pid N".
+  if (const json::object* ring = ObjectField(h, "ring")) {
+    const std::string target = StringField(*ring, "target");
+    if (target.rfind("cpu ", 0) == 0) info.cpu_context = true;
+    int64_t pid = 0;
+    if (info.pid < 0 && target.rfind("pid ", 0) == 0 &&
+        absl::SimpleAtoi(target.substr(4), &pid) && pid > 0)
+      info.pid = pid;
+  }
+  return info;
+}
+
+// One of the trailer's counters (pfmctl copies session_show's).
+struct TrailerCounter {
+  std::string name;
+  std::optional<uint32_t> request;
+  bool pebs = false;
+  uint64_t period = 0;
+  bool has_reading = false;  // value, time_enabled and time_running present
+  uint64_t value = 0, time_enabled = 0, time_running = 0;
+};
+
+// The trailer's counters that have a name; the others are left out, as
+// `pfmctl report` leaves them out.
+std::vector<TrailerCounter> ReadTrailerCounters(const json::object& trailer) {
+  std::vector<TrailerCounter> out;
+  const json::value* cs = trailer.if_contains("counters");
+  if (cs == nullptr || !cs->is_array()) return out;
+  for (const json::value& v : cs->get_array()) {
+    if (!v.is_object()) continue;
+    const json::object& o = v.get_object();
+    TrailerCounter c;
+    c.name = StringField(o, "event");
+    if (c.name.empty()) continue;
+    if (std::optional<uint64_t> r = UintField(o, "request"); r && *r <= UINT32_MAX)
+      c.request = static_cast<uint32_t>(*r);
+    c.pebs = BoolField(o, "pebs");
+    c.period = UintField(o, "period").value_or(0);
+    std::optional<uint64_t> value = UintField(o, "value");
+    std::optional<uint64_t> enabled = UintField(o, "time_enabled");
+    std::optional<uint64_t> running = UintField(o, "time_running");
+    if (value && enabled && running) {
+      c.has_reading = true;
+      c.value = *value;
+      c.time_enabled = *enabled;
+      c.time_running = *running;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The kernel's comm for an exec of `command`'s first word: its last path
+// component, at most 15 bytes.
+std::string CommOf(const std::string& command) {
+  std::string first = command.substr(0, command.find(' '));
+  if (size_t slash = first.rfind('/'); slash != std::string::npos) first.erase(0, slash + 1);
+  if (first.size() > kCommBytes - 1) first.resize(kCommBytes - 1);
+  return first;
+}
+
+// ---- Bytes --------------------------------------------------------------
+
+class Bytes {
+ public:
+  void U16(uint16_t v) { Le(v, 2); }
+  void U32(uint32_t v) { Le(v, 4); }
+  void U64(uint64_t v) { Le(v, 8); }
+  void Raw(const void* p, size_t n) { s_.append(static_cast<const char*>(p), n); }
+  void Zeros(size_t n) { s_.append(n, '\0'); }
+  // `v` NUL-terminated and zero-padded to a multiple of `align`.
+  void Padded(std::string_view v, size_t align) {
+    const size_t n = (v.size() + 1 + align - 1) / align * align;
+    s_.append(v.data(), v.size());
+    Zeros(n - v.size());
+  }
+  // perf's header string: u32 length (with NUL and padding), the bytes.
+  void HeaderString(std::string_view v) {
+    U32(static_cast<uint32_t>((v.size() + kStringAlign) / kStringAlign * kStringAlign));
+    Padded(v, kStringAlign);
+  }
+  void PatchU16(size_t at, uint16_t v) {
+    s_[at] = static_cast<char>(v);
+    s_[at + 1] = static_cast<char>(v >> 8);
+  }
+  size_t size() const { return s_.size(); }
+  const std::string& str() const { return s_; }
+  void clear() { s_.clear(); }
+
+ private:
+  void Le(uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) s_.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  std::string s_;
+};
+
+// ---- Events ---------------------------------------------------------------
+
+struct Event {
+  perf_event_attr attr{};
+  uint64_t id = 0;
+  std::string name;
+};
+
+perf_event_attr BaseAttr(uint32_t type, uint64_t config) {
+  perf_event_attr a{};
+  a.type = type;
+  a.size = kPerfAttrBytes;
+  a.config = config;
+  a.sample_type = kBaseSampleType;
+  a.read_format = kReadFormat;
+  a.sample_id_all = 1;
+  return a;
+}
+
+// perf's type and config for a generic event name ("cycles", "task-clock");
+// other names (PMU events like MEM_LOAD_RETIRED.L3_MISS) are PERF_TYPE_RAW
+// with config 0: the trace does not carry their encoding. perf shows the
+// name from EVENT_DESC either way.
+perf_event_attr AttrForName(const std::string& name) {
+  if (const PerfGenericEvent* g = FindPerfGenericEvent(name.c_str()))
+    return BaseAttr(g->type, g->config);
+  return BaseAttr(PERF_TYPE_RAW, 0);
+}
+
+// The sample_id_all trailer of a non-sample record of `e`: the fields of
+// sample_type among TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER, in that order.
+void AppendSampleId(Bytes& b, const Event& e, uint32_t pid, uint32_t tid, uint64_t time,
+                    uint32_t cpu) {
+  const uint64_t st = e.attr.sample_type;
+  if (st & PERF_SAMPLE_TID) {
+    b.U32(pid);
+    b.U32(tid);
+  }
+  if (st & PERF_SAMPLE_TIME) b.U64(time);
+  if (st & PERF_SAMPLE_ID) b.U64(e.id);
+  if (st & PERF_SAMPLE_STREAM_ID) b.U64(e.id);
+  if (st & PERF_SAMPLE_CPU) {
+    b.U32(cpu);
+    b.U32(0);
+  }
+  if (st & PERF_SAMPLE_IDENTIFIER) b.U64(e.id);
+}
+
+struct SampleValues {
+  uint64_t ip = 0, addr = 0, time = 0, period = 1, weight = 0;
+  uint32_t pid = 0, tid = 0, cpu = 0;
+};
+
+// A PERF_RECORD_SAMPLE's body for `e`'s sample_type, fields in the order
+// of enum perf_event_sample_format's layout comment (linux/perf_event.h).
+void AppendSample(Bytes& b, const Event& e, const SampleValues& s) {
+  const uint64_t st = e.attr.sample_type;
+  assert((st & ~kKnownSampleType) == 0);
+  if (st & PERF_SAMPLE_IDENTIFIER) b.U64(e.id);
+  if (st & PERF_SAMPLE_IP) b.U64(s.ip);
+  if (st & PERF_SAMPLE_TID) {
+    b.U32(s.pid);
+    b.U32(s.tid);
+  }
+  if (st & PERF_SAMPLE_TIME) b.U64(s.time);
+  if (st & PERF_SAMPLE_ADDR) b.U64(s.addr);
+  if (st & PERF_SAMPLE_CPU) {
+    b.U32(s.cpu);
+    b.U32(0);
+  }
+  if (st & PERF_SAMPLE_PERIOD) b.U64(s.period);
+  if (st & PERF_SAMPLE_WEIGHT) b.U64(s.weight);
+}
+
+uint16_t CpuMode(uint64_t addr, bool kernel_hint) {
+  return kernel_hint || PFM_ADDR_IS_KERNEL(addr) ? PERF_RECORD_MISC_KERNEL
+                                                 : PERF_RECORD_MISC_USER;
+}
+
+// The events a trace needs, and which event each record goes to.
+struct EventPlan {
+  std::vector<Event> events;
+  int bts = -1;                           // index of the branches event
+  std::map<uint32_t, int> pebs;           // PEBS request id -> event index
+  std::map<uint32_t, int> counter;        // counter request id -> event index
+  std::map<uint32_t, uint64_t> period;    // PEBS request id -> sample period
+  // Trailer counters with a reading, and the event each belongs to.
+  std::vector<std::pair<TrailerCounter, int>> readings;
+};
+
+std::string BranchesName(const std::string& filter) {
+  if (filter == "user") return "branches:u";
+  if (filter == "kernel") return "branches:k";
+  return "branches";
+}
+
+EventPlan PlanEvents(const Trace& trace, const HeaderInfo& info,
+                     const std::vector<TrailerCounter>& counters) {
+  EventPlan plan;
+  bool branches = info.bts == "history" || info.bts == "lossless";
+  std::vector<uint32_t> pebs_requests, counter_requests;  // first-seen order
+  std::set<uint32_t> seen_pebs, seen_counter;
+  for (const pfm_record& r : trace.records) {
+    if (r.type == PFM_REC_BRANCH) branches = true;
+    if (r.type == PFM_REC_PEBS && seen_pebs.insert(r.u.pebs.event).second)
+      pebs_requests.push_back(r.u.pebs.event);
+    if (r.type == PFM_REC_COUNTER && seen_counter.insert(r.u.counter.request).second)
+      counter_requests.push_back(r.u.counter.request);
+  }
+  std::vector<Event>& ev = plan.events;
+  // The new event's index, or -1 when kMaxEvents are there.
+  auto add = [&](perf_event_attr attr, std::string name) {
+    if (ev.size() >= kMaxEvents) return -1;
+    Event e;
+    e.attr = attr;
+    e.id = ev.size() + 1;
+    e.name = std::move(name);
+    ev.push_back(std::move(e));
+    return static_cast<int>(ev.size() - 1);
+  };
+  const bool any_pebs = !pebs_requests.empty() ||
+                        std::any_of(counters.begin(), counters.end(),
+                                    [](const TrailerCounter& c) { return c.pebs; });
+  const bool any_counter =
+      !counter_requests.empty() ||
+      std::any_of(counters.begin(), counters.end(),
+                  [](const TrailerCounter& c) { return !c.pebs; });
+  if (branches || (!any_pebs && !any_counter)) {
+    perf_event_attr a = BaseAttr(PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_INSTRUCTIONS);
+    a.sample_period = 1;
+    a.exclude_kernel = a.exclude_hv = info.filter == "user";
+    a.exclude_user = info.filter == "kernel";
+    plan.bts = add(a, BranchesName(info.filter));
+  }
+  // PEBS: the trailer's PEBS counters, then requests only the records name.
+  auto add_pebs = [&](const std::string& name, uint64_t period) {
+    perf_event_attr a = AttrForName(name);
+    a.sample_type |= PERF_SAMPLE_WEIGHT;
+    a.sample_period = period;
+    a.precise_ip = 2;
+    return add(a, name);
+  };
+  for (const TrailerCounter& c : counters) {
+    if (!c.pebs) continue;
+    const uint64_t period = c.period ? c.period : info.pebs_period ? info.pebs_period : 1;
+    const int i = add_pebs(c.name, period);
+    if (i < 0) break;
+    if (c.request) {
+      plan.pebs.emplace(*c.request, i);
+      plan.period.emplace(*c.request, period);
+    }
+    if (c.has_reading) plan.readings.emplace_back(c, i);
+  }
+  bool spec_name_used = false;
+  for (uint32_t req : pebs_requests) {
+    if (plan.pebs.count(req)) continue;
+    std::string name = absl::StrCat("pebs-request-", req);
+    if (!info.pebs_event.empty() && !spec_name_used) {
+      name = info.pebs_event;
+      spec_name_used = true;
+    }
+    const uint64_t period = info.pebs_period ? info.pebs_period : 1;
+    const int i = add_pebs(name, period);
+    if (i < 0) break;
+    plan.pebs.emplace(req, i);
+    plan.period.emplace(req, period);
+  }
+  for (const TrailerCounter& c : counters) {
+    if (c.pebs) continue;
+    const int i = add(AttrForName(c.name), c.name);
+    if (i < 0) break;
+    if (c.request) plan.counter.emplace(*c.request, i);
+    if (c.has_reading) plan.readings.emplace_back(c, i);
+  }
+  for (uint32_t req : counter_requests) {
+    if (plan.counter.count(req)) continue;
+    const int i = add(BaseAttr(PERF_TYPE_RAW, 0), absl::StrCat("counter-request-", req));
+    if (i < 0) break;
+    plan.counter.emplace(req, i);
+  }
+  // The first event carries the side records, as perf record's first
+  // (tracking) event does; with several, each sample names its event.
+  perf_event_attr& first = ev.front().attr;
+  first.mmap = first.comm = first.task = first.mmap2 = first.comm_exec = 1;
+  first.context_switch = 1;
+  if (ev.size() > 1)
+    for (Event& e : ev) e.attr.sample_type |= PERF_SAMPLE_IDENTIFIER;
+  return plan;
+}
+
+// ---- The file -------------------------------------------------------------
+
+absl::Status WriteError(const std::string& path, int e) {
+  return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", strerror(e)));
+}
+
+// Buffered appends to a file, and the header written in place at the end.
+class Sink {
+ public:
+  Sink(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
+  uint64_t offset() const { return written_ + buf_.size(); }
+  absl::Status Append(const std::string& bytes) {
+    buf_ += bytes;
+    return buf_.size() >= kFlushBytes ? Flush() : absl::OkStatus();
+  }
+  absl::Status Flush() {
+    size_t done = 0;
+    while (done < buf_.size()) {
+      const ssize_t w = ::write(fd_.get(), buf_.data() + done, buf_.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return WriteError(path_, w < 0 ? errno : ENOSPC);
+      done += static_cast<size_t>(w);
+    }
+    written_ += done;
+    buf_.clear();
+    return absl::OkStatus();
+  }
+  absl::Status WriteAt(uint64_t at, const std::string& bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t w =
+          ::pwrite(fd_.get(), bytes.data() + done, bytes.size() - done, at + done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return WriteError(path_, w < 0 ? errno : ENOSPC);
+      done += static_cast<size_t>(w);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Close() {
+    if (::close(fd_.release()) != 0 && errno != EINTR) return WriteError(path_, errno);
+    return absl::OkStatus();
+  }
+
+ private:
+  UniqueFd fd_;
+  std::string path_;
+  std::string buf_;
+  uint64_t written_ = 0;
+};
+
+// One record at a time: the header's size is filled in by Finish.
+class RecordBuilder {
+ public:
+  Bytes& Begin(uint32_t type, uint16_t misc) {
+    b_.clear();
+    b_.U32(type);
+    b_.U16(misc);
+    b_.U16(0);
+    return b_;
+  }
+  const std::string& Finish() {
+    assert(b_.size() % 8 == 0 && b_.size() <= kMaxRecordBytes);
+    b_.PatchU16(6, static_cast<uint16_t>(b_.size()));
+    return b_.str();
+  }
+
+ private:
+  Bytes b_;
+};
+
+}  // namespace
+
+absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
+                                              const PerfDataOptions& options,
+                                              const std::string& path) {
+  const HeaderInfo info = ReadHeaderInfo(trace.header);
+  const std::vector<TrailerCounter> counters = ReadTrailerCounters(trace.trailer);
+  const EventPlan plan = PlanEvents(trace, info, counters);
+  const std::vector<Event>& events = plan.events;
+  const Event& first = events.front();
+
+  // Time order, stable: what perf's ordered delivery yields, so perf shows
+  // records of equal time in the trace's order and no round is out of order.
+  const std::vector<pfm_record>& recs = trace.records;
+  std::vector<size_t> order(recs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return recs[a].time < recs[b].time; });
+  const uint64_t t_first = recs.empty() ? (options.maps ? options.maps->time_ns : 0)
+                                        : recs[order.front()].time;
+  const uint64_t t_last = recs.empty() ? t_first : recs[order.back()].time;
+
+  // The task the side records describe: the traced command, else the
+  // mappings' process, else the first record's.
+  uint32_t task = 0;
+  if (info.pid > 0) task = static_cast<uint32_t>(info.pid);
+  else if (options.maps != nullptr && options.maps->pid > 0)
+    task = static_cast<uint32_t>(options.maps->pid);
+  else if (!recs.empty()) task = recs[order.front()].pid;
+
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid())
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write ", path, ": ", strerror(errno)));
+  Sink out(std::move(fd), path);
+  PerfDataSummary sum;
+  for (const Event& e : events) sum.events.push_back(e.name);
+
+  // Header (written last), the attrs with their ids sections, the ids.
+  const uint64_t n = events.size();
+  const uint64_t attrs_offset = kPerfHeaderBytes;
+  const uint64_t ids_offset = attrs_offset + n * kPerfFileAttrBytes;
+  const uint64_t data_offset = ids_offset + n * 8;
+  Bytes b;
+  b.Zeros(kPerfHeaderBytes);
+  for (uint64_t i = 0; i < n; ++i) {
+    b.Raw(&events[i].attr, kPerfAttrBytes);
+    b.U64(ids_offset + 8 * i);
+    b.U64(8);
+  }
+  for (const Event& e : events) b.U64(e.id);
+  if (absl::Status s = out.Append(b.str()); !s.ok()) return s;
+
+  RecordBuilder rb;
+  uint64_t in_round = 0;
+  uint32_t max_cpu = 0;
+  auto emit = [&](uint64_t* count) -> absl::Status {
+    ++*count;
+    ++in_round;
+    return out.Append(rb.Finish());
+  };
+  auto finish_round = [&]() -> absl::Status {
+    in_round = 0;
+    rb.Begin(kPerfRecordFinishedRound, 0);
+    return out.Append(rb.Finish());
+  };
+
+  // COMM for the traced command's threads (an exec for its first), then its
+  // mappings: before every record in time.
+  if (task != 0 && !info.command.empty()) {
+    std::vector<uint32_t> tids = {task};
+    std::set<uint32_t> seen = {task};
+    for (size_t i : order)
+      if (recs[i].pid == task && seen.insert(recs[i].tid).second) tids.push_back(recs[i].tid);
+    const std::string comm = CommOf(info.command);
+    for (uint32_t tid : tids) {
+      Bytes& r = rb.Begin(PERF_RECORD_COMM, tid == task ? PERF_RECORD_MISC_COMM_EXEC : 0);
+      r.U32(task);
+      r.U32(tid);
+      r.Padded(comm, 8);
+      AppendSampleId(r, first, task, tid, t_first, 0);
+      if (absl::Status s = emit(&sum.side_records); !s.ok()) return s;
+    }
+  }
+  if (options.maps != nullptr) {
+    const uint32_t pid = options.maps->pid > 0 ? static_cast<uint32_t>(options.maps->pid) : task;
+    for (const Mapping& m : options.maps->mappings) {
+      Bytes& r = rb.Begin(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER);
+      r.U32(pid);
+      r.U32(pid);
+      r.U64(m.start);
+      r.U64(m.end - m.start);
+      r.U64(m.offset);
+      r.U32(0);  // maj
+      r.U32(0);  // min
+      r.U64(0);  // ino
+      r.U64(0);  // ino_generation
+      r.U32(PROT_READ | PROT_EXEC | (m.writable ? PROT_WRITE : 0));
+      r.U32(m.shared ? MAP_SHARED : MAP_PRIVATE);
+      r.Padded(m.path.empty() ? "//anon" : m.path, 8);  // perf's name for anonymous
+      AppendSampleId(r, first, pid, pid, t_first, 0);
+      if (absl::Status s = emit(&sum.side_records); !s.ok()) return s;
+    }
+  }
+
+  auto read_record = [&](const Event& e, uint32_t pid, uint32_t tid, uint64_t time,
+                         uint32_t cpu, uint64_t value, uint64_t enabled,
+                         uint64_t running) {
+    Bytes& r = rb.Begin(PERF_RECORD_READ, 0);
+    r.U32(pid);
+    r.U32(tid);
+    r.U64(value);  // read_format: value, time_enabled, time_running
+    r.U64(enabled);
+    r.U64(running);
+    AppendSampleId(r, e, pid, tid, time, cpu);
+    return emit(&sum.reads);
+  };
+
+  for (size_t i : order) {
+    const pfm_record& rec = recs[i];
+    max_cpu = std::max<uint32_t>(max_cpu, rec.cpu);
+    absl::Status s;
+    switch (rec.type) {
+      case PFM_REC_BRANCH: {
+        const Event& e = events[plan.bts];
+        SampleValues v;
+        v.ip = rec.u.branch.from;
+        v.addr = rec.u.branch.to;
+        v.time = rec.time;
+        v.pid = rec.pid;
+        v.tid = rec.tid;
+        v.cpu = rec.cpu;
+        Bytes& r = rb.Begin(PERF_RECORD_SAMPLE,
+                            CpuMode(v.ip, rec.misc & PFM_MISC_BRANCH_KERNEL_FROM));
+        AppendSample(r, e, v);
+        s = emit(&sum.samples);
+        break;
+      }
+      case PFM_REC_PEBS: {
+        const uint32_t req = rec.u.pebs.event;
+        const auto it = plan.pebs.find(req);
+        if (it == plan.pebs.end()) {  // past kMaxEvents
+          ++sum.skipped[RecordTypeName(rec.type)];
+          break;
+        }
+        const Event& e = events[it->second];
+        SampleValues v;
+        v.ip = rec.u.pebs.ip;
+        v.addr = rec.u.pebs.addr;
+        v.time = rec.time;
+        v.pid = rec.pid;
+        v.tid = rec.tid;
+        v.cpu = rec.cpu;
+        v.period = plan.period.find(req)->second;  // set with plan.pebs
+        v.weight = rec.u.pebs.latency;
+        Bytes& r = rb.Begin(PERF_RECORD_SAMPLE,
+                            CpuMode(v.ip, false) | PERF_RECORD_MISC_EXACT_IP);
+        AppendSample(r, e, v);
+        s = emit(&sum.samples);
+        break;
+      }
+      case PFM_REC_SWITCH_OUT:
+      case PFM_REC_SWITCH_IN: {
+        uint16_t misc = 0;
+        if (rec.type == PFM_REC_SWITCH_OUT) {
+          misc = PERF_RECORD_MISC_SWITCH_OUT;
+          if (rec.misc & PFM_MISC_SWITCH_PREEMPT) misc |= PERF_RECORD_MISC_SWITCH_OUT_PREEMPT;
+        }
+        // A CPU's trace names the other task (perf's CPU-wide form); a
+        // task's trace is about that task alone, as perf's per-task form.
+        Bytes& r = rb.Begin(info.cpu_context ? PERF_RECORD_SWITCH_CPU_WIDE
+                                             : PERF_RECORD_SWITCH,
+                            misc);
+        if (info.cpu_context) {
+          r.U32(rec.u.sw.other_pid);
+          r.U32(rec.u.sw.other_tid);
+        }
+        AppendSampleId(r, first, rec.pid, rec.tid, rec.time, rec.cpu);
+        s = emit(&sum.side_records);
+        break;
+      }
+      case PFM_REC_LOST: {
+        Bytes& r = rb.Begin(PERF_RECORD_LOST, 0);
+        r.U64(first.id);
+        r.U64(rec.u.lost.count);
+        AppendSampleId(r, first, rec.pid, rec.tid, rec.time, rec.cpu);
+        s = emit(&sum.side_records);
+        break;
+      }
+      case PFM_REC_THROTTLE: {
+        Bytes& r = rb.Begin(PERF_RECORD_THROTTLE, 0);
+        r.U64(rec.time);
+        r.U64(first.id);
+        r.U64(first.id);  // stream_id
+        AppendSampleId(r, first, rec.pid, rec.tid, rec.time, rec.cpu);
+        s = emit(&sum.side_records);
+        break;
+      }
+      case PFM_REC_EXIT: {
+        // The parent is not in the trace: 0.
+        Bytes& r = rb.Begin(PERF_RECORD_EXIT, 0);
+        r.U32(rec.pid);
+        r.U32(0);
+        r.U32(rec.tid);
+        r.U32(0);
+        r.U64(rec.time);
+        AppendSampleId(r, first, rec.pid, rec.tid, rec.time, rec.cpu);
+        s = emit(&sum.side_records);
+        break;
+      }
+      case PFM_REC_COUNTER: {
+        const auto it = plan.counter.find(rec.u.counter.request);
+        if (it == plan.counter.end()) {  // past kMaxEvents
+          ++sum.skipped[RecordTypeName(rec.type)];
+          break;
+        }
+        s = read_record(events[it->second], rec.pid, rec.tid, rec.time, rec.cpu,
+                        rec.u.counter.value, rec.u.counter.time_enabled,
+                        rec.u.counter.time_running);
+        break;
+      }
+      default:  // RESIZED, SCHEDULE, PAD, unknown: nothing in perf says them
+        ++sum.skipped[RecordTypeName(rec.type)];
+        break;
+    }
+    if (!s.ok()) return s;
+    if (in_round >= kPerfRoundRecords)
+      if (absl::Status rs = finish_round(); !rs.ok()) return rs;
+  }
+  // The counters' final values (the trailer's: what `pfmctl report` shows),
+  // at the last record's time.
+  for (const auto& [c, i] : plan.readings)
+    if (absl::Status s = read_record(events[i], task, task, t_last, 0, c.value,
+                                     c.time_enabled, c.time_running);
+        !s.ok())
+      return s;
+  // The last round; it also keeps the data section from being empty.
+  if (absl::Status s = finish_round(); !s.ok()) return s;
+  const uint64_t data_size = out.offset() - data_offset;
+  sum.data_bytes = data_size;
+
+  // Features: the index, then their contents, in bit order.
+  std::vector<std::pair<int, std::string>> features;
+  {
+    Bytes f;
+    f.U32(max_cpu + 1);  // available
+    f.U32(max_cpu + 1);  // online
+    features.emplace_back(kPerfFeatNrCpus, f.str());
+  }
+  if (!options.cmdline.empty()) {
+    Bytes f;
+    f.U32(static_cast<uint32_t>(options.cmdline.size()));
+    for (const std::string& w : options.cmdline) f.HeaderString(w);
+    features.emplace_back(kPerfFeatCmdline, f.str());
+  }
+  {
+    Bytes f;
+    f.U32(static_cast<uint32_t>(n));
+    f.U32(kPerfAttrBytes);
+    for (const Event& e : events) {
+      f.Raw(&e.attr, kPerfAttrBytes);
+      f.U32(1);
+      f.HeaderString(e.name);
+      f.U64(e.id);
+    }
+    features.emplace_back(kPerfFeatEventDesc, f.str());
+  }
+  if (!recs.empty()) {
+    Bytes f;
+    f.U64(t_first);
+    f.U64(t_last);
+    features.emplace_back(kPerfFeatSampleTime, f.str());
+  }
+  uint64_t feature_bits[4] = {0, 0, 0, 0};
+  Bytes index, contents;
+  uint64_t at = out.offset() + features.size() * 16;
+  for (const auto& [bit, bytes] : features) {
+    feature_bits[bit / 64] |= 1ULL << (bit % 64);
+    index.U64(at);
+    index.U64(bytes.size());
+    contents.Raw(bytes.data(), bytes.size());
+    at += bytes.size();
+  }
+  if (absl::Status s = out.Append(index.str()); !s.ok()) return s;
+  if (absl::Status s = out.Append(contents.str()); !s.ok()) return s;
+  if (absl::Status s = out.Flush(); !s.ok()) return s;
+
+  Bytes h;
+  h.Raw(kPerfMagic, sizeof(kPerfMagic));
+  h.U64(kPerfHeaderBytes);
+  h.U64(kPerfFileAttrBytes);
+  h.U64(attrs_offset);
+  h.U64(n * kPerfFileAttrBytes);
+  h.U64(data_offset);
+  h.U64(data_size);
+  h.U64(0);  // event_types: unused since perf 3.x
+  h.U64(0);
+  for (uint64_t w : feature_bits) h.U64(w);
+  assert(h.size() == kPerfHeaderBytes);
+  if (absl::Status s = out.WriteAt(0, h.str()); !s.ok()) return s;
+  if (absl::Status s = out.Close(); !s.ok()) return s;
+  return sum;
+}
+
+}  // namespace pfm

@@ -1,0 +1,116 @@
+// A pfm trace (pfm/trace_file.h) as a perf.data file that the perf tool
+// reads: `perf script`, `perf report`, `perf report -D`. What maps to what,
+// and what perf shows of it: docs/export.md.
+//
+// Sources of the facts below (layouts and constants only; no perf code is
+// used): tools/perf/Documentation/perf.data-file-format.txt and
+// tools/perf/util/header.c of Linux (perf 6.1), the uapi <linux/perf_event.h>
+// for the records and perf_event_attr; checked against /usr/bin/perf 6.1.
+//
+// File layout (native = little-endian, every offset a multiple of 8):
+//
+//   0    file header, kPerfHeaderBytes:
+//          u64 magic "PERFILE2" | u64 size (104) | u64 attr_size (144)
+//          | {u64 offset, u64 size} attrs | ... data | ... event_types {0,0}
+//          | 256-bit feature bitmap (4 x u64)
+//   104  attrs: per event a perf_event_attr of kPerfAttrBytes (attr.size =
+//        128, PERF_ATTR_SIZE_VER7: perf 6.1 refuses a larger attr as an
+//        "incompatible file format") then {u64 offset, u64 size} of its ids
+//        ...  the ids, one u64 per event (event i has id i + 1)
+//        ...  data: the records (perf_event_header first, each a multiple of
+//             8 bytes), never empty (perf refuses a data size of 0)
+//   data.offset + data.size: the feature index, one {offset, size} per set
+//        feature bit in bit order, then the features' contents:
+//          NRCPUS      u32 available, u32 online (from the records' cpus)
+//          CMDLINE     u32 n, n strings (when options.cmdline is given)
+//          EVENT_DESC  u32 n, u32 attr size, per event: attr, u32 ids,
+//                      string (the event's name), the ids
+//          SAMPLE_TIME u64 first, u64 last record time (when any)
+//        A string is u32 len, then len bytes: NUL-terminated, zero-padded
+//        to a multiple of 64.
+//
+// The events (perf_event_attr), in this order, those that apply:
+//   "branches[:u|:k]"  BRANCH records: PERF_TYPE_HARDWARE
+//        PERF_COUNT_HW_BRANCH_INSTRUCTIONS, sample_period 1, which perf
+//        treats as BTS (`perf script` prints "from => to").
+//   PEBS, one per arbiter request seen: precise_ip 2, named after the
+//        trailer's counter of that request (or the spec's pebs_event);
+//        samples carry the data address and the latency as weight.
+//   counters, one per trailer counter (and per request of COUNTER records
+//        that is not one): their values as PERF_RECORD_READ.
+// At most 256 events: the records of requests past that (a damaged trace)
+// are skipped and counted in PerfDataSummary::skipped.
+// Every event has sample_id_all; with more than one, PERF_SAMPLE_IDENTIFIER
+// too (perf needs it to tell them apart).
+//
+// Thread-compatible; no globals.
+#ifndef PFM_LIBPFM_BTS_PERF_DATA_H_
+#define PFM_LIBPFM_BTS_PERF_DATA_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernel/uapi/proc_maps.h"
+#include "pfm/trace_file.h"
+
+namespace pfm {
+
+// Sizes of the file's fixed parts (see the layout above).
+inline constexpr size_t kPerfHeaderBytes = 104;
+inline constexpr size_t kPerfAttrBytes = 128;
+inline constexpr size_t kPerfFileAttrBytes = kPerfAttrBytes + 16;  // + ids section
+inline constexpr char kPerfMagic[8] = {'P', 'E', 'R', 'F', 'I', 'L', 'E', '2'};
+
+// Feature bits (tools/perf/util/header.h, enum of HEADER_*).
+inline constexpr int kPerfFeatNrCpus = 7;
+inline constexpr int kPerfFeatCmdline = 11;
+inline constexpr int kPerfFeatEventDesc = 12;
+inline constexpr int kPerfFeatSampleTime = 21;
+
+// perf's own record type, not the kernel's (tools/perf/util/event.h,
+// PERF_RECORD_FINISHED_ROUND): a header alone; perf sorts the records
+// before it by time and delivers them.
+inline constexpr uint32_t kPerfRecordFinishedRound = 68;
+
+// Records between two FINISHED_ROUND records (and one after the last).
+inline constexpr size_t kPerfRoundRecords = 1 << 16;
+
+struct PerfDataOptions {
+  // The mappings perf symbolizes with: one PERF_RECORD_MMAP2 each, at the
+  // start (stamped with the first record's time, so they govern every
+  // sample). pid 0 takes the trace header's pid. Null: none.
+  const ProcessMaps* maps = nullptr;
+  // HEADER_CMDLINE (`perf report --header`: "# cmdline : ..."); empty: no
+  // such feature.
+  std::vector<std::string> cmdline;
+};
+
+struct PerfDataSummary {
+  uint64_t samples = 0;       // PERF_RECORD_SAMPLE (branches, PEBS)
+  uint64_t side_records = 0;  // COMM, MMAP2, SWITCH, EXIT, LOST, THROTTLE
+  uint64_t reads = 0;         // PERF_RECORD_READ (counters)
+  uint64_t data_bytes = 0;    // the data section's size
+  // pfm records with no perf counterpart (resized, schedule, unknown
+  // types), or whose request got no event, by RecordTypeName.
+  std::map<std::string, uint64_t> skipped;
+  std::vector<std::string> events;  // the events' names, in attr order
+};
+
+// Writes `trace` to `path` (created or truncated, mode 0644, owned by the
+// caller: perf refuses another user's file). Records are written in time
+// order (a stable sort: records of equal time keep the trace's order), as
+// perf would deliver them anyway. The trace's header and trailer are input:
+// fields of the wrong type are ignored, never asserted. Errors: the file
+// cannot be created (INVALID_ARGUMENT, naming it and why) or written
+// (UNAVAILABLE, leaving a partial file behind).
+absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
+                                              const PerfDataOptions& options,
+                                              const std::string& path);
+
+}  // namespace pfm
+
+#endif  // PFM_LIBPFM_BTS_PERF_DATA_H_

@@ -1,0 +1,372 @@
+// End to end, issue 15: `pfmctl export` to perf.data, read by the real perf
+// (/usr/bin/perf, installed by tools/install_deps.sh). A real program's
+// branches (`pfmctl record` on the host) and a simulated PEBS session
+// (`pfmd --driver sim`) are exported, and what perf script / perf report
+// print is checked against the trace itself. Skips only when perf is not
+// installed.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernel/uapi/pfm_uapi.h"
+#include "pfm/trace_file.h"
+#include "tests/testing/e2e.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+using testing::Contains;
+using testing::CountOf;
+using testing::Num;
+using testing::Pfmctl;
+using testing::Result;
+
+constexpr char kPerf[] = "/usr/bin/perf";
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+std::vector<std::string> Words(const std::string& line) {
+  std::vector<std::string> out;
+  std::istringstream in(line);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// One branch as `perf script -F comm,tid,time,ip,sym,addr` prints it:
+//   "prog  3010  9437.791460:   40150b _start =>   402800 __libc_start_main_impl"
+struct PerfBranch {
+  uint64_t from = 0, to = 0;
+  std::string from_sym, to_sym;
+};
+
+bool ParseBranchLine(const std::string& line, PerfBranch* b) {
+  const size_t arrow = line.find(" => ");
+  if (arrow == std::string::npos) return false;
+  const std::vector<std::string> left = Words(line.substr(0, arrow));
+  const std::vector<std::string> right = Words(line.substr(arrow + 4));
+  // The time is the first word ending in ':'; the ip and its symbol follow.
+  auto t = std::find_if(left.begin(), left.end(),
+                        [](const std::string& w) { return !w.empty() && w.back() == ':'; });
+  if (t == left.end() || left.end() - t < 3 || right.size() < 2) return false;
+  b->from = std::stoull(*(t + 1), nullptr, 16);
+  b->from_sym = *(t + 2);
+  b->to = std::stoull(right[0], nullptr, 16);
+  b->to_sym = right[1];
+  return true;
+}
+
+class ExportE2e : public testing::DaemonTest {
+ protected:
+  void SetUp() override {
+    if (access(kPerf, X_OK) != 0) GTEST_SKIP() << kPerf << " is not installed";
+    dir_ = testing::MakeTempDir("export");
+    home_ = dir_ + "/home";
+    ASSERT_EQ(mkdir(home_.c_str(), 0700), 0);
+  }
+
+  // The real perf, with a HOME of its own (its config and build-id cache)
+  // and no pager. Its stderr may carry warnings (kptr_restrict, ...).
+  Result Perf(std::vector<std::string> args) {
+    args.insert(args.begin(), kPerf);
+    Result r = testing::Run(args, {{"HOME", home_}, {"PAGER", "cat"}}, 60);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r;
+  }
+
+  // `pfmctl export` (no daemon needed).
+  Result Export(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {testing::PfmctlPath(), "export"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::Run(argv);
+  }
+
+  std::vector<pfm_record> OfType(const Trace& t, uint16_t type) {
+    std::vector<pfm_record> out;
+    for (const pfm_record& r : t.records)
+      if (r.type == type) out.push_back(r);
+    return out;
+  }
+
+  std::string dir_, home_;
+};
+
+class HostExportE2e : public ExportE2e {
+ protected:
+  void SetUp() override {
+    ExportE2e::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_NO_FATAL_FAILURE(StartDaemon({"--driver", "host"}));
+    prog_ = testing::Runfile("tests/export_prog");
+  }
+  std::string prog_;
+};
+
+TEST_F(HostExportE2e, PerfScriptPrintsTheRecordedBranchesInOrderWithTheProgramsSymbols) {
+  const std::string trace = dir_ + "/t.pfmtrace", data = dir_ + "/out.data";
+  Result rec = Pfmctl(socket(), {"record", "-o", trace, "--", prog_});
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  Result ex = Export({trace, "-o", data});
+  ASSERT_EQ(ex.exit_code, 0) << ex.err;
+  EXPECT_TRUE(Contains(ex.out, "exported to " + data)) << ex.out;
+
+  absl::StatusOr<Trace> t = ReadTrace(trace);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->complete);
+  // perf delivers records in time order; the export writes them so (a
+  // stable sort), which for soft BTS's branches is the trace's own order.
+  std::vector<pfm_record> branches = OfType(*t, PFM_REC_BRANCH);
+  std::stable_sort(branches.begin(), branches.end(),
+                   [](const pfm_record& a, const pfm_record& b) { return a.time < b.time; });
+  ASSERT_GT(branches.size(), 500u);
+
+  Result script = Perf({"script", "-F", "comm,tid,time,ip,sym,addr", "-i", data});
+  std::vector<PerfBranch> printed;
+  for (const std::string& line : Lines(script.out)) {
+    PerfBranch b;
+    if (ParseBranchLine(line, &b)) printed.push_back(b);
+  }
+  ASSERT_EQ(printed.size(), branches.size()) << script.out.substr(0, 2000);
+  size_t mismatches = 0;
+  for (size_t i = 0; i < branches.size() && mismatches < 5; ++i) {
+    if (printed[i].from == branches[i].u.branch.from && printed[i].to == branches[i].u.branch.to)
+      continue;
+    ++mismatches;
+    ADD_FAILURE() << "branch " << i << ": perf " << std::hex << printed[i].from << " => "
+                  << printed[i].to << ", trace " << branches[i].u.branch.from << " => "
+                  << branches[i].u.branch.to;
+  }
+  // The program's own functions, by name, on both ends of branches.
+  std::map<std::string, uint64_t> calls;
+  uint64_t unknown = 0;
+  for (const PerfBranch& b : printed) {
+    if (b.from_sym == "pfm_export_middle" && b.to_sym == "pfm_export_leaf") ++calls["leaf"];
+    if (b.from_sym == "main" && b.to_sym == "pfm_export_middle") ++calls["middle"];
+    unknown += b.from_sym == "[unknown]";
+  }
+  EXPECT_EQ(calls["leaf"], 25u) << "pfm_export_middle calls pfm_export_leaf 25 times";
+  EXPECT_EQ(calls["middle"], 1u);
+  // Only what ran before the exec (pfmctl's held child) is outside PROG.
+  EXPECT_LT(unknown, 100u);
+  const std::string first_line = Lines(script.out).at(0);
+  EXPECT_TRUE(Contains(first_line, "export_prog")) << "the comm: " << first_line;
+
+  Result report = Perf({"report", "--stdio", "-i", data});
+  for (const char* fn : {"pfm_export_leaf", "pfm_export_middle", "main", "__libc_start_main"})
+    EXPECT_TRUE(Contains(report.out, fn)) << fn << " in:\n" << report.out;
+  EXPECT_TRUE(Contains(report.out, "of event 'branches:u'")) << report.out;
+
+  const size_t switches =
+      OfType(*t, PFM_REC_SWITCH_IN).size() + OfType(*t, PFM_REC_SWITCH_OUT).size();
+  Result sw = Perf({"script", "--show-switch-events", "-F", "comm,tid,time", "-i", data});
+  EXPECT_EQ(CountOf(sw.out, "PERF_RECORD_SWITCH "), switches) << sw.out.substr(0, 2000);
+  Result task = Perf({"script", "--show-task-events", "-F", "comm,tid,time", "-i", data});
+  EXPECT_EQ(CountOf(task.out, "PERF_RECORD_COMM exec: export_prog"), 1u) << task.out;
+  EXPECT_EQ(CountOf(task.out, "PERF_RECORD_EXIT"), OfType(*t, PFM_REC_EXIT).size());
+
+  Result header = Perf({"report", "--header-only", "-i", data});
+  EXPECT_TRUE(Contains(header.out, "event : name = branches:u")) << header.out;
+  EXPECT_TRUE(Contains(header.out, "cmdline : pfmctl export " + trace)) << header.out;
+}
+
+TEST_F(HostExportE2e, RecordWithOutputFormatPerfKeepsTheTraceNextToIt) {
+  const std::string data = dir_ + "/rec.data";
+  Result rec = Pfmctl(socket(), {"record", "--output-format", "perf", "-o", data, "--", prog_});
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  EXPECT_TRUE(Contains(rec.err, "exported to " + data)) << rec.err;
+  absl::StatusOr<Trace> t = ReadTrace(data + ".pfmtrace");
+  ASSERT_TRUE(t.ok()) << t.status();
+  Result script = Perf({"script", "-F", "ip,addr", "-i", data});
+  EXPECT_EQ(CountOf(script.out, "=>"), OfType(*t, PFM_REC_BRANCH).size());
+
+  // An unknown format is a usage error before anything runs.
+  const std::string marker = dir_ + "/ran";
+  rec = Pfmctl(socket(), {"record", "--output-format", "ctf", "-o", dir_ + "/x", "--",
+                          "/usr/bin/touch", marker});
+  EXPECT_EQ(rec.exit_code, 2);
+  EXPECT_EQ(rec.err,
+            "pfmctl: INVALID_ARGUMENT: record: unknown --output-format 'ctf' (formats: "
+            "pfmtrace, perf, chrome-json)\n");
+  EXPECT_NE(access(marker.c_str(), F_OK), 0) << "the command ran";
+}
+
+class SimExportE2e : public ExportE2e {
+ protected:
+  void SetUp() override {
+    ExportE2e::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_NO_FATAL_FAILURE(StartSim({"--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "4",
+                                      "--sim-seed", "7", "--sim-paused"}));
+  }
+};
+
+TEST_F(SimExportE2e, PebsBranchesSwitchesAndCountersShowInPerfByName) {
+  const uint64_t id =
+      Create({"--role", "profiler", "--pid", "1000", "--bts", "lossless", "--buffer", "16MiB",
+              "--pebs", "MEM_LOAD_RETIRED.L3_MISS:2000", "--counter", "cycles"});
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "5000000"}).exit_code, 0);
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "exit", "1000"}).exit_code, 0);
+  const std::string trace = dir_ + "/sim.pfmtrace", data = dir_ + "/sim.data";
+  Result st = Pfmctl(socket(), {"stream", std::to_string(id), "-o", trace});
+  ASSERT_EQ(st.exit_code, 0) << st.err;
+  Result ex = Export({"--json", trace, "-o", data, "--format", "perf"});
+  ASSERT_EQ(ex.exit_code, 0) << ex.err;
+  EXPECT_EQ(json::serialize(json::parse(ex.out).at("detail").at("events")),
+            R"(["branches","MEM_LOAD_RETIRED.L3_MISS","cycles"])");
+
+  absl::StatusOr<Trace> t = ReadTrace(trace);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const size_t branches = OfType(*t, PFM_REC_BRANCH).size();
+  const size_t pebs = OfType(*t, PFM_REC_PEBS).size();
+  ASSERT_GT(branches, 100u);
+  ASSERT_GT(pebs, 100u);
+
+  Result script = Perf({"script", "-F", "event,ip,addr", "-i", data});
+  EXPECT_EQ(CountOf(script.out, "branches:"), branches);
+  EXPECT_EQ(CountOf(script.out, "MEM_LOAD_RETIRED.L3_MISS:"), pebs);
+  Result report = Perf({"report", "--stdio", "-i", data});
+  EXPECT_TRUE(Contains(report.out, "of event 'branches'")) << report.out.substr(0, 3000);
+  EXPECT_TRUE(Contains(report.out, "of event 'MEM_LOAD_RETIRED.L3_MISS'"));
+
+  const size_t switches =
+      OfType(*t, PFM_REC_SWITCH_IN).size() + OfType(*t, PFM_REC_SWITCH_OUT).size();
+  ASSERT_GT(switches, 2u);
+  Result sw = Perf({"script", "--show-switch-events", "-F", "tid,time", "-i", data});
+  EXPECT_EQ(CountOf(sw.out, "PERF_RECORD_SWITCH "), switches);
+  EXPECT_EQ(CountOf(sw.out, "PERF_RECORD_SWITCH OUT preempt"),
+            static_cast<size_t>(std::count_if(
+                t->records.begin(), t->records.end(), [](const pfm_record& r) {
+                  return r.type == PFM_REC_SWITCH_OUT && (r.misc & PFM_MISC_SWITCH_PREEMPT);
+                })));
+
+  // The counters: the trailer's numbers, which `pfmctl report` prints, in
+  // perf report -T's table and perf report -D's READ records.
+  std::map<std::string, uint64_t> want;
+  for (const json::value& c : t->trailer.at("counters").as_array())
+    want[std::string(c.at("event").as_string())] = Num(c.at("value"));
+  ASSERT_EQ(want.size(), 2u);
+  Result threads = Perf({"report", "-T", "--stdio", "-i", data});
+  const std::vector<std::string> lines = Lines(threads.out);
+  auto head = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return Contains(l, "PID") && Contains(l, "TID") && Contains(l, "cycles");
+  });
+  ASSERT_NE(head, lines.end()) << threads.out.substr(threads.out.size() - 1000);
+  ASSERT_NE(head + 1, lines.end());
+  // "#  PID   TID  MEM_LOAD_RETIRED.L3_MISS   cycles", then the values.
+  std::vector<std::string> names = Words(*head);
+  const std::vector<std::string> values = Words(*(head + 1));
+  if (!names.empty() && names[0] == "#") names.erase(names.begin());
+  ASSERT_EQ(names.size(), values.size()) << *head << "\n" << *(head + 1);
+  for (size_t i = 2; i < names.size(); ++i)
+    EXPECT_EQ(std::stoull(values[i]), want[names[i]]) << names[i];
+  EXPECT_EQ(values[0], "1000");
+  Result dump = Perf({"report", "-D", "-i", data});
+  for (const auto& [name, value] : want)
+    EXPECT_TRUE(Contains(dump.out, "PERF_RECORD_READ: 1000 1000 " + name + " " +
+                                       std::to_string(value)))
+        << name;
+  EXPECT_TRUE(Contains(dump.out, "... time running :"));
+}
+
+// A trace written here, with every record type, and the empty trace:
+// perf reads both without a complaint.
+TEST_F(ExportE2e, PerfReadsEveryRecordTypeAndTheEmptyTrace) {
+  const std::string trace = dir_ + "/every.pfmtrace", data = dir_ + "/every.data";
+  {
+    absl::StatusOr<TraceWriter> w = TraceWriter::Create(
+        trace, {{"kind", "record"}, {"command", "/bin/every"}, {"pid", 7}});
+    ASSERT_TRUE(w.ok()) << w.status();
+    std::vector<pfm_record> recs;
+    for (uint16_t type = PFM_REC_BRANCH; type < PFM_REC_TYPE_MAX; ++type) {
+      pfm_record r{};
+      r.type = type;
+      r.time = 1000 * type;
+      r.pid = r.tid = 7;
+      r.u.branch.from = 0x401000;  // also the PEBS ip
+      r.u.branch.to = 0x401100;
+      if (type == PFM_REC_LOST) r.u.lost.count = 5;
+      recs.push_back(r);
+    }
+    ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+    ASSERT_TRUE(w->Finish({{"records", recs.size()}}).ok());
+  }
+  Result ex = Export({trace, "-o", data});
+  ASSERT_EQ(ex.exit_code, 0) << ex.err;
+  Result dump = Perf({"report", "-D", "-i", data});
+  for (const char* rec : {"PERF_RECORD_COMM exec", "PERF_RECORD_SAMPLE", "PERF_RECORD_SWITCH",
+                          "PERF_RECORD_LOST", "PERF_RECORD_READ", "PERF_RECORD_THROTTLE",
+                          "PERF_RECORD_EXIT", "PERF_RECORD_FINISHED_ROUND"})
+    EXPECT_TRUE(Contains(dump.out, rec)) << rec;
+  Result lost = Perf({"script", "--show-lost-events", "-F", "tid,time", "-i", data});
+  EXPECT_TRUE(Contains(lost.out, "PERF_RECORD_LOST")) << lost.out;
+
+  const std::string empty = dir_ + "/empty.pfmtrace", empty_data = dir_ + "/empty.data";
+  {
+    absl::StatusOr<TraceWriter> w = TraceWriter::Create(empty, {{"kind", "stream"}});
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->Finish({{"records", 0}}).ok());
+  }
+  ex = Export({empty, "-o", empty_data});
+  ASSERT_EQ(ex.exit_code, 0) << ex.err;
+  Result script = Perf({"script", "-i", empty_data});
+  EXPECT_EQ(script.out, "");
+  Perf({"report", "--stdio", "-i", empty_data});
+}
+
+TEST_F(ExportE2e, BadInputIsOneErrorLineAndWhatIsReadableIsExported) {
+  // A trace whose writer was killed: no trailer.
+  const std::string cut = dir_ + "/cut.pfmtrace", data = dir_ + "/cut.data";
+  {
+    absl::StatusOr<TraceWriter> w = TraceWriter::Create(cut, {{"kind", "stream"}});
+    ASSERT_TRUE(w.ok());
+    std::vector<pfm_record> recs(3);
+    for (pfm_record& r : recs) {
+      r.type = PFM_REC_BRANCH;
+      r.pid = r.tid = 9;
+      r.u.branch.from = 0x401000;
+      r.u.branch.to = 0x401100;
+    }
+    ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  }
+  Result r = Export({cut, "-o", data});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(CountOf(r.err, "\n"), 1u) << r.err;
+  EXPECT_TRUE(testing::StartsWith(r.err, "pfmctl: DATA_LOSS: " + cut + ": no trailer"))
+      << r.err;
+  EXPECT_TRUE(Contains(r.err, "exported 3 records to " + data)) << r.err;
+  EXPECT_EQ(CountOf(Perf({"script", "-F", "ip,addr", "-i", data}).out, "=>"), 3u);
+
+  r = Export({dir_ + "/missing", "-o", data});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(testing::StartsWith(r.err, "pfmctl: NOT_FOUND: cannot open")) << r.err;
+  r = Export({dir_, "-o", data});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "pfmctl: INVALID_ARGUMENT: " + dir_ +
+                       " is a directory, not a pfm trace file\n");
+  r = Export({cut, "-o", data, "--format", "ctf"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "pfmctl: INVALID_ARGUMENT: unknown export format 'ctf' (formats: perf, chrome-json)\n");
+  r = Export({cut, "-o", dir_});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(testing::StartsWith(r.err, "pfmctl: INVALID_ARGUMENT: cannot write " + dir_))
+      << r.err;
+  r = Export({cut});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "pfmctl: INVALID_ARGUMENT: usage: export TRACE -o FILE [--format perf|chrome-json]\n");
+}
+
+}  // namespace
+}  // namespace pfm

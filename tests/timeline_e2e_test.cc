@@ -1,0 +1,138 @@
+// End to end, issue 15 (timeline): a profiler with more counters than the
+// simulated Skylake has general counters, streamed to a trace file through
+// the real pfmd and pfmctl. The trace carries the arbiter's schedule
+// (SCHEDULE records), from which `pfmctl export --format chrome-json` and
+// `pfmctl report --timeline` draw when each counter was on the hardware: the
+// on-slices of every counter add up to the time_running pfmd reports.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "pfm/trace_file.h"
+#include "tests/testing/e2e.h"
+#include "userspace/pfmctl/timeline.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+using testing::Pfmctl;
+
+// Twelve events that go on general counters only (libpfm4's skl names):
+// eight counters, so they rotate.
+const std::vector<std::string> kGpEvents = {
+    "branch-instructions", "branch-misses",  "cache-references",
+    "cache-misses",        "bus-cycles",     "L2_RQSTS.REFERENCES",
+    "BR_INST_RETIRED.ALL_BRANCHES", "BR_MISP_RETIRED.ALL_BRANCHES",
+    "MEM_LOAD_RETIRED.L1_HIT", "MEM_LOAD_RETIRED.L2_HIT",
+    "MEM_LOAD_RETIRED.L3_MISS", "UOPS_ISSUED.ANY"};
+
+class TimelineE2e : public testing::DaemonTest {
+ protected:
+  void SetUp() override {
+    StartSim({"--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "3", "--sim-seed", "5",
+              "--sim-paused"});
+  }
+  // A lossless profiler with the twelve counters on pid 1000, run for
+  // 200 ms of virtual time; the task exits; the stream goes to a file.
+  std::string Record() {
+    std::vector<std::string> f = {"--role", "profiler", "--pid", "1000", "--bts", "lossless",
+                                  "--buffer", "16MiB"};
+    for (const std::string& e : kGpEvents) {
+      f.push_back("--counter");
+      f.push_back(e);
+    }
+    const uint64_t id = Create(f);
+    EXPECT_EQ(Pfmctl(socket(), {"sim", "run", "200000000"}).exit_code, 0);
+    EXPECT_EQ(Pfmctl(socket(), {"sim", "exit", "1000"}).exit_code, 0);
+    dir_ = testing::MakeTempDir("timeline");
+    const std::string file = dir_ + "/prof.trace";
+    testing::Result r = Pfmctl(socket(), {"stream", std::to_string(id), "-o", file});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return file;
+  }
+  std::string dir_;
+};
+
+TEST_F(TimelineE2e, OnHardwareSlicesAddUpToTimeRunning) {
+  const std::string file = Record();
+  absl::StatusOr<Trace> t = ReadTrace(file);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const Timeline tl = BuildTimeline(*t);
+  EXPECT_GT(tl.schedule_records, 24u);
+  ASSERT_EQ(tl.requests.size(), kGpEvents.size());
+  for (const RequestTrack& r : tl.requests) {
+    ASSERT_TRUE(r.time_running.has_value()) << r.name;
+    ASSERT_TRUE(r.time_enabled.has_value()) << r.name;
+    EXPECT_GT(r.on.size(), 1u) << r.name << " rotated";
+    EXPECT_EQ(r.on_ns, *r.time_running) << r.name;
+    EXPECT_LT(*r.time_running, *r.time_enabled) << r.name << " is multiplexed";
+  }
+  // The task's running slices, from the switch records.
+  ASSERT_FALSE(tl.threads.empty());
+  uint64_t runs = 0;
+  for (const ThreadTrack& th : tl.threads) runs += th.runs.size();
+  EXPECT_GT(runs, 0u);
+}
+
+TEST_F(TimelineE2e, ChromeJsonExportObeysTheTraceEventFormat) {
+  const std::string file = Record();
+  const std::string out = dir_ + "/prof.json";
+  testing::Result r =
+      Pfmctl(socket(), {"export", file, "--format", "chrome-json", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json::value v = json::parse(testing::ReadFile(out));
+  std::map<std::string, double> on_us;  // by event name
+  size_t slices = 0;
+  for (const json::value& e : v.at("traceEvents").as_array()) {
+    const json::object& o = e.as_object();
+    ASSERT_TRUE(o.at("ph").is_string());
+    ASSERT_TRUE(o.at("name").is_string());
+    ASSERT_TRUE(o.at("pid").is_number());
+    ASSERT_TRUE(o.at("tid").is_number());
+    const std::string ph(o.at("ph").as_string());
+    if (ph == "M") continue;
+    ASSERT_TRUE(o.at("ts").is_number());
+    if (ph == "X" && o.at("cat").as_string() == "pmu") {
+      on_us[std::string(o.at("name").as_string())] += o.at("dur").to_number<double>();
+      ++slices;
+    }
+  }
+  EXPECT_GT(slices, kGpEvents.size());
+  // Against pfmd's own numbers, as the trailer carries them.
+  absl::StatusOr<Trace> t = ReadTrace(file);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const json::array& counters = t->trailer.at("counters").as_array();
+  ASSERT_EQ(counters.size(), kGpEvents.size());
+  for (const json::value& c : counters) {
+    const std::string event(c.at("event").as_string());
+    const double running_us = c.at("time_running").to_number<double>() / 1000.0;
+    EXPECT_NEAR(on_us[event], running_us, 0.01) << event;
+  }
+}
+
+TEST_F(TimelineE2e, ReportTimelineIsAnSvgWithOneRowPerRequest) {
+  const std::string file = Record();
+  const std::string svg = dir_ + "/t.svg";
+  testing::Result r = Pfmctl(socket(), {"report", file, "--timeline", svg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Parsed by a real XML parser.
+  testing::Result py = testing::Run(
+      {"/usr/bin/python3", "-c",
+       "import sys, xml.etree.ElementTree as E\n"
+       "r = E.parse(sys.argv[1]).getroot()\n"
+       "ns = '{http://www.w3.org/2000/svg}'\n"
+       "print(sum(1 for g in r.iter(ns + 'g') if g.get('class') == 'request'))",
+       svg});
+  ASSERT_EQ(py.exit_code, 0) << py.err;
+  EXPECT_EQ(std::stoul(py.out), kGpEvents.size());
+  testing::Result bad = Pfmctl(socket(), {"report", file, "--timeline", dir_ + "/no/such/dir.svg"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(testing::Contains(bad.err, "cannot write the timeline")) << bad.err;
+}
+
+}  // namespace
+}  // namespace pfm

@@ -1,0 +1,117 @@
+#include "userspace/pfmctl/export.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "libpfm-bts/perf_data.h"
+#include "pfm/trace_file.h"
+#include "userspace/pfmctl/report.h"
+#include "userspace/pfmctl/timeline.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+
+using ExportFn = absl::StatusOr<json::object> (*)(const Trace& trace,
+                                                  const ExportRequest& request);
+
+struct ExportFormat {
+  const char* name;
+  ExportFn write;
+};
+
+// perf.data, symbolized with the mappings `report` uses (SymbolMaps).
+absl::StatusOr<json::object> ExportPerf(const Trace& trace, const ExportRequest& request) {
+  PerfDataOptions options;
+  options.maps = SymbolMaps(trace);
+  options.cmdline = request.cmdline;
+  absl::StatusOr<PerfDataSummary> s = WritePerfData(trace, options, request.out_path);
+  if (!s.ok()) return s.status();
+  json::object skipped;
+  for (const auto& [type, count] : s->skipped) skipped[type] = count;
+  json::array events;
+  for (const std::string& e : s->events) events.push_back(json::value(e));
+  return json::object{{"events", std::move(events)},
+                      {"samples", s->samples},
+                      {"side_records", s->side_records},
+                      {"counter_reads", s->reads},
+                      {"data_bytes", s->data_bytes},
+                      {"skipped", std::move(skipped)}};
+}
+
+// The Trace Event Format, for Perfetto and chrome://tracing
+// (userspace/pfmctl/timeline.h, docs/timeline.md).
+absl::StatusOr<json::object> ExportChromeJson(const Trace& trace,
+                                              const ExportRequest& request) {
+  const Timeline t = BuildTimeline(trace);
+  std::ofstream out(request.out_path, std::ios::binary | std::ios::trunc);
+  out << ChromeTraceJson(t);
+  out.close();
+  if (!out)
+    return absl::UnavailableError(absl::StrCat(request.out_path, ": cannot write"));
+  uint64_t slices = 0;
+  for (const ThreadTrack& th : t.threads) slices += th.runs.size();
+  uint64_t on = 0;
+  for (const RequestTrack& r : t.requests) on += r.on.size();
+  return json::object{{"threads", t.threads.size()},
+                      {"running_slices", slices},
+                      {"requests", t.requests.size()},
+                      {"on_hardware_slices", on}};
+}
+
+// The one table of formats.
+constexpr ExportFormat kExportFormats[] = {
+    {"perf", ExportPerf},
+    {"chrome-json", ExportChromeJson},
+};
+
+const ExportFormat* FindFormat(const std::string& name) {
+  for (const ExportFormat& f : kExportFormats)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string ExportFormatList(const char* separator) {
+  std::string list;
+  for (const ExportFormat& f : kExportFormats)
+    absl::StrAppend(&list, list.empty() ? "" : separator, f.name);
+  return list;
+}
+
+absl::Status CheckExportFormat(const std::string& format) {
+  if (FindFormat(format) != nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("unknown export format '", format,
+                                                 "' (formats: ", ExportFormatList(), ")"));
+}
+
+absl::StatusOr<ExportResult> ExportTrace(const ExportRequest& request) {
+  if (absl::Status s = CheckExportFormat(request.format); !s.ok()) return s;
+  const ExportFormat& format = *FindFormat(request.format);
+  absl::StatusOr<Trace> trace = ReadTrace(request.trace_path);
+  if (!trace.ok()) return trace.status();
+  // Writing would truncate the trace it was read from.
+  struct stat in {}, out {};
+  if (::stat(request.trace_path.c_str(), &in) == 0 &&
+      ::stat(request.out_path.c_str(), &out) == 0 && in.st_dev == out.st_dev &&
+      in.st_ino == out.st_ino)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "export: the output ", request.out_path, " is the trace itself"));
+  absl::StatusOr<json::object> detail = format.write(*trace, request);
+  if (!detail.ok()) return detail.status();
+  if (!trace->complete)
+    return absl::DataLossError(absl::StrCat(request.trace_path, ": ", trace->cut_reason,
+                                            "; exported ", trace->records.size(),
+                                            " records to ", request.out_path));
+  ExportResult result;
+  result.records = trace->records.size();
+  result.detail = std::move(*detail);
+  return result;
+}
+
+}  // namespace pfm

@@ -1,0 +1,59 @@
+// `pfmctl export` and `record --output-format`: a trace file (pfm/trace_file.h)
+// in another tool's format. The formats are one table, kExportFormats in
+// export.cc: a name and the function that writes a read trace in that
+// format. Adding a format is one entry there (and its writer); the flag
+// checks, the help text (PfmctlUsage) and the messages all read the table.
+//
+// Formats: "perf" (perf.data for perf script / perf report;
+// libpfm-bts/perf_data.h, docs/export.md) and "chrome-json" (the Trace
+// Event Format for Perfetto and chrome://tracing; timeline.h,
+// docs/timeline.md).
+#ifndef PFM_USERSPACE_PFMCTL_EXPORT_H_
+#define PFM_USERSPACE_PFMCTL_EXPORT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pfm {
+
+inline constexpr char kDefaultExportFormat[] = "perf";
+
+struct ExportRequest {
+  std::string trace_path;  // the pfm trace to read
+  std::string out_path;    // the file to write (created or truncated)
+  std::string format;      // a name in the table
+  // How pfmctl was invoked ("pfmctl", "export", ...), for formats that
+  // record it (perf: HEADER_CMDLINE).
+  std::vector<std::string> cmdline;
+};
+
+struct ExportResult {
+  uint64_t records = 0;        // pfm records read from the trace
+  boost::json::object detail;  // the format's own summary (perf: samples, events, ...)
+};
+
+// The format names joined by `separator` ("perf"; "a, b" or "a|b" with
+// more), for refusals and the help.
+std::string ExportFormatList(const char* separator = ", ");
+
+// OK for a format in the table; else INVALID_ARGUMENT
+// "unknown export format 'X' (formats: perf)".
+absl::Status CheckExportFormat(const std::string& format);
+
+// Reads the trace (ReadTrace: NOT_FOUND for a missing file,
+// INVALID_ARGUMENT for what is not a trace, a directory or another kind of
+// file), writes it in `format`. The output may not be the trace itself
+// (INVALID_ARGUMENT). A trace cut short or damaged is exported as far as
+// it reads, and then DATA_LOSS "<trace>: <where the reading stopped>;
+// exported N records to <out>". The writer's own errors as it returns them.
+absl::StatusOr<ExportResult> ExportTrace(const ExportRequest& request);
+
+}  // namespace pfm
+
+#endif  // PFM_USERSPACE_PFMCTL_EXPORT_H_

@@ -1,0 +1,149 @@
+#include "userspace/pfmctl/export.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernel/uapi/pfm_uapi.h"
+#include "pfm/trace_file.h"
+
+namespace pfm {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* d = std::getenv("TEST_TMPDIR");
+  return std::string(d ? d : "/tmp") + "/" + name;
+}
+
+pfm_record Branch(uint64_t time) {
+  pfm_record r{};
+  r.type = PFM_REC_BRANCH;
+  r.time = time;
+  r.pid = r.tid = 42;
+  r.u.branch.from = 0x401000;
+  r.u.branch.to = 0x401100;
+  return r;
+}
+
+// A trace of `n` branches; finished (with a trailer) or not.
+std::string WriteTrace(const std::string& name, int n, bool finish,
+                       const std::vector<ProcessMaps>& maps = {}) {
+  const std::string path = TempPath(name);
+  absl::StatusOr<TraceWriter> w =
+      TraceWriter::Create(path, {{"kind", "record"}, {"command", "prog"}, {"pid", 42}});
+  EXPECT_TRUE(w.ok()) << w.status();
+  std::vector<pfm_record> recs;
+  for (int i = 0; i < n; ++i) recs.push_back(Branch(1000 + i));
+  EXPECT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  for (const ProcessMaps& m : maps) EXPECT_TRUE(w->AppendMaps(m).ok());
+  if (finish) {
+    EXPECT_TRUE(w->Finish({{"records", n}}).ok());
+  }
+  return path;
+}
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+TEST(Export, FormatsAreOneTable) {
+  EXPECT_EQ(ExportFormatList(), "perf, chrome-json");
+  EXPECT_TRUE(CheckExportFormat("perf").ok());
+  EXPECT_TRUE(CheckExportFormat("chrome-json").ok());
+  absl::Status s = CheckExportFormat("ctf");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "unknown export format 'ctf' (formats: perf, chrome-json)");
+}
+
+TEST(Export, UnknownFormatIsRefusedBeforeAnythingIsWritten) {
+  const std::string trace = WriteTrace("fmt.pfmtrace", 3, true);
+  const std::string out = TempPath("fmt.out");
+  absl::StatusOr<ExportResult> r = ExportTrace({trace, out, "json", {}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("formats: perf, chrome-json"), std::string::npos);
+  EXPECT_EQ(FileSize(out), 0u);
+}
+
+TEST(Export, CompleteTraceIsExportedWithTheFormatsSummary) {
+  ProcessMaps m;
+  m.pid = 42;
+  m.mappings.push_back({0x401000, 0x402000, 0x1000, "/bin/prog", false, false});
+  ProcessMaps later_empty;  // an empty list does not hide the earlier one
+  later_empty.pid = 42;
+  const std::string trace = WriteTrace("ok.pfmtrace", 5, true, {m, later_empty});
+  absl::StatusOr<ExportResult> r =
+      ExportTrace({trace, TempPath("ok.data"), "perf", {"pfmctl", "export"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->records, 5u);
+  EXPECT_EQ(boost::json::serialize(r->detail["samples"]), "5");
+  EXPECT_EQ(boost::json::serialize(r->detail["side_records"]), "2") << "COMM and one MMAP2";
+  EXPECT_EQ(boost::json::serialize(r->detail["events"]), R"(["branches"])");
+}
+
+TEST(Export, CutShortTraceIsExportedAsFarAsItReadsThenDataLoss) {
+  const std::string trace = WriteTrace("cut.pfmtrace", 4, false);
+  const std::string out = TempPath("cut.data");
+  absl::StatusOr<ExportResult> r = ExportTrace({trace, out, "perf", {}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("cut short"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("exported 4 records to " + out), std::string::npos)
+      << r.status();
+  EXPECT_GT(FileSize(out), 104u) << "written before the error";
+
+  // Damage inside a block: the records before it are exported.
+  std::string bytes;
+  {
+    std::ifstream in(WriteTrace("damaged.pfmtrace", 4, true), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string damaged = TempPath("damaged2.pfmtrace");
+  // The RECORDS block after the header gets a length of 65: not whole
+  // records. Blocks: u32 kind, u32 length, payload; the header's is first.
+  uint32_t header_len;
+  std::memcpy(&header_len, bytes.data() + 12 + 4, 4);
+  const size_t at = 12 + 8 + header_len + 4;
+  const uint32_t bad = 65;
+  bytes.replace(at, 4, reinterpret_cast<const char*>(&bad), 4);
+  std::ofstream(damaged, std::ios::binary) << bytes;
+  r = ExportTrace({damaged, out, "perf", {}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("exported 0 records"), std::string::npos) << r.status();
+}
+
+TEST(Export, WhatIsNotATraceIsRefusedClearly) {
+  const std::string out = TempPath("x.data");
+  absl::StatusOr<ExportResult> r = ExportTrace({TempPath("missing.pfmtrace"), out, "perf", {}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  r = ExportTrace({TempPath(""), out, "perf", {}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("is a directory"), std::string::npos) << r.status();
+  r = ExportTrace({"/dev/zero", out, "perf", {}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos) << r.status();
+  const std::string junk = TempPath("junk.pfmtrace");
+  std::ofstream(junk) << "not a trace at all";
+  r = ExportTrace({junk, out, "perf", {}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("not a pfm trace file"), std::string::npos);
+}
+
+TEST(Export, TheTraceIsNeverItsOwnOutput) {
+  const std::string trace = WriteTrace("self.pfmtrace", 3, true);
+  const uint64_t size = FileSize(trace);
+  absl::StatusOr<ExportResult> r = ExportTrace({trace, trace, "perf", {}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FileSize(trace), size);
+  r = ExportTrace({trace, TempPath("no/such/dir/out.data"), "perf", {}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pfm
