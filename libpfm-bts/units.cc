@@ -20,13 +20,19 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
         absl::StrCat("size '", text, "': expected e.g. 4096, 64KiB, 8MiB"));
   std::string unit = absl::AsciiStrToLower(t.substr(i));
   int shift = 0;
+  if (unit == "kb" || unit == "mb" || unit == "gb") {
+    // 1000s to some, 1024s to others: refused rather than guessed.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "size '", text, "': '", t.substr(i), "' is ambiguous (1000 or 1024?); use ",
+        absl::AsciiStrToUpper(unit.substr(0, 1)), "iB (1024s) or plain bytes"));
+  }
   if (unit.empty() || unit == "b") {
     shift = 0;
-  } else if (unit == "k" || unit == "kb" || unit == "kib") {
+  } else if (unit == "k" || unit == "kib") {
     shift = 10;
-  } else if (unit == "m" || unit == "mb" || unit == "mib") {
+  } else if (unit == "m" || unit == "mib") {
     shift = 20;
-  } else if (unit == "g" || unit == "gb" || unit == "gib") {
+  } else if (unit == "g" || unit == "gib") {
     shift = 30;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -13,6 +13,19 @@ TEST(ParseSize, AcceptsBytesAndBinaryUnits) {
   EXPECT_EQ(*ParseSize("16k"), 16u * 1024);
 }
 
+// KB, MB and GB mean 1000s to some tools and 1024s to others: refused,
+// naming the unambiguous spelling.
+TEST(ParseSize, RefusesAmbiguousDecimalLookingUnits) {
+  for (const char* s : {"2KB", "2kb", "8MB", "1GB"}) {
+    auto r = ParseSize(s);
+    ASSERT_FALSE(r.ok()) << s;
+    EXPECT_NE(r.status().message().find("ambiguous"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("iB (1024s)"), std::string::npos) << r.status();
+  }
+  EXPECT_EQ(ParseSize("2KB").status().message(),
+            "size '2KB': 'KB' is ambiguous (1000 or 1024?); use KiB (1024s) or plain bytes");
+}
+
 TEST(ParseSize, RefusesGarbageNamingIt) {
   auto r = ParseSize("12XB");
   ASSERT_FALSE(r.ok());

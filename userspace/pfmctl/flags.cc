@@ -150,13 +150,21 @@ absl::StatusOr<uint64_t> ParseSessionId(const std::string& v) {
 
 absl::StatusOr<SessionSpec> ParseSessionFlags(CommandFlags& f) {
   SessionSpec s;
-  for (auto [flag, dst] : {std::pair{"--role", &s.role},
-                           std::pair{"--bts", &s.bts},
+  absl::StatusOr<std::string> role = f.Take("--role", "");
+  if (!role.ok()) return role.status();
+  for (auto [flag, dst] : {std::pair{"--bts", &s.bts},
                            std::pair{"--filter", &s.filter},
                            std::pair{"--format", &s.format}}) {
     absl::StatusOr<std::string> v = f.Take(flag, *dst);
     if (!v.ok()) return v.status();
     *dst = *v;
+  }
+  // A small history of recent branches is what a debugger keeps; a
+  // lossless stream is a profiler's.
+  if (!role->empty()) {
+    s.role = *role;
+  } else if (s.bts == "history") {
+    s.role = "debugger";
   }
   absl::StatusOr<std::string> v = f.Take("--pid");
   if (!v.ok()) return v.status();
@@ -175,6 +183,9 @@ absl::StatusOr<SessionSpec> ParseSessionFlags(CommandFlags& f) {
   if (!v->empty()) {
     absl::StatusOr<uint64_t> size = ParseSize(*v);
     if (!size.ok()) return UsageError(absl::StrCat("--buffer: ", size.status().message()));
+    // 0 would mean "the default" on the wire: say so instead of taking it.
+    if (*size == 0)
+      return UsageError("--buffer 0: a buffer needs bytes (leave --buffer out for the default)");
     s.buffer_bytes = *size;
   }
   if (v = f.Take("--pebs"); !v.ok()) return v.status();

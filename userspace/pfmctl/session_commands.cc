@@ -27,12 +27,15 @@ constexpr uint64_t kSessionListPage = 1000;
 absl::StatusOr<int> Create(const CliContext& ctx, const CommandArgs& args) {
   CommandFlags f(args, 2);
   absl::StatusOr<SessionSpec> spec = ParseSessionFlags(f);
-  if (spec.ok()) spec = ValidateSpec(*spec);
   if (!spec.ok()) return spec.status();
+  // An unknown flag is named before the spec's own checks run: `--pdi 1`
+  // is a typo, not a missing target.
   absl::StatusOr<std::vector<std::string>> pos = f.Positional("session create");
   if (!pos.ok()) return pos.status();
   if (!pos->empty())
     return UsageError(absl::StrCat("session create: unexpected '", pos->front(), "'"));
+  spec = ValidateSpec(*spec);
+  if (!spec.ok()) return spec.status();
   absl::StatusOr<Client> c = Connect(ctx);
   if (!c.ok()) return c.status();
   absl::StatusOr<Client::Reply> r = c->Call("session_create", {{"spec", spec->ToJson()}});

@@ -1,0 +1,68 @@
+// End to end: what pfmctl says to a user's flags (issue 17's "every flag and
+// error right"), against the real pfmd on the simulated machine.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing/e2e.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+using testing::Contains;
+using testing::Pfmctl;
+using testing::PfmctlJson;
+
+class CliE2e : public testing::DaemonTest {
+ protected:
+  void SetUp() override { StartSim({"--sim-cpus", "2", "--sim-paused"}); }
+  testing::Result Create(std::vector<std::string> flags) {
+    flags.insert(flags.begin(), {"session", "create"});
+    return Pfmctl(socket(), flags);
+  }
+  size_t Sessions() {
+    return PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size();
+  }
+};
+
+TEST_F(CliE2e, UnknownFlagIsNamedBeforeTheSpecIsChecked) {
+  testing::Result r = Create({"--pdi", "1", "--bts", "history"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "pfmctl: INVALID_ARGUMENT: session create: unknown flag '--pdi'\n");
+  EXPECT_EQ(Sessions(), 0u);
+}
+
+TEST_F(CliE2e, BufferSizesThatMeanNothingOrTwoThingsAreRefused) {
+  testing::Result r = Create({"--pid", "1000", "--bts", "lossless", "--buffer", "0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "--buffer 0: a buffer needs bytes")) << r.err;
+  r = Create({"--pid", "1000", "--bts", "lossless", "--buffer", "2KB"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "'KB' is ambiguous (1000 or 1024?); use KiB")) << r.err;
+  EXPECT_EQ(Sessions(), 0u);
+  // The binary spellings work.
+  r = Create({"--pid", "1000", "--bts", "lossless", "--buffer", "64KiB"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(CliE2e, HistoryDefaultsToTheDebuggerRoleLosslessToTheProfiler) {
+  const json::value h =
+      PfmctlJson(socket(), {"--json", "session", "create", "--pid", "1000", "--bts", "history"});
+  const json::value l =
+      PfmctlJson(socket(), {"--json", "session", "create", "--pid", "1000", "--bts", "lossless"});
+  const json::value e = PfmctlJson(socket(), {"--json", "session", "create", "--pid", "1000",
+                                              "--bts", "history", "--role", "profiler"});
+  auto role = [&](const json::value& created) {
+    const std::string id = std::to_string(testing::Num(created.at("id")));
+    const json::value s = PfmctlJson(socket(), {"--json", "session", "show", id});
+    return std::string(s.at("role").as_string());
+  };
+  EXPECT_EQ(role(h), "debugger");
+  EXPECT_EQ(role(l), "profiler");
+  EXPECT_EQ(role(e), "profiler");  // an explicit role wins
+}
+
+}  // namespace
+}  // namespace pfm
