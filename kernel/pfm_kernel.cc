@@ -84,6 +84,11 @@ void Kernel::DescribeHolders(uint64_t now, std::vector<PmuArbiter::Holder>* out)
   arbiter_.Describe(now, out);
 }
 
+uint64_t Kernel::Rotations() const {
+  lock_.AssertHeld();
+  return arbiter_.rotations();
+}
+
 TaskId Kernel::Running(int cpu) const {
   lock_.AssertHeld();
   return running_.on(cpu);

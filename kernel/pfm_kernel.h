@@ -69,6 +69,8 @@ class Kernel : public CoreHooks, public PebsRouter, public ScheduleObserver {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   void DescribeHolders(uint64_t now, std::vector<PmuArbiter::Holder>* out) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // The arbiter's rotations so far (PmuArbiter::rotations), for metrics.
+  uint64_t Rotations() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
 
   // The allocator itself, for benchmarks that drive it as a whole
   // (bench/compact.cc); pfmd uses the verbs above.

@@ -221,7 +221,10 @@ void PmuArbiter::Rebuild(int cpu_index, uint64_t now) {
 // must then be re-dealt).
 bool PmuArbiter::MaybeRotate(Context* c, uint64_t now) {
   if (c == nullptr) return false;
-  return c->flexible.RotateIfDue(c->Now(now), mux_interval_ns_, &work_units_);
+  const bool rotated =
+      c->flexible.RotateIfDue(c->Now(now), mux_interval_ns_, &work_units_);
+  rotations_ += rotated;
+  return rotated;
 }
 
 void PmuArbiter::SwitchOut(int cpu_index, uint64_t now) {

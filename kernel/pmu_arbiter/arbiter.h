@@ -166,6 +166,10 @@ class PmuArbiter {
   // requests moved by a rotation. Lets tests check O(slots) switches that do
   // the same work however many requests wait.
   uint64_t work_units() const { return work_units_; }
+  // Rotations so far: a context's flexible requests moving on to their next
+  // round (once per mux interval of the context's clock, only while
+  // oversubscribed). pfmd's /metrics reports it.
+  uint64_t rotations() const { return rotations_; }
 
   int gp_counters() const { return shape_.gp_counters; }
   int fixed_counters() const { return shape_.fixed_counters; }
@@ -191,6 +195,7 @@ class PmuArbiter {
   const std::unique_ptr<arbiter_internal::ContextTable> contexts_;
   RequestId next_id_ = 1;
   uint64_t work_units_ = 0;
+  uint64_t rotations_ = 0;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::vector<std::unique_ptr<Cpu>> cpu_;  // [cpus]
 };

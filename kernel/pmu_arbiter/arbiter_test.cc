@@ -49,6 +49,20 @@ TEST(PmuArbiterTest, TwelveFlexibleCountersScaleWithinTenPercent) {
   }
 }
 
+TEST(PmuArbiterTest, CountsRotationsOnlyWhileOversubscribed) {
+  PmuArbiter a(Skl(), kDefaultMuxIntervalNs);
+  for (int i = 0; i < 8; ++i)
+    ASSERT_GT(a.Add(Raw(kPid, i, 0), 1, "fits", 0, nullptr), 0);
+  a.SwitchIn(0, TaskId{kPid, kPid}, 0);
+  RunCpu(a, 0, 0, 40 * kMs, kMs, [](RequestId, uint64_t) { return 1; });
+  EXPECT_EQ(a.rotations(), 0u) << "eight GP counters hold eight requests";
+  // A ninth waits: the context rotates once per 4 ms of its run time.
+  ASSERT_GT(a.Add(Raw(kPid, 8, 0), 1, "waits", 40 * kMs, nullptr), 0);
+  RunCpu(a, 0, 40 * kMs, 80 * kMs, kMs, [](RequestId, uint64_t) { return 1; });
+  EXPECT_GE(a.rotations(), 9u);
+  EXPECT_LE(a.rotations(), 10u);
+}
+
 TEST(PmuArbiterTest, NeverRanCounterIsReportedNotCounted) {
   PmuArbiter a(Skl(), kDefaultMuxIntervalNs);
   for (int i = 0; i < 8; ++i)

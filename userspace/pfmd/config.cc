@@ -1,5 +1,8 @@
 #include "userspace/pfmd/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -60,6 +63,10 @@ std::string PfmdUsage() {
   --max-sessions-per-uid N   live sessions of one uid (default 256)
   --max-tracers-per-uid N    soft-BTS tracer processes of one uid (default 16)
   --max-perf-fds-per-uid N   host perf_event fds of one uid (default 256)
+  --metrics-listen ADDR      serve Prometheus /metrics over HTTP at ADDR: PORT or
+                             IPV4:PORT (PORT 0: any free one); PORT alone is
+                             127.0.0.1. Default: off. A non-loopback address
+                             shows uids and session ids to whoever reaches it
 )";
 }
 
@@ -73,7 +80,7 @@ constexpr const char* kValued[] = {
     "--mem-limit-per-uid", "--mem-limit-total", "--mux-interval-ms",
     "--idle-exit-s", "--admin-group", "--max-connections",
     "--max-connections-per-uid", "--max-sessions-per-uid",
-    "--max-tracers-per-uid", "--max-perf-fds-per-uid"};
+    "--max-tracers-per-uid", "--max-perf-fds-per-uid", "--metrics-listen"};
 
 bool IsValued(const std::string& flag) {
   for (const char* k : kValued)
@@ -128,6 +135,10 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     return ParseInt(flag, value, 0, 1 << 16, &c->max_tracers_per_uid);
   } else if (flag == "--max-perf-fds-per-uid") {
     return ParseInt(flag, value, 0, 1 << 20, &c->max_perf_fds_per_uid);
+  } else if (flag == "--metrics-listen") {
+    absl::StatusOr<ListenAddress> a = ParseListenAddress(value);
+    if (!a.ok()) return BadValue(flag, value, std::string(a.status().message()));
+    c->metrics_listen = a->ToString();
   } else if (flag == "--idle-exit-s") {
     return ParseInt(flag, value, 0, 86400 * 365, &c->idle_exit_s);
   } else if (flag == "--mem-limit-per-uid" || flag == "--mem-limit-total") {
@@ -168,7 +179,7 @@ absl::Status ParsePfmdConfigText(const std::string& text,
           "mem_limit_total, mux_interval_ms, sim_pmu, sim_cpus, sim_tasks, "
           "sim_seed, sim_speed, sim_paused, admin_group, max_connections, "
           "max_connections_per_uid, max_sessions_per_uid, "
-          "max_tracers_per_uid, max_perf_fds_per_uid)"));
+          "max_tracers_per_uid, max_perf_fds_per_uid, metrics_listen)"));
     if (absl::Status s = Apply(flag, value, c); !s.ok())
       return absl::InvalidArgumentError(
           absl::StrCat(where, key, " = ", value, ": ", s.message()));
@@ -232,6 +243,37 @@ absl::StatusOr<PfmdConfig> ParsePfmdFlags(const std::vector<std::string>& args,
     if (absl::Status s = Apply(flag, value, &c); !s.ok()) return s;
   }
   return c;
+}
+
+std::string ListenAddress::ToString() const { return absl::StrCat(host, ":", port); }
+
+absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text) {
+  std::string host = "127.0.0.1";
+  std::string port = text;
+  if (!text.empty() && text[0] == '[')
+    return absl::InvalidArgumentError(
+        "IPv6 is not supported: the HTTP server pfmd embeds (civetweb, as "
+        "Debian builds it) has no IPv6; give an IPv4 address");
+  if (const size_t colon = text.rfind(':'); colon != std::string::npos) {
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host == "localhost") host = "127.0.0.1";
+  }
+  uint32_t p = 0;
+  if (port.empty() || !absl::SimpleAtoi(port, &p) || p > 65535 ||
+      port.find_first_not_of("0123456789") != std::string::npos)
+    return absl::InvalidArgumentError(
+        "expected PORT or IPV4:PORT with PORT 0..65535 (0: any free port)");
+  in_addr a{};
+  if (::inet_pton(AF_INET, host.c_str(), &a) != 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", host, "' is not an IPv4 address (host names are not resolved; "
+        "use 127.0.0.1, or 0.0.0.0 for every interface)"));
+  ListenAddress out;
+  out.host = host;
+  out.port = static_cast<uint16_t>(p);
+  out.loopback = (ntohl(a.s_addr) >> 24) == 127;
+  return out;
 }
 
 std::string ResolveSocketPath(const std::string& flag) {

@@ -39,7 +39,24 @@ struct PfmdConfig {
   int max_sessions_per_uid = 256;      // live sessions of one uid
   int max_tracers_per_uid = 16;        // soft-BTS tracer processes of one uid
   int max_perf_fds_per_uid = 256;      // host perf_event fds of one uid
+
+  // Prometheus /metrics over HTTP (docs/pfmd.md, "Metrics"): "IPV4:PORT",
+  // as ParseListenAddress normalized it. Empty: not served.
+  std::string metrics_listen;
 };
+
+// Where --metrics-listen binds. Accepted: "PORT" (loopback, 127.0.0.1),
+// "localhost:PORT" (likewise), "A.B.C.D:PORT"; PORT 0..65535, 0 = a free
+// port chosen at bind. IPv6 is refused: the HTTP server pfmd embeds
+// (civetweb, as Debian builds it) has no IPv6. Host names are refused: the
+// address must not depend on a resolver. INVALID_ARGUMENT saying why.
+struct ListenAddress {
+  std::string host;  // dotted IPv4
+  uint16_t port = 0;
+  bool loopback = false;  // 127.0.0.0/8
+  std::string ToString() const;  // "127.0.0.1:9464"
+};
+absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text);
 
 // Parses pfmd's flags ("--flag value" or "--flag=value"). An unknown flag or
 // a bad value is INVALID_ARGUMENT naming it; `--help` is NOT_FOUND-free:
@@ -51,9 +68,9 @@ std::string PfmdUsage();
 // `--config FILE`: one `key = value` per line; '#' starts a comment. Keys
 // are the valued flags' names with '_' for '-' (socket, socket_mode, driver,
 // mem_limit_per_uid, mem_limit_total, mux_interval_ms, sim_pmu, sim_cpus,
-// sim_tasks, sim_seed, sim_speed) and sim_paused = true|false. An unknown
-// key, a line without '=', or a bad value is INVALID_ARGUMENT naming
-// "SOURCE:LINE". ParsePfmdFlags reads the file before the flags, so flags
+// sim_tasks, sim_seed, sim_speed, metrics_listen, ...) and sim_paused =
+// true|false. An unknown key, a line without '=', or a bad value is
+// INVALID_ARGUMENT naming "SOURCE:LINE". ParsePfmdFlags reads the file before the flags, so flags
 // override it; *c is partly updated on error.
 absl::Status ParsePfmdConfigText(const std::string& text,
                                  const std::string& source, PfmdConfig* c);

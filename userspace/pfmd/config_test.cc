@@ -47,6 +47,51 @@ TEST(PfmdFlags, RefusesBadValues) {
   EXPECT_FALSE(Parse({"--socket-mode", "999"}).ok());
 }
 
+TEST(PfmdFlags, MetricsAreOffByDefaultAndLoopbackUnlessAnAddressIsGiven) {
+  auto c = Parse({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->metrics_listen.empty());
+  c = Parse({"--metrics-listen", "9464"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9464");
+  c = Parse({"--metrics-listen=localhost:0"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:0");
+  c = Parse({"--metrics-listen", "0.0.0.0:9464"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metrics_listen, "0.0.0.0:9464");
+}
+
+TEST(ListenAddress, SaysWhetherItIsLoopback) {
+  absl::StatusOr<ListenAddress> a = ParseListenAddress("127.0.0.1:0");
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->loopback);
+  EXPECT_EQ(a->port, 0);
+  a = ParseListenAddress("127.1.2.3:80");
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->loopback);
+  for (const char* other : {"0.0.0.0:9464", "10.0.0.1:9464", "192.168.1.1:1"}) {
+    a = ParseListenAddress(other);
+    ASSERT_TRUE(a.ok()) << other;
+    EXPECT_FALSE(a->loopback) << other;
+    EXPECT_EQ(a->ToString(), other);
+  }
+}
+
+TEST(ListenAddress, RefusesWhatItCannotBindSayingWhy) {
+  for (const char* bad : {"", ":", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1",
+                          "127.0.0.1:80x", "abc", "example.com:80", "1.2.3:80",
+                          "[::1]:9464", "::1:9464"}) {
+    absl::StatusOr<ListenAddress> a = ParseListenAddress(bad);
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_NE(ParseListenAddress("[::1]:1").status().message().find("IPv6"), std::string::npos);
+  absl::StatusOr<PfmdConfig> c = Parse({"--metrics-listen", "example.com:80"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("--metrics-listen"), std::string::npos);
+  EXPECT_NE(c.status().message().find("not an IPv4 address"), std::string::npos);
+}
+
 std::string WriteConfig(const std::string& text) {
   const char* dir = std::getenv("TEST_TMPDIR");
   std::string path = std::string(dir ? dir : "/tmp") + "/pfmd-config-XXXXXX";
@@ -72,7 +117,8 @@ TEST(PfmdConfigFile, ReadsEveryKeyWithCommentsAndBlankLines) {
       "sim_tasks = 3\n"
       "sim_seed = 9\n"
       "sim_speed = 1000\n"
-      "sim_paused = true\n");
+      "sim_paused = true\n"
+      "metrics_listen = 127.0.0.1:9464\n");
   auto c = Parse({"--config", path});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->config_file, path);
@@ -88,6 +134,7 @@ TEST(PfmdConfigFile, ReadsEveryKeyWithCommentsAndBlankLines) {
   EXPECT_EQ(c->sim_seed, 9u);
   EXPECT_EQ(c->sim_speed, 1000u);
   EXPECT_TRUE(c->sim_paused);
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9464");
 }
 
 TEST(PfmdConfigFile, FlagsOverrideTheFileWhereverTheyStand) {

@@ -77,11 +77,43 @@ void HostTracers::RetireLocked(int32_t pid) {
 
 void HostTracers::Reap() {
   std::vector<std::unique_ptr<TracerProcess>> stop;
+  std::vector<SoftBtsTracer::Stats> counted;
   {
     KernelLockGuard l(&kernel_->lock());
     stop.swap(retired_);
+    // Counted now, while they leave retired_, so TotalsLocked never dips
+    // while they stop; their last drain is added below.
+    for (const auto& t : stop) {
+      counted.push_back(t->stats());
+      gone_steps_ += counted.back().steps;
+      gone_branches_ += counted.back().branches;
+    }
   }
+  if (stop.empty()) return;
   for (auto& t : stop) t->Stop();
+  KernelLockGuard l(&kernel_->lock());
+  for (size_t i = 0; i < stop.size(); ++i) {
+    const SoftBtsTracer::Stats last = stop[i]->stats();
+    if (last.steps > counted[i].steps) gone_steps_ += last.steps - counted[i].steps;
+    if (last.branches > counted[i].branches)
+      gone_branches_ += last.branches - counted[i].branches;
+  }
+}
+
+HostTracers::Totals HostTracers::TotalsLocked() const {
+  kernel_->lock().AssertHeld();
+  Totals t;
+  t.processes = live_.size();
+  t.steps = gone_steps_;
+  t.branches = gone_branches_;
+  auto add = [&t](const TracerProcess& p) {
+    const SoftBtsTracer::Stats s = p.stats();
+    t.steps += s.steps;
+    t.branches += s.branches;
+  };
+  for (const auto& [pid, e] : live_) add(*e.process);
+  for (const auto& r : retired_) add(*r);
+  return t;
 }
 
 }  // namespace pfm

@@ -51,6 +51,16 @@ class HostTracers {
   // Stops retired tracers; call without the kernel lock.
   void Reap();
 
+  // What every tracer did since pfmd started (for /metrics): never
+  // decreases, as counters must not. The live and retired tracers' stats as
+  // last reported, plus the final stats of those stopped.
+  struct Totals {
+    size_t processes = 0;  // live (started and not yet retired)
+    uint64_t steps = 0;
+    uint64_t branches = 0;
+  };
+  Totals TotalsLocked() const;
+
  private:
   struct Entry {
     std::unique_ptr<TracerProcess> process;
@@ -61,6 +71,9 @@ class HostTracers {
   const Callbacks callbacks_;
   std::map<int32_t, Entry> live_;  // guarded by the kernel lock
   std::vector<std::unique_ptr<TracerProcess>> retired_;  // likewise
+  // Steps and branches of the tracers Reap() took out of retired_: counted
+  // at the swap, and what they added while stopping once they stopped.
+  uint64_t gone_steps_ = 0, gone_branches_ = 0;  // likewise
 };
 
 }  // namespace pfm

@@ -27,6 +27,7 @@
 #include "pfm/wire.h"
 #include "userspace/pfmd/auth.h"
 #include "userspace/pfmd/errno_status.h"
+#include "userspace/pfmd/metrics.h"
 #include "kernel/drivers/host_machine.h"
 
 namespace pfm {
@@ -156,6 +157,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
 
   void Reply(ServiceReply r) {
     std::string body = ReplyBody(r);
+    absl::StatusCode sent = r.status.code();
     if (body.size() > kMaxFrameBytes ||
         r.fds.size() > static_cast<size_t>(kMaxFdsPerFrame)) {
       // The client would refuse such a frame; say so instead.
@@ -166,8 +168,10 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
               kMaxFdsPerFrame, " fds)")),
           {},
           {}});
+      sent = absl::StatusCode::kInternal;
       r.fds.clear();
     }
+    server_.service_.refusals().Count(sent);
     if (!r.status.ok()) r.fds.clear();
     if (queue_.empty()) last_progress_ = SteadyClock::now();
     Outgoing out{EncodeFrame(body), std::move(r.fds)};
@@ -534,6 +538,7 @@ void Server::Refuse(stream_protocol::socket socket, const absl::Status& why,
   } else {
     ++unlogged_refusals_;
   }
+  service_.refusals().Count(why.code());
   // A new connection's send buffer is empty: the small frame fits at once.
   (void)SendFrame(socket.native_handle(), ReplyBody(ServiceReply{why, {}, {}}),
                   {}, /*timeout_ms=*/0);
@@ -621,6 +626,29 @@ int RunPfmd(const PfmdConfig& config, int ready_fd) {
   }
   asio::io_context io;
   Service service(config, machine, *auth);
+  // /metrics, before the socket accepts so `status` reports its address.
+  // Declared after `service`, so it stops (joining its threads) first.
+  std::unique_ptr<MetricsEndpoint> metrics;
+  if (!config.metrics_listen.empty()) {
+    absl::StatusOr<ListenAddress> where = ParseListenAddress(config.metrics_listen);
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m =
+        where.ok() ? MetricsEndpoint::Start(
+                         *where, std::make_shared<MetricsCollector>(
+                                     &service.session_manager(), &service.refusals()))
+                   : where.status();
+    if (!m.ok()) {
+      std::cerr << "pfmd: " << StatusCodeName(m.status().code()) << ": "
+                << m.status().message() << "\n";
+      return 1;
+    }
+    metrics = *std::move(m);
+    service.set_metrics_address(metrics->address());
+    std::cerr << "pfmd: metrics on http://" << metrics->address() << "/metrics";
+    if (!metrics->loopback())
+      std::cerr << " (NOT loopback, as --metrics-listen asked: whoever reaches "
+                   "this address reads uids, session ids and event names)";
+    std::cerr << "\n";
+  }
   Server server(io, service, ServerLimits::FromConfig(config));
   const std::string path = ResolveSocketPath(config.socket);
   if (absl::Status s = server.Listen(path, config.socket_mode); !s.ok()) {

@@ -197,7 +197,10 @@ ServiceReply Service::Status(ConnectionId, const Peer&, const json::object&) {
   return Ok(json::object{{"driver", st.driver},
                          {"machine", std::move(machine)},
                          {"sessions", st.sessions},
-                         {"memory", std::move(memory)}});
+                         {"memory", std::move(memory)},
+                         {"metrics_address", metrics_address_.empty()
+                                                 ? json::value(nullptr)
+                                                 : json::value(metrics_address_)}});
 }
 
 ServiceReply Service::SessionCreate(ConnectionId conn, const Peer& peer,

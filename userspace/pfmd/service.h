@@ -16,6 +16,7 @@
 #include "pfm/unique_fd.h"
 #include "userspace/pfmd/auth.h"
 #include "userspace/pfmd/config.h"
+#include "userspace/pfmd/refusals.h"
 #include "userspace/pfmd/session_manager.h"
 
 namespace pfm {
@@ -46,6 +47,14 @@ class Service {
   // Called (on the server's thread) when a peer asks the daemon to stop.
   void set_shutdown_hook(std::function<void()> hook) { shutdown_hook_ = std::move(hook); }
 
+  // For /metrics (metrics.h): the typed logic it reads at scrape time, and
+  // the error replies the transport counts (any thread).
+  SessionManager& session_manager() { return sessions_; }
+  RefusalCounts& refusals() { return refusals_; }
+  // Where /metrics is served ("127.0.0.1:9464"), reported by `status`; set
+  // once before the socket accepts (RunPfmd). Empty: no metrics endpoint.
+  void set_metrics_address(std::string address) { metrics_address_ = std::move(address); }
+
  private:
   using Handler = ServiceReply (Service::*)(ConnectionId, const Peer&,
                                             const boost::json::object&);
@@ -64,6 +73,8 @@ class Service {
   SessionManager sessions_;
   std::map<std::string, Handler> handlers_;
   std::function<void()> shutdown_hook_;
+  RefusalCounts refusals_;
+  std::string metrics_address_;
 };
 
 // A session as the wire shows it (`session list`, `session show`).

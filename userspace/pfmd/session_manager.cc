@@ -314,6 +314,59 @@ StatusInfo SessionManager::Status() {
   return st;
 }
 
+MetricsInfo SessionManager::Metrics() {
+  MetricsInfo m;
+  m.gp_counters = machine_.gp_counters;
+  m.fixed_counters = machine_.fixed_counters;
+  m.debug_registers = machine_.debug_registers;
+  m.limit_per_uid = config_.mem_limit_per_uid;
+  m.limit_total = config_.mem_limit_total;
+  m.slots.resize(static_cast<size_t>(std::max(machine_.cpus, 0)));
+  std::vector<PmuArbiter::Holder> holders;
+  KernelLockGuard l(&kernel_->lock());
+  m.sessions.reserve(sessions_.size());
+  for (const auto& [id, s] : sessions_) {
+    MetricsInfo::Session o;
+    o.id = id;
+    o.uid = s->uid;
+    o.role = s->spec.role;
+    ConsumerStats st;
+    if (s->consumer && kernel_->ConsumerStatsOf(s->consumer, &st) == 0) {
+      o.has_stream = true;
+      o.records = st.records;
+      o.lost = st.lost;
+      o.overwritten = st.overwritten;
+    }
+    m.sessions.push_back(o);
+  }
+  m.allocated = accountant_.Allocated();
+  m.held = HeldLocked();
+  m.charged = accountant_.Charges();
+  kernel_->DescribeHolders(NowLocked(), &holders);
+  for (const PmuArbiter::Holder& h : holders) {
+    if (h.ratio >= 0) m.requests.push_back({h.session, h.id, h.label, h.ratio});
+    if (!h.on_hw || h.on_cpu < 0 || static_cast<size_t>(h.on_cpu) >= m.slots.size())
+      continue;
+    MetricsInfo::CpuSlots& c = m.slots[static_cast<size_t>(h.on_cpu)];
+    // Slot names are the arbiter's: "gp3", "fixed0", "dr1".
+    if (h.breakpoint) {
+      ++c.debug;
+    } else if (std::strncmp(h.slot, "fixed", 5) == 0) {
+      ++c.fixed;
+    } else {
+      ++c.gp;
+    }
+  }
+  m.rotations = kernel_->Rotations();
+  if (tracers_) {
+    const HostTracers::Totals t = tracers_->TotalsLocked();
+    m.tracers = t.processes;
+    m.tracer_steps = t.steps;
+    m.tracer_branches = t.branches;
+  }
+  return m;
+}
+
 uint64_t SessionManager::HeldLocked() const {
   uint64_t held = kernel_->HeldBytes();
   std::set<int32_t> traced;  // host: one tracer process per traced pid

@@ -123,6 +123,42 @@ struct ResourcesInfo {
   int debug_registers = 0, gp_counters = 0, fixed_counters = 0;
 };
 
+// What /metrics reports (metrics.h), read in one pass under the kernel lock
+// and turned into Prometheus families after it is released. Only live state:
+// an ended session's entries are gone from the next one.
+struct MetricsInfo {
+  struct Session {
+    SessionId id = 0;
+    uid_t uid = 0;
+    Role role = Role::kProfiler;
+    bool has_stream = false;  // a ring exists: the three below are valid
+    uint64_t records = 0, lost = 0, overwritten = 0;
+  };
+  // An arbiter request (counter, PEBS event, breakpoint) that has been
+  // counted at least once.
+  struct Request {
+    SessionId session = 0;
+    RequestId request = 0;
+    std::string event;  // event name or breakpoint spec
+    double ratio = 0;   // time running / time enabled
+  };
+  // Hardware slots holding a request now, on one CPU.
+  struct CpuSlots {
+    int gp = 0, fixed = 0, debug = 0;
+  };
+  std::vector<Session> sessions;
+  std::vector<Request> requests;
+  std::vector<CpuSlots> slots;  // [machine.cpus]
+  int gp_counters = 0, fixed_counters = 0, debug_registers = 0;  // per CPU
+  uint64_t limit_per_uid = 0, limit_total = 0;
+  uint64_t allocated = 0, held = 0;  // as StatusInfo
+  std::vector<std::pair<uid_t, uint64_t>> charged;
+  uint64_t rotations = 0;
+  // Soft-BTS tracers (host driver; zero on the sim).
+  size_t tracers = 0;
+  uint64_t tracer_steps = 0, tracer_branches = 0;
+};
+
 // A session's ring, passed to its client (the fd is a dup).
 struct RingHandle {
   SessionId id = 0;
@@ -181,6 +217,10 @@ class SessionManager {
   // tracer hands over what it holds, the CPU areas are drained).
   absl::StatusOr<RingHandle> Ring(const Peer& peer, SessionId id, bool drain);
   StatusInfo Status();
+  // Every session, request and charge, whoever owns them: for /metrics,
+  // whose reader is trusted by where it listens (docs/pfmd.md, "Metrics").
+  // Holds the kernel lock for O(sessions + requests).
+  MetricsInfo Metrics();
   ResourcesInfo Resources(const Peer& peer);
   absl::StatusOr<SimReport> Sim(const Peer& peer, const SimRequest& req);
 
