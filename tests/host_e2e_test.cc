@@ -41,6 +41,42 @@ class HostE2e : public testing::DaemonTest {
   std::string dir_;
 };
 
+// A command that cannot run is refused before anything exists: no session,
+// no trace file (not a trace of pfmctl's own failed exec).
+TEST_F(HostE2e, RecordOfAMissingCommandIsNotFoundAndWritesNothing) {
+  const std::string file = dir_ + "/missing.trace";
+  testing::Result r =
+      Pfmctl(socket(), {"record", "-o", file, "--", "pfm-no-such-command-here"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.err, "pfmctl: NOT_FOUND: pfm-no-such-command-here: command not found\n");
+  EXPECT_NE(access(file.c_str(), F_OK), 0) << "a trace was written";
+  r = Pfmctl(socket(), {"record", "-o", file, "--", dir_ + "/nope"});
+  EXPECT_EQ(r.err, "pfmctl: NOT_FOUND: " + dir_ + "/nope: no such file\n");
+  r = Pfmctl(socket(), {"record", "-o", file, "--", dir_});
+  EXPECT_EQ(r.err, "pfmctl: PERMISSION_DENIED: " + dir_ + ": not an executable file\n");
+  EXPECT_NE(access(file.c_str(), F_OK), 0);
+  EXPECT_EQ(PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
+}
+
+// --json's stdout is one JSON document; the traced program's own output goes
+// to stderr.
+TEST_F(HostE2e, JsonRecordKeepsTheProgramsOutputOffStdout) {
+  const std::string file = dir_ + "/echo.trace";
+  testing::Result r = Pfmctl(socket(), {"--json", "record", "--counter", "task-clock", "-o",
+                                        file, "--", "/bin/echo", "hello-from-the-program"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(testing::Contains(r.err, "hello-from-the-program")) << r.err;
+  EXPECT_FALSE(testing::Contains(r.out, "hello-from-the-program")) << r.out;
+  boost::system::error_code ec;
+  json::parse(r.out, ec);
+  EXPECT_FALSE(ec) << "stdout is not one JSON document: " << r.out;
+  // Without --json the program's stdout is pfmctl's stdout, as before.
+  r = Pfmctl(socket(), {"record", "--counter", "task-clock", "-o", file, "--", "/bin/echo",
+                        "plain"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(testing::Contains(r.out, "plain")) << r.out;
+}
+
 TEST_F(HostE2e, RecordTrueShowsThousandsOfSymbolizedBranches) {
   const std::string file = dir_ + "/true.trace";
   testing::Result r = Pfmctl(socket(), {"--json", "record", "--bts", "lossless",

@@ -1,11 +1,15 @@
 #include "userspace/pfmctl/trace_commands.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -18,6 +22,7 @@
 #include <boost/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "kernel/drivers/ptrace/soft_bts.h"
 #include "pfm/client.h"
 #include "pfm/record_json.h"
@@ -65,6 +70,29 @@ UniqueFd DaemonPidfd(int conn) {
   if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0)
     return UniqueFd();
   return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0)));
+}
+
+// What execvp would run for `name`, checked before anything is created, so
+// `record -- nosuchcmd` is NOT_FOUND and leaves no session and no trace
+// (rather than a trace of pfmctl's own failed exec).
+absl::Status CheckCommand(const std::string& name) {
+  auto runnable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+           ::access(path.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    if (runnable(name)) return absl::OkStatus();
+    if (::access(name.c_str(), F_OK) != 0)
+      return absl::NotFoundError(absl::StrCat(name, ": no such file"));
+    return absl::PermissionDeniedError(absl::StrCat(name, ": not an executable file"));
+  }
+  const char* path_env = std::getenv("PATH");
+  const std::string path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  for (absl::string_view dir : absl::StrSplit(path, ':')) {
+    if (runnable(absl::StrCat(dir.empty() ? "." : dir, "/", name))) return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat(name, ": command not found"));
 }
 
 }  // namespace
@@ -197,6 +225,7 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
                                    ExportFormatList(), ")"));
   const std::string trace_file = exporting ? *out + kTraceSuffix : *out;
   const std::vector<std::string> argv(pos->begin() + 1, pos->end());
+  if (absl::Status s = CheckCommand(argv[0]); !s.ok()) return s;
   spec->detached = false;
   if (spec->pid >= 0 || spec->cpu >= 0)
     return UsageError("record traces the command it runs: no --pid or --cpu");
@@ -217,7 +246,21 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   }
   pid_t pid = -1;
   ErrorDetail d;
-  if (int err = SpawnStopped(argv, &pid, &d); err < 0)
+  int spawned;
+  {
+    // With --json, stdout is the one JSON document: the program's own
+    // output goes to stderr (still the terminal in an interactive run).
+    ctx.out->flush();
+    std::fflush(stdout);
+    UniqueFd saved;
+    if (ctx.json) {
+      saved = UniqueFd(::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3));
+      if (saved.get() >= 0) ::dup2(STDERR_FILENO, STDOUT_FILENO);
+    }
+    spawned = SpawnStopped(argv, &pid, &d);
+    if (saved.get() >= 0) ::dup2(saved.get(), STDOUT_FILENO);
+  }
+  if (spawned < 0)
     return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message));
   // From here on, every way out reaps the child: held (Abandon makes it exit
   // without running anything) or released.
