@@ -146,6 +146,13 @@ Timeline BuildTimeline(const Trace& trace) {
         ++th.branches;
         break;
       }
+      case PFM_REC_PEBS: {
+        ThreadTrack& th = thread(r->pid, r->tid);
+        if (th.samples_per_bucket.empty()) th.samples_per_bucket.assign(buckets, 0);
+        ++th.samples_per_bucket[static_cast<size_t>((r->time - t.start) / t.bucket_ns)];
+        ++th.samples;
+        break;
+      }
       case PFM_REC_SWITCH_IN:
         close_run(r->pid, r->tid, r->time, "trace gap");
         thread(r->pid, r->tid);
@@ -218,14 +225,18 @@ std::string ChromeTraceJson(const Timeline& t) {
                                 {"dur", Us(s.end - s.start)},
                                 {"args", json::object{{"cpu", s.cpu}, {"ended_by", s.ended_by}}}});
     }
-    for (size_t b = 0; b < th.branches_per_bucket.size(); ++b) {
-      // One sample per bucket, zeros included: a counter track holds its
-      // value until the next sample.
-      ev.push_back(json::object{
-          {"ph", "C"}, {"name", absl::StrCat("branches tid ", th.tid)}, {"pid", th.pid},
-          {"tid", th.tid}, {"ts", Us(t.start + b * t.bucket_ns)},
-          {"args", json::object{{"branches", th.branches_per_bucket[b]}}}});
-    }
+    // One sample per bucket, zeros included: a counter track holds its
+    // value until the next sample.
+    auto counts = [&](const std::vector<uint64_t>& per_bucket, const char* what) {
+      for (size_t b = 0; b < per_bucket.size(); ++b) {
+        ev.push_back(json::object{
+            {"ph", "C"}, {"name", absl::StrCat(what, " tid ", th.tid)}, {"pid", th.pid},
+            {"tid", th.tid}, {"ts", Us(t.start + b * t.bucket_ns)},
+            {"args", json::object{{what, per_bucket[b]}}}});
+      }
+    };
+    counts(th.branches_per_bucket, "branches");
+    counts(th.samples_per_bucket, "samples");
   }
   if (!t.requests.empty()) {
     const int64_t pid = kSessionTrackPid + static_cast<int64_t>(t.session);

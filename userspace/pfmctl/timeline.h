@@ -3,7 +3,8 @@
 // `pfmctl report --timeline FILE.svg`. docs/export.md says what maps to what.
 //
 //   - a track per thread: its running slices, from SWITCH_IN to SWITCH_OUT
-//     (voluntary or preempted), and its branches counted per time bucket;
+//     (voluntary or preempted), and its branches and PEBS samples counted
+//     per time bucket;
 //   - a track per counter or breakpoint of the session: the slices when it
 //     was on hardware, from SCHEDULE records (the arbiter's schedule; only
 //     where the arbiter drives the hardware, see docs/ds.md), so a reader
@@ -38,6 +39,8 @@ struct ThreadTrack {
   std::vector<RunSlice> runs;
   std::vector<uint64_t> branches_per_bucket;  // Timeline::bucket_ns wide
   uint64_t branches = 0;
+  std::vector<uint64_t> samples_per_bucket;   // PEBS samples, the same way
+  uint64_t samples = 0;
 };
 
 struct OnSlice {

@@ -51,7 +51,8 @@ Trace Synthetic() {
                Branch(1500, 100), Branch(1200, 100), Sched(2000, 9, false, 1, 0),
                Rec(PFM_REC_SWITCH_OUT, 3000, 100, 101, 1), Sched(4000, 7, false, 0, 2),
                out, Sched(6000, 7, true, 0, 3), Rec(PFM_REC_SWITCH_IN, 8000, 100, 100),
-               Branch(8500, 100), Rec(PFM_REC_EXIT, 9000, 100, 100)};
+               Branch(8500, 100), Rec(PFM_REC_PEBS, 8600, 100, 100),
+               Rec(PFM_REC_EXIT, 9000, 100, 100)};
   return t;
 }
 
@@ -72,6 +73,10 @@ TEST(Timeline, SlicesFromSwitchAndScheduleRecords) {
   EXPECT_EQ(main.runs[1].end, 9000u);
   EXPECT_EQ(main.runs[1].ended_by, "exit");
   EXPECT_EQ(main.branches, 3u);
+  EXPECT_EQ(main.samples, 1u);
+  uint64_t in_buckets = 0;
+  for (uint64_t n : main.samples_per_bucket) in_buckets += n;
+  EXPECT_EQ(in_buckets, 1u);
   const ThreadTrack& other = t.threads[1];
   ASSERT_EQ(other.runs.size(), 1u);
   EXPECT_EQ(other.runs[0].start, 1000u);  // running when the trace began
@@ -101,11 +106,13 @@ TEST(Timeline, ChromeJsonObeysTheTraceEventFormat) {
   const json::value v = json::parse(ChromeTraceJson(t));
   const json::array& ev = v.at("traceEvents").as_array();
   std::map<std::string, int> by_ph;
+  int by_name_prefix_samples = 0;
   double on_us_request7 = 0;
   for (const json::value& e : ev) {
     const json::object& o = e.as_object();
     const std::string ph(o.at("ph").as_string());
     ++by_ph[ph];
+    if (o.at("name").as_string().starts_with("samples tid")) ++by_name_prefix_samples;
     EXPECT_TRUE(o.at("name").is_string());
     EXPECT_TRUE(o.at("pid").is_number());
     EXPECT_TRUE(o.at("tid").is_number());
@@ -121,6 +128,7 @@ TEST(Timeline, ChromeJsonObeysTheTraceEventFormat) {
   }
   EXPECT_EQ(by_ph["X"], 3 + 3);  // 3 running slices, 3 on-hardware slices
   EXPECT_GT(by_ph["C"], 0);
+  EXPECT_GT(by_name_prefix_samples, 0);
   EXPECT_EQ(by_ph["M"], 1 + 2 + 1 + 2);  // pid, 2 threads, session, 2 requests
   EXPECT_DOUBLE_EQ(on_us_request7, 6.0);  // 6000 ns
   EXPECT_EQ(v.at("displayTimeUnit").as_string(), "ns");
