@@ -15,6 +15,8 @@
 #include <utility>
 
 #include <boost/json.hpp>
+#include <elfutils/libdwelf.h>
+#include <libelf.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -27,6 +29,32 @@ namespace pfm {
 namespace {
 
 namespace json = boost::json;
+
+// perf's build-id record in the HEADER_BUILD_ID feature
+// (tools/perf/util/header.c, write_buildid; struct perf_record_header_build_id):
+// a perf_event_header, pid (-1: the host), the id in a 24-byte field (20
+// bytes of SHA-1, then its size), the file name NUL-terminated and padded to
+// 64. PERF_RECORD_MISC_BUILD_ID_SIZE says the size byte is valid.
+constexpr uint32_t kPerfRecordHeaderBuildId = 67;
+constexpr uint16_t kPerfMiscBuildIdSize = 1u << 15;
+constexpr size_t kBuildIdField = 24;
+constexpr size_t kMaxBuildId = 20;
+
+// The GNU build-id note of the ELF file at `path`, or empty.
+std::string ReadBuildId(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return "";
+  elf_version(EV_CURRENT);
+  Elf* elf = elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr);
+  if (elf == nullptr) return "";
+  const void* id = nullptr;
+  const ssize_t n = dwelf_elf_gnu_build_id(elf, &id);
+  std::string out;
+  if (n > 0 && static_cast<size_t>(n) <= kMaxBuildId && id != nullptr)
+    out.assign(static_cast<const char*>(id), static_cast<size_t>(n));
+  elf_end(elf);
+  return out;
+}
 
 static_assert(sizeof(perf_event_attr) >= kPerfAttrBytes,
               "<linux/perf_event.h> predates PERF_ATTR_SIZE_VER7");
@@ -746,6 +774,31 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
     f.U64(t_last);
     features.emplace_back(kPerfFeatSampleTime, f.str());
   }
+  if (options.build_ids && options.maps != nullptr) {
+    Bytes f;
+    std::set<std::string> seen;
+    for (const Mapping& m : options.maps->mappings) {
+      if (m.path.empty() || m.path[0] != '/' || !seen.insert(m.path).second) continue;
+      const std::string id = ReadBuildId(m.path);
+      if (id.empty()) continue;
+      const size_t name_bytes = (m.path.size() + 1 + kStringAlign - 1) / kStringAlign * kStringAlign;
+      f.U32(kPerfRecordHeaderBuildId);
+      f.U16(PERF_RECORD_MISC_USER | kPerfMiscBuildIdSize);
+      f.U16(static_cast<uint16_t>(8 + 4 + kBuildIdField + name_bytes));
+      f.U32(static_cast<uint32_t>(-1));  // pid: the host
+      f.Raw(id.data(), id.size());
+      f.Zeros(kMaxBuildId - id.size());
+      const uint8_t size = static_cast<uint8_t>(id.size());
+      f.Raw(&size, 1);
+      f.Zeros(kBuildIdField - kMaxBuildId - 1);
+      f.Padded(m.path, kStringAlign);
+      ++sum.build_ids;
+    }
+    if (f.size() > 0) features.emplace_back(kPerfFeatBuildId, f.str());
+  }
+  // The index lists features in bit order.
+  std::sort(features.begin(), features.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   uint64_t feature_bits[4] = {0, 0, 0, 0};
   Bytes index, contents;
   uint64_t at = out.offset() + features.size() * 16;

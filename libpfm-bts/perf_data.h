@@ -66,6 +66,7 @@ inline constexpr size_t kPerfFileAttrBytes = kPerfAttrBytes + 16;  // + ids sect
 inline constexpr char kPerfMagic[8] = {'P', 'E', 'R', 'F', 'I', 'L', 'E', '2'};
 
 // Feature bits (tools/perf/util/header.h, enum of HEADER_*).
+inline constexpr int kPerfFeatBuildId = 2;
 inline constexpr int kPerfFeatNrCpus = 7;
 inline constexpr int kPerfFeatCmdline = 11;
 inline constexpr int kPerfFeatEventDesc = 12;
@@ -87,6 +88,10 @@ struct PerfDataOptions {
   // HEADER_CMDLINE (`perf report --header`: "# cmdline : ..."); empty: no
   // such feature.
   std::vector<std::string> cmdline;
+  // HEADER_BUILD_ID: the GNU build-id of each mapped file that has one, read
+  // from the file now (as `perf record` reads them when it finishes), so
+  // perf can tell a rebuilt binary from the one traced (`perf buildid-list`).
+  bool build_ids = true;
 };
 
 struct PerfDataSummary {
@@ -98,6 +103,7 @@ struct PerfDataSummary {
   // types), or whose request got no event, by RecordTypeName.
   std::map<std::string, uint64_t> skipped;
   std::vector<std::string> events;  // the events' names, in attr order
+  uint64_t build_ids = 0;           // files with a build-id in HEADER_BUILD_ID
 };
 
 // Writes `trace` to `path` (created or truncated, mode 0644, owned by the

@@ -180,6 +180,18 @@ TEST_F(HostExportE2e, PerfScriptPrintsTheRecordedBranchesInOrderWithTheProgramsS
   Result header = Perf({"report", "--header-only", "-i", data});
   EXPECT_TRUE(Contains(header.out, "event : name = branches:u")) << header.out;
   EXPECT_TRUE(Contains(header.out, "cmdline : pfmctl export " + trace)) << header.out;
+
+  // The program's GNU build-id, as binutils reads it, is in the file's
+  // build-id table (HEADER_BUILD_ID) next to its path.
+  Result notes = testing::Run({"/usr/bin/readelf", "-n", prog_});
+  ASSERT_EQ(notes.exit_code, 0) << notes.err;
+  const size_t at = notes.out.find("Build ID: ");
+  ASSERT_NE(at, std::string::npos) << "gcc links with --build-id on Debian:\n" << notes.out;
+  const std::string id = notes.out.substr(at + 10, 40);
+  Result ids = Perf({"buildid-list", "-i", data});
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  EXPECT_TRUE(Contains(ids.out, id + " ")) << id << " in:\n" << ids.out;
+  EXPECT_TRUE(Contains(ids.out, "export_prog")) << ids.out;
 }
 
 TEST_F(HostExportE2e, RecordWithOutputFormatPerfKeepsTheTraceNextToIt) {
