@@ -180,18 +180,18 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
   bool have_header = false;
   for (;;) {
     if (off == data.size()) {
-      t.cut_reason = "no trailer: the writer stopped before finishing (cut short)";
+      t.cut_reason = "no trailer: the writer stopped before finishing";
       break;
     }
     if (data.size() - off < 8) {
-      t.cut_reason = absl::StrCat("truncated block header at byte ", off, " (cut short)");
+      t.cut_reason = absl::StrCat("truncated block header at byte ", off);
       break;
     }
     uint32_t kind, len;
     std::memcpy(&kind, data.data() + off, 4);
     std::memcpy(&len, data.data() + off + 4, 4);
     if (len > kMaxTraceBlock || data.size() - off - 8 < len) {
-      t.cut_reason = absl::StrCat("truncated block at byte ", off, " (cut short)");
+      t.cut_reason = absl::StrCat("truncated block at byte ", off);
       break;
     }
     const char* p = data.data() + off + 8;

@@ -356,7 +356,8 @@ TEST_F(ExportE2e, BadInputIsOneErrorLineAndWhatIsReadableIsExported) {
   Result r = Export({cut, "-o", data});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(CountOf(r.err, "\n"), 1u) << r.err;
-  EXPECT_TRUE(testing::StartsWith(r.err, "pfmctl: DATA_LOSS: " + cut + ": no trailer"))
+  EXPECT_TRUE(testing::StartsWith(
+      r.err, "pfmctl: DATA_LOSS: " + cut + ": trace cut short: no trailer"))
       << r.err;
   EXPECT_TRUE(Contains(r.err, "exported 3 records to " + data)) << r.err;
   EXPECT_EQ(CountOf(Perf({"script", "-F", "ip,addr", "-i", data}).out, "=>"), 3u);

@@ -105,7 +105,8 @@ absl::StatusOr<ExportResult> ExportTrace(const ExportRequest& request) {
   absl::StatusOr<json::object> detail = format.write(*trace, request);
   if (!detail.ok()) return detail.status();
   if (!trace->complete)
-    return absl::DataLossError(absl::StrCat(request.trace_path, ": ", trace->cut_reason,
+    return absl::DataLossError(absl::StrCat(request.trace_path, ": trace cut short: ",
+                                            trace->cut_reason,
                                             "; exported ", trace->records.size(),
                                             " records to ", request.out_path));
   ExportResult result;

@@ -81,8 +81,12 @@ absl::StatusOr<TraceReport> BuildReport(const std::string& file, size_t limit) {
   std::map<std::string, uint64_t> hot;
   for (const pfm_record* b : branches) {
     const std::string& s = sym.Symbolize(b->u.branch.from);
+    // "fn+0x1c" counts for fn; "[/usr/bin/ls+0x7f0]" (no symbol) for
+    // "[/usr/bin/ls]".
     const size_t plus = s.rfind('+');
-    const std::string fn = plus == std::string::npos ? s : s.substr(0, plus);
+    std::string fn = plus == std::string::npos ? s : s.substr(0, plus);
+    if (plus != std::string::npos && !s.empty() && s.front() == '[' && s.back() == ']')
+      fn += ']';
     ++hot[fn.empty() ? Hex(b->u.branch.from) : fn];
   }
   std::vector<std::pair<uint64_t, std::string>> hot_sorted;
@@ -106,7 +110,7 @@ void RenderReportText(const TraceReport& rep, std::ostream& out) {
   out << rep.file << ": " << t.records.size() << " records";
   for (const auto& [k, v] : rep.by_type) out << ", " << v << " " << k;
   out << "\n";
-  if (!t.complete) out << "warning: trace cut short (" << t.cut_reason << ")\n";
+  if (!t.complete) out << "warning: trace cut short: " << t.cut_reason << "\n";
   if (const json::value* c = t.header.if_contains("command"))
     out << "command: " << JsonText(c) << "\n";
   if (const json::value* s = t.trailer.if_contains("exit"))

@@ -113,6 +113,8 @@ TEST(ReportTest, SymbolizesWithTheLastMapsBlockThatHasMappings) {
   EXPECT_EQ(rep->last_branches[1].to_sym, "");  // unmapped
   ASSERT_EQ(rep->hot.size(), 1u);
   EXPECT_EQ(rep->hot[0].branches, 2u);
+  // Symbol-less branches count for their file, brackets closed.
+  EXPECT_EQ(rep->hot[0].function, "[/nonexistent/last]");
   const json::object j = RenderReportJson(*rep);
   EXPECT_EQ(json::serialize(j.at("maps")),
             R"({"pid":42,"time_ns":2,"mappings":[{"start":"0x1000","end":"0x2000",)"

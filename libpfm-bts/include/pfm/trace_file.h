@@ -70,7 +70,10 @@ struct Trace {
   std::vector<ProcessMaps> maps;  // the MAPS blocks, in file order
   boost::json::object trailer;
   bool complete = false;    // a TRAILER was found
-  std::string cut_reason;   // why not, when !complete
+  // Why not, when !complete: where the reading stopped ("truncated block
+  // at byte N", "no trailer: ..."), without a "cut short" of its own (the
+  // caller says that).
+  std::string cut_reason;
 };
 
 // Reads a whole trace. A truncated or damaged tail is not an error: what was
