@@ -433,6 +433,24 @@ TEST_F(ClientSecurityE2e, EmbeddedDaemonStartsInAFreshPrivateDirectory) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(r.out).at("driver").as_string(), "sim");
 
+  // In `ps` it is the daemon, not the pfmctl command that started it.
+  {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock.c_str());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    ASSERT_EQ(::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len), 0);
+    ::close(fd);
+    const std::string proc = absl::StrCat("/proc/", cred.pid);
+    EXPECT_EQ(testing::ReadFile(proc + "/comm"), "pfmd (embedded)\n");
+    std::string cmdline = testing::ReadFile(proc + "/cmdline");
+    while (!cmdline.empty() && cmdline.back() == '\0') cmdline.pop_back();
+    EXPECT_EQ(cmdline, "pfmd (embedded) --socket " + sock);
+  }
+
   r = PfmctlAsNobody({"shutdown"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (int i = 0; i < 100 && ::access(sock.c_str(), F_OK) == 0; ++i) ::usleep(20000);

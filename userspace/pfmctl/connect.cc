@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +20,35 @@ namespace pfm {
 namespace {
 
 constexpr int kEmbeddedIdleExitS = 600;
+
+char** g_argv = nullptr;
+int g_argc = 0;
+
+// The embedded daemon's name in `ps`/`top`/`pgrep`: the thread name (at
+// most 15 bytes) and the command line, written over pfmctl's argv, which
+// /proc/PID/cmdline reads. The environment strings that follow the
+// arguments are copied to the heap first, so their bytes can hold the title
+// too (as setproctitle does); what still does not fit is cut. Runs in the
+// freshly forked daemon, single-threaded.
+void NameEmbeddedDaemon(const std::string& socket) {
+  ::prctl(PR_SET_NAME, "pfmd (embedded)", 0, 0, 0);
+  if (g_argv == nullptr || g_argc <= 0) return;
+  char* begin = g_argv[0];
+  char* end = g_argv[g_argc - 1] + std::strlen(g_argv[g_argc - 1]);
+  size_t n_env = 0;
+  while (environ != nullptr && environ[n_env] != nullptr) ++n_env;
+  char** env = new char*[n_env + 1];  // the daemon's for its lifetime
+  for (size_t i = 0; i < n_env; ++i) {
+    if (environ[i] == end + 1) end = environ[i] + std::strlen(environ[i]);
+    env[i] = ::strdup(environ[i]);
+  }
+  env[n_env] = nullptr;
+  environ = env;
+  const size_t room = static_cast<size_t>(end - begin);
+  const std::string title = "pfmd (embedded) --socket " + socket;
+  std::memset(begin, 0, room);
+  std::memcpy(begin, title.data(), std::min(room, title.size()));
+}
 
 // Starts a daemon in a grandchild of this process (double fork, so it is
 // nobody's zombie), listening on `path`; returns once it listens.
@@ -45,6 +76,7 @@ absl::Status StartEmbedded(PfmdConfig config, const std::string& path) {
     ::dup2(devnull, 0);
     ::dup2(devnull, 1);
     ::dup2(logfd >= 0 ? logfd : devnull, 2);
+    NameEmbeddedDaemon(path);
     // This grandchild shares pfmctl's stack: an exception must not unwind
     // into pfmctl's code and carry on there as a second pfmctl.
     int rc = 1;
@@ -81,6 +113,11 @@ std::string DescribeFile(const struct stat& st) {
 }
 
 }  // namespace
+
+void SetProcessArgv(int argc, char** argv) {
+  g_argc = argc;
+  g_argv = argv;
+}
 
 absl::StatusOr<std::string> PrivateSocketPath() {
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");

@@ -32,6 +32,11 @@ absl::StatusOr<Client> Connect(const CliContext& ctx);
 // daemon there.
 absl::StatusOr<std::string> PrivateSocketPath();
 
+// pfmctl's own argv (main's), which an embedded daemon overwrites so that
+// `ps` shows it as "pfmd (embedded) --socket PATH", not as the pfmctl
+// command that started it. Without it only the thread name changes.
+void SetProcessArgv(int argc, char** argv);
+
 }  // namespace pfm
 
 #endif  // PFM_USERSPACE_PFMCTL_CONNECT_H_

@@ -6,11 +6,13 @@
 
 #include "kernel/drivers/ptrace/tracer_process.h"
 #include "userspace/pfmctl/cli.h"
+#include "userspace/pfmctl/connect.h"
 
 int main(int argc, char** argv) {
   // The embedded pfmd re-executes this binary as its tracer processes.
   if (int rc = pfm::MaybeRunTracerHelper(argc, argv); rc >= 0) return rc;
   ::signal(SIGPIPE, SIG_IGN);
-  std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> args(argv + 1, argv + argc);  // copied before
+  pfm::SetProcessArgv(argc, argv);                        // anything renames it
   return pfm::RunPfmctl(args, std::cout, std::cerr);
 }
