@@ -77,6 +77,17 @@ TEST_F(HostE2e, JsonRecordKeepsTheProgramsOutputOffStdout) {
   EXPECT_TRUE(testing::Contains(r.out, "plain")) << r.out;
 }
 
+// Soft BTS follows one task; a CPU-wide BTS session says what it needs
+// instead of naming a pid -1.
+TEST_F(HostE2e, CpuWideBtsWithoutHardwareBtsSaysSo) {
+  if (HasCpuPmu()) GTEST_SKIP() << "this machine may have hardware BTS";
+  testing::Result r = Pfmctl(socket(), {"session", "create", "--cpu", "0", "--bts", "history"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err,
+            "pfmctl: UNIMPLEMENTED: BTS of a whole CPU (--cpu 0) needs hardware BTS, which "
+            "this machine does not have; soft BTS traces one task: use --pid\n");
+}
+
 TEST_F(HostE2e, RecordTrueShowsThousandsOfSymbolizedBranches) {
   const std::string file = dir_ + "/true.trace";
   testing::Result r = Pfmctl(socket(), {"--json", "record", "--bts", "lossless",

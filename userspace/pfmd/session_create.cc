@@ -317,6 +317,11 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     return absl::UnimplementedError(absl::StrCat(
         "BTS is not supported on this machine (", m.pmu, ": ",
         m.pmu_desc.empty() ? "no Debug Store" : m.pmu_desc, ")"));
+  if (spec.bts != BtsMode::kOff && !m.bts && !spec.task())
+    return absl::UnimplementedError(absl::StrCat(
+        "BTS of a whole CPU (--cpu ", spec.cpu,
+        ") needs hardware BTS, which this machine does not have; soft BTS "
+        "traces one task: use --pid"));
   if (spec.bts != BtsMode::kOff && !m.bts && spec.filter != TraceFilter::kUser)
     return absl::UnimplementedError(
         "kernel-mode branch tracing is not supported on this machine (soft "
