@@ -64,5 +64,21 @@ TEST_F(CliE2e, HistoryDefaultsToTheDebuggerRoleLosslessToTheProfiler) {
   EXPECT_EQ(role(e), "profiler");  // an explicit role wins
 }
 
+// A breakpoint on a debug register that never fires is "armed, 0 hits", not
+// a counter "counted" at 100%.
+TEST_F(CliE2e, ABreakpointThatNeverFiresIsArmedWithZeroHits) {
+  const json::value c = PfmctlJson(socket(), {"--json", "session", "create", "--pid", "1000",
+                                              "--breakpoint", "0x10:1:x"});
+  const std::string id = std::to_string(testing::Num(c.at("id")));
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "2000000"}).exit_code, 0);
+  testing::Result r = Pfmctl(socket(), {"session", "show", id});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "breakpoint 0x10:1:x armed, 0 hits, on hardware")) << r.out;
+  const json::value s = PfmctlJson(socket(), {"--json", "session", "show", id});
+  const json::object& bp = s.at("breakpoints").as_array().at(0).as_object();
+  EXPECT_EQ(bp.at("state").as_string(), "armed");
+  EXPECT_EQ(testing::Num(bp.at("value")), 0u);
+}
+
 }  // namespace
 }  // namespace pfm

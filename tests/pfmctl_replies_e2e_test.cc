@@ -247,7 +247,7 @@ const char kSession[] = R"({"id": 1, "uid": 0, "role": "profiler", "target": "pi
 const char kCounter[] = R"({"event": "task-clock", "value": 100, "time_enabled": 200,
   "time_running": 100, "scaled": 200, "ratio": 0.5})";
 
-const char kBreakpoint[] = R"({"spec": "0x401000:1:x", "state": "counted", "ratio": 1.0})";
+const char kBreakpoint[] = R"({"spec": "0x401000:1:x", "state": "armed", "ratio": 1.0})";
 
 json::value Resources() {
   json::value holder = Parse(kHolder);

@@ -108,7 +108,8 @@ void RenderSessionDetail(const ReplyNode& s, std::ostream& out) {
   if (const ReplyNode bs = s.Member("breakpoints"); bs.present()) {
     for (const ReplyNode& b : bs.Elements()) {
       out << "  breakpoint " << b.Member("spec").Text(K::kString) << " "
-          << b.Member("state").Text(K::kString) << ", running "
+          << b.Member("state").Text(K::kString) << ", "
+          << b.Member("value").Text(K::kUint, "0") << " hits, on hardware "
           << b.Member("ratio").Ratio() << "\n";
     }
   }

@@ -97,7 +97,9 @@ json::object SessionToJson(const SessionInfo& s, bool detail) {
     json::object c{{"pinned", r.pinned}};
     ReadingToJson(r, &c);
     c["spec"] = r.label;
-    c["state"] = r.readable && r.reading.counted ? "counted" : "waiting";
+    // "armed": it has been on a debug register (its value is the hits, 0
+    // for one that never fired); "waiting": never on hardware yet.
+    c["state"] = r.readable && r.reading.counted ? "armed" : "waiting";
     bps.push_back(std::move(c));
   }
   o["counters"] = std::move(counters);
