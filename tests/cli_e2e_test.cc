@@ -1,5 +1,9 @@
 // End to end: what pfmctl says to a user's flags (issue 17's "every flag and
 // error right"), against the real pfmd on the simulated machine.
+#include <unistd.h>
+
+#include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -62,6 +66,43 @@ TEST_F(CliE2e, HistoryDefaultsToTheDebuggerRoleLosslessToTheProfiler) {
   EXPECT_EQ(role(h), "debugger");
   EXPECT_EQ(role(l), "profiler");
   EXPECT_EQ(role(e), "profiler");  // an explicit role wins
+}
+
+// Whatever file report and export are given, the answer is one pfmctl:
+// line and an exit status, never a signal or an uncaught exception.
+TEST_F(CliE2e, ReportAndExportOfAnyFileAnswerWithOneErrorLine) {
+  const std::string dir = testing::MakeTempDir("cli");
+  const std::string empty = dir + "/empty", noise = dir + "/noise", cut = dir + "/cut";
+  { std::ofstream(empty).flush(); }
+  {
+    std::ofstream f(noise, std::ios::binary);
+    uint32_t x = 12345;
+    for (int i = 0; i < 4096; ++i) {
+      x = x * 1103515245u + 12345u;
+      f.put(static_cast<char>(x >> 24));
+    }
+  }
+  {
+    // A real trace, cut inside its first block.
+    const uint64_t id = DaemonTest::Create({"--pid", "1000", "--bts", "lossless"});
+    ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "2000000"}).exit_code, 0);
+    ASSERT_EQ(Pfmctl(socket(), {"sim", "exit", "1000"}).exit_code, 0);
+    ASSERT_EQ(Pfmctl(socket(), {"stream", std::to_string(id), "-o", cut}).exit_code, 0);
+    ASSERT_EQ(::truncate(cut.c_str(), 100), 0);
+  }
+  for (const std::string& in : {dir, empty, noise, cut, dir + "/missing", std::string("/dev/null")}) {
+    for (const std::vector<std::string>& cmd :
+         {std::vector<std::string>{"report", in}, {"report", "--json", in},
+          {"export", in, "-o", dir + "/out.data"},
+          {"export", in, "--format", "chrome-json", "-o", dir + "/out.json"}}) {
+      testing::Result r = Pfmctl(socket(), cmd);
+      SCOPED_TRACE(cmd[0] + " " + in);
+      EXPECT_GT(r.exit_code, 0);
+      EXPECT_LT(r.exit_code, 128) << "killed by a signal";
+      EXPECT_TRUE(testing::StartsWith(r.err, "pfmctl: ")) << r.err;
+      EXPECT_EQ(testing::CountOf(r.err, "\n"), 1u) << r.err;
+    }
+  }
 }
 
 // A breakpoint on a debug register that never fires is "armed, 0 hits", not
