@@ -191,6 +191,19 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
     std::memcpy(&kind, data.data() + off, 4);
     std::memcpy(&len, data.data() + off + 4, 4);
     if (len > kMaxTraceBlock || data.size() - off - 8 < len) {
+      // A RECORDS block cut by the end of the file (a writer killed
+      // mid-write, a copy cut short): its whole records are good, and
+      // only the last partial one is lost, not the block.
+      const size_t avail = data.size() - off - 8;
+      if (kind == kRecords && len <= kMaxTraceBlock && len % sizeof(pfm_record) == 0) {
+        const size_t n = avail / sizeof(pfm_record);
+        const size_t at = t.records.size();
+        t.records.resize(at + n);
+        std::memcpy(t.records.data() + at, data.data() + off + 8, n * sizeof(pfm_record));
+        t.cut_reason = absl::StrCat("truncated record block at byte ", off, ": ", n, " of ",
+                                    len / sizeof(pfm_record), " records read");
+        break;
+      }
       t.cut_reason = absl::StrCat("truncated block at byte ", off);
       break;
     }

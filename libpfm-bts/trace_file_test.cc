@@ -56,16 +56,28 @@ TEST(TraceFile, FileCutMidBlockIsReadableUpToTheLastWholeBlock) {
     ASSERT_TRUE(w->Append(recs.data(), 10).ok());
     // No Finish: as if the writer was killed.
   }
-  // Chop the last block in half.
+  // Chop the last block in half, and then some bytes into a record: the
+  // block's whole records are kept, only the partial one is lost.
   std::ifstream in(path, std::ios::binary);
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(::truncate(path.c_str(), data.size() - 5 * 64), 0);
+  ASSERT_EQ(::truncate(path.c_str(), data.size() - 5 * 64 - 20), 0);
   auto t = ReadTrace(path);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_FALSE(t->complete);
-  EXPECT_EQ(t->records.size(), 10u);
-  EXPECT_EQ(t->cut_reason.rfind("truncated block", 0), 0u) << t->cut_reason;
+  EXPECT_EQ(t->records.size(), 10u + 4u);
+  EXPECT_EQ(t->cut_reason.rfind("truncated record block", 0), 0u) << t->cut_reason;
+  EXPECT_NE(t->cut_reason.find("4 of 10 records read"), std::string::npos) << t->cut_reason;
   EXPECT_EQ(t->cut_reason.find("cut short"), std::string::npos) << t->cut_reason;
+  // Cut inside a block's 8-byte header: the blocks before it stay.
+  const std::string path2 = TempPath("cut2.pfm");
+  {
+    std::ofstream out(path2, std::ios::binary);
+    out << data.substr(0, data.size() - (8 + 10 * 64) + 4);
+  }
+  auto t2 = ReadTrace(path2);
+  ASSERT_TRUE(t2.ok()) << t2.status();
+  EXPECT_EQ(t2->records.size(), 10u);
+  EXPECT_EQ(t2->cut_reason.rfind("truncated block header", 0), 0u) << t2->cut_reason;
 }
 
 std::string ReadAll(const std::string& path) {

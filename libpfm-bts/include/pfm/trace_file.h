@@ -20,7 +20,10 @@
 // version refuses it (re-record).
 // Every block is written with one write() and flushed to the file as it
 // comes, so a writer killed mid-run leaves a file readable up to its last
-// complete block; a file without TRAILER is reported as cut short.
+// complete block; a file without TRAILER is reported as cut short. A
+// RECORDS block cut by the end of the file gives up its whole records: a
+// cut loses at most the one partial record, not the block (up to 64 Ki
+// records).
 //
 // TraceWriter is not thread-safe; ReadTrace is (it shares nothing).
 #ifndef PFM_LIBPFM_BTS_INCLUDE_PFM_TRACE_FILE_H_
