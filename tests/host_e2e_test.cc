@@ -88,6 +88,60 @@ TEST_F(HostE2e, CpuWideBtsWithoutHardwareBtsSaysSo) {
             "this machine does not have; soft BTS traces one task: use --pid\n");
 }
 
+// ^C (here SIGINT to pfmctl alone) ends a recording cleanly: the file is
+// complete, with its maps, the counters' summary and "interrupted"; the
+// command, which the signal did not reach, runs on untraced.
+TEST_F(HostE2e, InterruptedRecordWritesACompleteTraceAndLeavesTheCommandRunning) {
+  const std::string file = dir_ + "/int.trace", addr = dir_ + "/spin_addr";
+  const std::string loop = testing::Runfile("kernel/drivers/ptrace/testdata_loop_bin");
+  std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket(), "record",
+                                   "--bts", "lossless", "--buffer", "16MiB", "-o", file,
+                                   "--", loop, "1000000000000", addr};
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t pfmctl = ::fork();
+  ASSERT_GE(pfmctl, 0);
+  if (pfmctl == 0) {
+    ::setpgid(0, 0);  // its own group: the test's signal reaches pfmctl only
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  // Until the loop runs (it writes its spin address first), then a little.
+  for (int i = 0; i < 300 && access(addr.c_str(), F_OK) != 0; ++i) usleep(20000);
+  ASSERT_EQ(access(addr.c_str(), F_OK), 0) << "the loop never started";
+  usleep(500000);
+  ASSERT_EQ(::kill(pfmctl, SIGINT), 0);
+  int ws = 0;
+  ASSERT_EQ(::waitpid(pfmctl, &ws, 0), pfmctl);
+  ASSERT_TRUE(WIFEXITED(ws)) << "pfmctl died of the signal";
+  EXPECT_EQ(WEXITSTATUS(ws), 128 + SIGINT);
+
+  json::value rep = Report(file);
+  EXPECT_TRUE(rep.at("complete").as_bool()) << "no trailer";
+  const json::object& trailer = rep.at("trailer").as_object();
+  EXPECT_EQ(trailer.at("interrupted").as_string(), strsignal(SIGINT));
+  const std::string exit(trailer.at("exit").as_string());
+  EXPECT_EQ(exit.rfind("still running, pid ", 0), 0u) << exit;
+  EXPECT_GT(Num(rep.at("summary").at("by_type").at("branch")), 1000u);
+  // The maps came along: the loop's own function is named.
+  bool spin = false;
+  for (const json::value& h : rep.at("hot_functions").as_array())
+    if (h.at("function").as_string() == "spin") spin = true;
+  EXPECT_TRUE(spin) << json::serialize(rep.at("hot_functions"));
+  // Untraced now, and still running: the test ends it.
+  const pid_t cmd = static_cast<pid_t>(Num(rep.at("header").at("pid")));
+  EXPECT_EQ(::kill(cmd, 0), 0) << "the command did not run on";
+  std::ifstream status("/proc/" + std::to_string(cmd) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("TracerPid:", 0) == 0) {
+      EXPECT_EQ(line, "TracerPid:\t0");
+    }
+  }
+  ::kill(cmd, SIGKILL);
+}
+
 TEST_F(HostE2e, RecordTrueShowsThousandsOfSymbolizedBranches) {
   const std::string file = dir_ + "/true.trace";
   testing::Result r = Pfmctl(socket(), {"--json", "record", "--bts", "lossless",

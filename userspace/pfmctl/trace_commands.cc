@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -60,7 +61,24 @@ constexpr char kTraceOutputFormat[] = "pfmtrace";
 constexpr char kTraceSuffix[] = ".pfmtrace";
 
 volatile std::sig_atomic_t g_stop_stream = 0;
-void StopStream(int) { g_stop_stream = 1; }
+void StopStream(int sig) { g_stop_stream = sig; }
+
+// `record`: how long to wait, after an interruption, for the traced command
+// to exit by itself (a ^C at the terminal reaches it too) before leaving it
+// running untraced.
+constexpr auto kInterruptedChildWait = std::chrono::seconds(1);
+// `record`: after an interruption and session_kill, how long the last drain
+// may wait for the ring to end.
+constexpr auto kInterruptedDrainWait = std::chrono::seconds(3);
+
+// SIGINT, SIGTERM and SIGHUP stop `record` cleanly: a handler without
+// SA_RESTART, so a blocking waitpid returns with EINTR.
+void CatchStopSignals() {
+  struct sigaction sa {};
+  sa.sa_handler = StopStream;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
 
 // A pidfd of the daemon at the other end of `conn` (taken while the
 // connection pins its pid, so it cannot name a reused pid), or invalid.
@@ -244,6 +262,7 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
       return absl::FailedPreconditionError(
           "record runs a real command: it needs a pfmd with --driver host");
   }
+  CatchStopSignals();
   pid_t pid = -1;
   ErrorDetail d;
   int spawned;
@@ -297,16 +316,31 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
 
   int wstatus = 0;
   bool reaped = false;
+  // Until the command exits, or (interrupted) until it has had
+  // kInterruptedChildWait to: then it runs on, untraced.
   auto wait_child = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + kInterruptedChildWait;
     while (!reaped) {
-      if (::waitpid(pid, &wstatus, 0) == pid) reaped = true;
-      else if (errno != EINTR) break;
+      if (g_stop_stream) {
+        if (::waitpid(pid, &wstatus, WNOHANG) == pid) {
+          reaped = true;
+        } else if (std::chrono::steady_clock::now() >= deadline) {
+          break;
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      } else if (::waitpid(pid, &wstatus, 0) == pid) {
+        reaped = true;
+      } else if (errno != EINTR) {
+        break;
+      }
     }
   };
   absl::Status streamed;
   if (ring && ring->mode() == PFM_RING_LOSSLESS) {
     std::optional<std::chrono::steady_clock::time_point> exited_at;
     StreamOptions options;
+    options.stop = &g_stop_stream;
     options.give_up = [&] {
       if (!reaped && ::waitpid(pid, &wstatus, WNOHANG) == pid) {
         reaped = true;
@@ -317,9 +351,11 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     };
     streamed = StreamToFile(*ring, *w, trace_file, options).status();
   }
-  // Reaped in every case: CMD runs to its end whatever became of the trace.
+  // Reaped in every case: CMD runs to its end whatever became of the trace
+  // (interrupted: unless it outlives kInterruptedChildWait).
   wait_child();
   if (!streamed.ok()) return streamed;
+  const int interrupted = g_stop_stream;
   if (ring && ring->mode() != PFM_RING_LOSSLESS) {
     // History: the newest records, up to the exit (or the crash).
     for (int i = 0; i < kHistoryEndPolls && !ring->ended(); ++i)
@@ -328,14 +364,28 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     if (absl::Status s = ring->Snapshot(&batch); !s.ok()) return s;
     if (absl::Status s = w->Append(batch.data(), batch.size()); !s.ok()) return s;
   }
-  json::object trailer{{"records", w->records()}};
-  if (ring) trailer["lost"] = ring->lost();
-  if (WIFEXITED(wstatus)) trailer["exit"] = absl::StrCat("exit ", WEXITSTATUS(wstatus));
-  if (WIFSIGNALED(wstatus))
-    trailer["exit"] = absl::StrCat("killed by signal ", WTERMSIG(wstatus));
-  trailer["wait_status"] = wstatus;
+  json::object trailer;
+  if (reaped) {
+    if (WIFEXITED(wstatus)) trailer["exit"] = absl::StrCat("exit ", WEXITSTATUS(wstatus));
+    if (WIFSIGNALED(wstatus))
+      trailer["exit"] = absl::StrCat("killed by signal ", WTERMSIG(wstatus));
+    trailer["wait_status"] = wstatus;
+  } else {
+    trailer["exit"] = absl::StrCat("still running, pid ", pid, " (no longer traced)");
+  }
+  if (interrupted) trailer["interrupted"] = strsignal(interrupted);
+  // The maps and counters while the session is there, then the session
+  // ends; an interrupted recording drains what the ring still holds.
   const absl::Status summary = AddSessionSummary(*c, id, *w, &trailer);
   (void)c->Call("session_kill", {{"id", id}});
+  if (interrupted && ring && ring->mode() == PFM_RING_LOSSLESS) {
+    const auto until = std::chrono::steady_clock::now() + kInterruptedDrainWait;
+    StreamOptions options;
+    options.give_up = [&] { return std::chrono::steady_clock::now() > until; };
+    (void)StreamToFile(*ring, *w, trace_file, options);
+  }
+  trailer["records"] = w->records();
+  if (ring) trailer["lost"] = ring->lost();
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (!summary.ok()) return summary;
   std::optional<ExportResult> exported;
@@ -357,10 +407,14 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   } else {
     *ctx.err << "pfmctl: recorded " << w->records() << " records of '" << command
              << "' to " << trace_file << " (" << JsonText(trailer.if_contains("exit"))
+             << (interrupted ? absl::StrCat("; interrupted by ", strsignal(interrupted)) : "")
              << ")";
     if (exported) *ctx.err << "; exported to " << *out << " (" << *output_format << ")";
     *ctx.err << "\n";
   }
+  // The command's status when it ended; a recording interrupted while it ran
+  // on reports the signal, as a shell would.
+  if (!reaped) return interrupted ? 128 + interrupted : 1;
   if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
   if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
   return 1;
