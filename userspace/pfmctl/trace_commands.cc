@@ -319,12 +319,14 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   // Until the command exits, or (interrupted) until it has had
   // kInterruptedChildWait to: then it runs on, untraced.
   auto wait_child = [&] {
-    const auto deadline = std::chrono::steady_clock::now() + kInterruptedChildWait;
+    std::optional<std::chrono::steady_clock::time_point> deadline;
     while (!reaped) {
       if (g_stop_stream) {
+        // The grace starts at the interruption, however long CMD ran.
+        if (!deadline) deadline = std::chrono::steady_clock::now() + kInterruptedChildWait;
         if (::waitpid(pid, &wstatus, WNOHANG) == pid) {
           reaped = true;
-        } else if (std::chrono::steady_clock::now() >= deadline) {
+        } else if (std::chrono::steady_clock::now() >= *deadline) {
           break;
         } else {
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
