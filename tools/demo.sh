@@ -59,6 +59,10 @@ say "the process exited; the profiler's counters (session show $PROF)"
 "$PFMCTL" session show "$PROF"
 say "pfmctl report: the profiler's lossless trace, symbolized"
 "$PFMCTL" report "$TMP/profile.trace" --limit 8
+say "the same trace in perf's format, read by the real perf"
+"$PFMCTL" export "$TMP/profile.trace" -o "$TMP/perf.data"
+PAGER=cat perf script -F comm,tid,time,ip,sym,addr -i "$TMP/perf.data" 2>/dev/null \
+  | grep -m5 ' work' || true
 "$PFMCTL" session kill "$DBG"
 "$PFMCTL" session kill "$PROF"
 
@@ -89,6 +93,16 @@ SIM=("$PFMCTL" --socket "$TMP/sim.sock")
 "${SIM[@]}" resources
 "${SIM[@]}" session show 2
 "${SIM[@]}" snapshot 2 | grep -m1 -B3 -A3 ' pebs '
+
+say "when each counter was on the hardware: the arbiter's schedule in the stream"
+"${SIM[@]}" sim exit 1000 >/dev/null
+"${SIM[@]}" stream 2 -o "$TMP/sim.trace" >/dev/null
+"$PFMCTL" export "$TMP/sim.trace" --format chrome-json -o "$TMP/timeline.json"
+"$PFMCTL" report "$TMP/sim.trace" --limit 0 --timeline "$TMP/timeline.svg" \
+  | sed -n '/^counters:/,/^$/p'
+grep -o '<text x="4" y="[0-9]*">[^<]*</text>' "$TMP/timeline.svg" \
+  | sed 's/<[^>]*>//g' | head -8
+echo "(open timeline.json in ui.perfetto.dev, timeline.svg in a browser)"
 
 say "status: every byte charged is returned when sessions end"
 "$PFMCTL" status | sed -n '/^sessions/,$p'
