@@ -303,6 +303,52 @@ TEST_F(HostE2e, DebuggerAndProfilerTraceOneRealProcessAtOnce) {
   EXPECT_TRUE(st.at("memory").at("charged").as_array().empty());
 }
 
+// The attach workflow carries the maps too: `snapshot -o` of a history and a
+// `stream` whose session is killed mid-way both name the loop's function.
+TEST_F(HostE2e, SnapshotAndKilledStreamFilesCarryTheMaps) {
+  const std::string addr = dir_ + "/spin_addr";
+  const std::string loop = testing::Runfile("kernel/drivers/ptrace/testdata_loop_bin");
+  const pid_t child = fork();
+  if (child == 0) {
+    execl(loop.c_str(), loop.c_str(), "1000000000000", addr.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 300 && access(addr.c_str(), F_OK) != 0; ++i) usleep(20000);
+  ASSERT_EQ(access(addr.c_str(), F_OK), 0);
+  const std::string pid = std::to_string(child);
+  const uint64_t d_id = testing::Num(PfmctlJson(socket(), {"--json", "session", "create",
+                                                           "--pid", pid, "--bts", "history",
+                                                           "--buffer", "4KiB"})
+                                         .at("id"));
+  const uint64_t p_id = testing::Num(PfmctlJson(socket(), {"--json", "session", "create",
+                                                           "--pid", pid, "--bts", "lossless"})
+                                         .at("id"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto names_spin = [&](const std::string& file) {
+    json::value rep = Report(file);
+    for (const json::value& h : rep.at("hot_functions").as_array())
+      if (h.at("function").as_string() == "spin") return true;
+    ADD_FAILURE() << file << ": " << json::serialize(rep.at("hot_functions"));
+    return false;
+  };
+  const std::string snap = dir_ + "/snap.trace";
+  ASSERT_EQ(Pfmctl(socket(), {"snapshot", std::to_string(d_id), "-o", snap}).exit_code, 0);
+  EXPECT_TRUE(names_spin(snap));
+
+  const std::string file = dir_ + "/killed.trace";
+  testing::Result sr;
+  std::thread reader([&] { sr = Pfmctl(socket(), {"stream", std::to_string(p_id), "-o", file}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(p_id)}).exit_code, 0);
+  reader.join();
+  EXPECT_EQ(sr.exit_code, 0) << sr.err;
+  EXPECT_TRUE(names_spin(file));
+  EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(d_id)}).exit_code, 0);
+  ::kill(child, SIGKILL);
+  int ws;
+  ::waitpid(child, &ws, 0);
+}
+
 TEST_F(HostE2e, FifthBreakpointIsRefusedByTheArbiterBeforeTheKernel) {
   pid_t child = fork();
   if (child == 0) {

@@ -525,7 +525,9 @@ TEST_F(PfmctlRepliesE2e, WellFormedRepliesWork) {
   ExpectWorks({"session", "show", "1"}, {"session_show"});
   ExpectWorks({"session", "kill", "1"}, {"session_kill"});
   ExpectWorks({"snapshot", "1"}, {"session_ring"});
-  ExpectWorks({"stream", "1", "-o", File("ok.stream")}, {"session_ring", "session_show"});
+  // session_show twice: the maps first, the summary at the end.
+  ExpectWorks({"stream", "1", "-o", File("ok.stream")},
+              {"session_ring", "session_show", "session_show"});
   ExpectWorks({"record", "-o", File("ok.record"), "--", "/bin/true"},
               {"status", "session_create", "session_ring", "session_show", "session_kill"});
   ExpectWorks({"sim", "pause"}, {"sim"});

@@ -99,6 +99,18 @@ absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
   return absl::OkStatus();
 }
 
+absl::Status AppendSessionMaps(Client& c, uint64_t id, TraceWriter& w) {
+  absl::StatusOr<Client::Reply> show = c.Call("session_show", {{"id", id}});
+  if (!show.ok()) return absl::OkStatus();  // the session is gone: no maps
+  ReplyReader reader("session_show", show->result);
+  const ReplyNode maps_node = reader.result().Member("maps");
+  if (!maps_node.present()) return absl::OkStatus();
+  const ProcessMaps maps = ReadMaps(maps_node);
+  if (!reader.ok()) return reader.status();
+  if (maps.mappings.empty()) return absl::OkStatus();
+  return w.AppendMaps(maps);
+}
+
 absl::StatusOr<StreamResult> StreamToFile(RingReader& ring, TraceWriter& w,
                                           const std::string& path,
                                           const StreamOptions& options) {

@@ -41,6 +41,12 @@ absl::StatusOr<RingReader> MapRing(Client& c, uint64_t id, bool drain,
 absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
                                boost::json::object* trailer);
 
+// Only the mappings, as a MAPS block, when the session has any (soft BTS on
+// the host): written at the start of a stream, so a file whose session is
+// killed before the end (no summary then) can still name its addresses.
+// OK and nothing written when the session is gone or has no maps.
+absl::Status AppendSessionMaps(Client& c, uint64_t id, TraceWriter& w);
+
 // The "maps" of a session_show reply, read through `maps`' reader:
 //   {"pid": int32, "time_ns": uint,
 //    "mappings": [{"start": uint, "end": uint, "offset": uint, "path": string,

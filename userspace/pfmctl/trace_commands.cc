@@ -136,11 +136,13 @@ absl::StatusOr<int> SnapshotCommand(const CliContext& ctx, const CommandArgs& ar
     absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
     if (!w.ok()) return w.status();
     if (absl::Status s = w->Append(recs.data(), recs.size()); !s.ok()) return s;
-    if (absl::Status s = w->Finish({{"records", recs.size()},
-                                    {"lost", ring->lost()},
-                                    {"overwritten", ring->overwritten()}});
-        !s.ok())
-      return s;
+    json::object trailer{{"records", recs.size()},
+                         {"lost", ring->lost()},
+                         {"overwritten", ring->overwritten()}};
+    // The maps (so `report` names the addresses) and the counters.
+    const absl::Status summary = AddSessionSummary(*c, *id, *w, &trailer);
+    if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
+    if (!summary.ok()) return summary;
   }
   if (ctx.json) {
     json::array arr;
@@ -185,6 +187,9 @@ absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args
   json::object header{{"session", *id}, {"kind", "stream"}, {"ring", info}};
   absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
   if (!w.ok()) return w.status();
+  // The maps now, in case the session is killed before the end (report
+  // uses the last MAPS block, so the summary's later one wins).
+  if (absl::Status s = AppendSessionMaps(*c, *id, *w); !s.ok()) return s;
   std::signal(SIGINT, StopStream);
   std::signal(SIGTERM, StopStream);
   StreamOptions options;
