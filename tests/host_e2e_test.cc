@@ -343,6 +343,10 @@ TEST_F(HostE2e, SnapshotAndKilledStreamFilesCarryTheMaps) {
   reader.join();
   EXPECT_EQ(sr.exit_code, 0) << sr.err;
   EXPECT_TRUE(names_spin(file));
+  // The stream's header names the task (perf's COMM in an export).
+  const json::value header = Report(file).at("header");
+  EXPECT_EQ(header.at("command").as_string(), "testdata_loop_b");  // comm: 15 bytes
+  EXPECT_EQ(Num(header.at("pid")), static_cast<uint64_t>(child));
   EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(d_id)}).exit_code, 0);
   ::kill(child, SIGKILL);
   int ws;

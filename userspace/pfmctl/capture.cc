@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace pfm {
@@ -99,16 +101,23 @@ absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
   return absl::OkStatus();
 }
 
-absl::Status AppendSessionMaps(Client& c, uint64_t id, TraceWriter& w) {
+absl::StatusOr<SessionStart> ReadSessionStart(Client& c, uint64_t id) {
+  SessionStart out;
   absl::StatusOr<Client::Reply> show = c.Call("session_show", {{"id", id}});
-  if (!show.ok()) return absl::OkStatus();  // the session is gone: no maps
+  if (!show.ok()) return out;  // the session is gone: nothing to add
   ReplyReader reader("session_show", show->result);
-  const ReplyNode maps_node = reader.result().Member("maps");
-  if (!maps_node.present()) return absl::OkStatus();
-  const ProcessMaps maps = ReadMaps(maps_node);
+  const ReplyNode s = reader.result();
+  const std::string target = s.Member("target").String();
+  int32_t pid = 0;
+  if (absl::StartsWith(target, "pid ") && absl::SimpleAtoi(target.substr(4), &pid) && pid > 0)
+    out.pid = pid;
+  if (const ReplyNode comm = s.Member("comm"); comm.present()) out.comm = comm.String();
+  if (const ReplyNode maps = s.Member("maps"); maps.present()) {
+    ProcessMaps m = ReadMaps(maps);
+    if (!m.mappings.empty()) out.maps = std::move(m);
+  }
   if (!reader.ok()) return reader.status();
-  if (maps.mappings.empty()) return absl::OkStatus();
-  return w.AppendMaps(maps);
+  return out;
 }
 
 absl::StatusOr<StreamResult> StreamToFile(RingReader& ring, TraceWriter& w,

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <boost/json.hpp>
@@ -41,11 +42,18 @@ absl::StatusOr<RingReader> MapRing(Client& c, uint64_t id, bool drain,
 absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
                                boost::json::object* trailer);
 
-// Only the mappings, as a MAPS block, when the session has any (soft BTS on
-// the host): written at the start of a stream, so a file whose session is
-// killed before the end (no summary then) can still name its addresses.
-// OK and nothing written when the session is gone or has no maps.
-absl::Status AppendSessionMaps(Client& c, uint64_t id, TraceWriter& w);
+// What a stream's file starts with, from session_show: the target task's
+// pid and name (for the header: perf's COMM in an export) and its mappings
+// (soft BTS on the host; written as a MAPS block at the start, so a file
+// whose session is killed before the end, and so has no summary, can still
+// name its addresses). Empty when the session is gone; INTERNAL for a
+// malformed reply.
+struct SessionStart {
+  int32_t pid = 0;   // 0: a CPU session
+  std::string comm;  // "" when pfmd does not know it (the sim)
+  std::optional<ProcessMaps> maps;
+};
+absl::StatusOr<SessionStart> ReadSessionStart(Client& c, uint64_t id);
 
 // The "maps" of a session_show reply, read through `maps`' reader:
 //   {"pid": int32, "time_ns": uint,

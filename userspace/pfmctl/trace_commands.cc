@@ -184,12 +184,17 @@ absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args
                                    " is not lossless: use snapshot for a history ring"));
   // The connection stays open only so a dead pfmd is noticed (it hangs up).
   const UniqueFd daemon = DaemonPidfd(c->fd());
+  absl::StatusOr<SessionStart> start = ReadSessionStart(*c, *id);
+  if (!start.ok()) return start.status();
   json::object header{{"session", *id}, {"kind", "stream"}, {"ring", info}};
+  if (start->pid > 0) header["pid"] = start->pid;
+  if (!start->comm.empty()) header["command"] = start->comm;
   absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
   if (!w.ok()) return w.status();
   // The maps now, in case the session is killed before the end (report
   // uses the last MAPS block, so the summary's later one wins).
-  if (absl::Status s = AppendSessionMaps(*c, *id, *w); !s.ok()) return s;
+  if (start->maps)
+    if (absl::Status s = w->AppendMaps(*start->maps); !s.ok()) return s;
   std::signal(SIGINT, StopStream);
   std::signal(SIGTERM, StopStream);
   StreamOptions options;

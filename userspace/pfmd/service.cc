@@ -66,6 +66,7 @@ json::object SessionToJson(const SessionInfo& s, bool detail) {
                  {"uid", s.uid},
                  {"role", Name(s.role)},
                  {"target", s.target},
+                 {"comm", s.comm},
                  {"bts", Name(s.bts)},
                  {"filter", Name(s.filter)},
                  {"format", Name(s.format)},

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -341,6 +342,13 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     s->conn = conn;
     s->spec = spec;
     s->target = spec.task() ? absl::StrCat("pid ", spec.pid) : absl::StrCat("cpu ", spec.cpu);
+    // The task's name, for traces and their exports (perf's COMM). Read once
+    // here: it is gone when the task has exited. World-readable, so this
+    // reveals nothing the client could not read itself.
+    if (!sim_ && spec.task()) {
+      std::ifstream comm(absl::StrCat("/proc/", spec.pid, "/comm"));
+      std::getline(comm, s->comm);
+    }
     if (absl::Status st = CheckTargetLocked(peer, spec, &s->pidfd); !st.ok()) return st;
     const int perf_fds = sim_ ? 0 : static_cast<int>(spec.counters.size() +
                                                      spec.breakpoints.size());

@@ -144,6 +144,7 @@ SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
   o.uid = s.uid;
   o.role = s.spec.role;
   o.target = s.target;
+  o.comm = s.comm;
   o.bts = s.spec.bts;
   o.filter = s.spec.filter;
   o.format = s.spec.format;

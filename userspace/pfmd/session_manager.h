@@ -67,6 +67,7 @@ struct SessionInfo {
   uid_t uid = 0;
   Role role = Role::kProfiler;
   std::string target;  // "pid N" or "cpu N"
+  std::string comm;    // a host task's name (/proc/PID/comm) at creation, or ""
   BtsMode bts = BtsMode::kOff;
   TraceFilter filter = TraceFilter::kUser;
   RecordFormat format = RecordFormat::kFixed;

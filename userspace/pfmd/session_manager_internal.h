@@ -61,6 +61,7 @@ struct SessionManager::Session {
   ConnectionId conn = 0;
   TypedSpec spec;
   std::string target;
+  std::string comm;  // see SessionInfo::comm
   ConsumerId consumer = 0;
   uint64_t ring_bytes = 0;
   uint64_t buffer_bytes = 0;  // what the ring holds for the user
