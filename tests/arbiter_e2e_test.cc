@@ -19,14 +19,7 @@ using testing::PfmctlJson;
 
 double Num(const json::value& v) { return v.to_number<double>(); }
 
-// Skylake events that only go on general-purpose counters (libpfm4's skl
-// table names).
-const std::vector<std::string> kGpEvents = {
-    "branch-instructions", "branch-misses",  "cache-references",
-    "cache-misses",        "bus-cycles",     "L2_RQSTS.REFERENCES",
-    "BR_INST_RETIRED.ALL_BRANCHES", "BR_MISP_RETIRED.ALL_BRANCHES",
-    "MEM_LOAD_RETIRED.L1_HIT", "MEM_LOAD_RETIRED.L2_HIT",
-    "MEM_LOAD_RETIRED.L3_MISS", "UOPS_ISSUED.ANY"};
+const std::vector<std::string>& kGpEvents = testing::kSkylakeGpOnlyEvents;
 
 class ArbiterE2e : public testing::DaemonTest {
  protected:

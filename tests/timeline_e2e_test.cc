@@ -21,14 +21,7 @@ namespace {
 namespace json = boost::json;
 using testing::Pfmctl;
 
-// Twelve events that go on general counters only (libpfm4's skl names):
-// eight counters, so they rotate.
-const std::vector<std::string> kGpEvents = {
-    "branch-instructions", "branch-misses",  "cache-references",
-    "cache-misses",        "bus-cycles",     "L2_RQSTS.REFERENCES",
-    "BR_INST_RETIRED.ALL_BRANCHES", "BR_MISP_RETIRED.ALL_BRANCHES",
-    "MEM_LOAD_RETIRED.L1_HIT", "MEM_LOAD_RETIRED.L2_HIT",
-    "MEM_LOAD_RETIRED.L3_MISS", "UOPS_ISSUED.ANY"};
+const std::vector<std::string>& kGpEvents = testing::kSkylakeGpOnlyEvents;
 
 class TimelineE2e : public testing::DaemonTest {
  protected:

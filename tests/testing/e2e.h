@@ -23,6 +23,15 @@ namespace pfm::testing {
 // The unprivileged uid the security tests drop to ("nobody").
 inline constexpr uid_t kNobody = 65534;
 
+// Twelve events of the simulated Skylake (libpfm4's skl table names) that go
+// on general-purpose counters only: more than its eight, so they rotate.
+inline const std::vector<std::string> kSkylakeGpOnlyEvents = {
+    "branch-instructions", "branch-misses",  "cache-references",
+    "cache-misses",        "bus-cycles",     "L2_RQSTS.REFERENCES",
+    "BR_INST_RETIRED.ALL_BRANCHES", "BR_MISP_RETIRED.ALL_BRANCHES",
+    "MEM_LOAD_RETIRED.L1_HIT", "MEM_LOAD_RETIRED.L2_HIT",
+    "MEM_LOAD_RETIRED.L3_MISS", "UOPS_ISSUED.ANY"};
+
 // A JSON number as an unsigned integer (ids, counts, bytes, times).
 uint64_t Num(const boost::json::value& v);
 // A JSON string of hex digits ("0x401000", as pfmctl prints addresses).

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "userspace/pfmd/session_test_util.h"
 #include <prometheus/check_names.h>
 #include <prometheus/text_serializer.h>
 
@@ -33,62 +35,17 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-constexpr uid_t kAlice = 1000;
-constexpr uid_t kBob = 1001;
-constexpr int32_t kTask = 1000;  // the sim's first task
+using session_test::kAlice;
+using session_test::kBob;
+using session_test::History;
+using session_test::kTask;
+using session_test::Lossless;
+using session_test::Root;
+using session_test::SimSkylake;
+using session_test::User;
 
-MachineInfo SimSkylake() {
-  MachineInfo m;
-  m.cpus = 2;
-  m.pmu = "skl";
-  m.gp_counters = 8;
-  m.fixed_counters = 3;
-  m.pebs_counter_mask = 0xf;
-  m.debug_registers = 4;
-  m.bts = m.pebs = true;
-  return m;
-}
-
-PfmdConfig SimConfig() {
-  PfmdConfig c;
-  c.driver = "sim";
-  c.sim_tasks = 4;
-  c.sim_cpus = 2;
-  c.sim_paused = true;
-  c.mem_limit_per_uid = 32ull << 20;
-  c.mem_limit_total = 256ull << 20;
-  return c;
-}
-
-Peer User(uid_t uid) {
-  Peer p;
-  p.uid = uid;
-  p.gid = uid;
-  return p;
-}
-
-Peer Root() {
-  Peer p;
-  p.admin = true;
-  return p;
-}
-
-TypedSpec History(int32_t pid) {
-  TypedSpec s;
-  s.role = Role::kDebugger;
-  s.pid = pid;
-  s.bts = BtsMode::kHistory;
-  s.buffer_bytes = 2048;
-  return s;
-}
-
-TypedSpec Lossless(int32_t pid) {
-  TypedSpec s;
-  s.pid = pid;
-  s.bts = BtsMode::kLossless;
-  s.buffer_bytes = 1 << 20;
-  return s;
-}
+// Limits small enough to read back exactly.
+PfmdConfig SimConfig() { return session_test::SimConfig(32ull << 20, 256ull << 20); }
 
 // A profiler's flexible watchpoints: more than the 4 debug registers, so
 // the arbiter multiplexes them.

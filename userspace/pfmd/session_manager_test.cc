@@ -6,63 +6,22 @@
 
 #include <gtest/gtest.h>
 
+#include "userspace/pfmd/session_test_util.h"
+
 namespace pfm {
 namespace {
 
-constexpr uid_t kAlice = 1000;
-constexpr uid_t kBob = 1001;
-constexpr int32_t kTask = 1000;  // the sim's first task
-
-MachineInfo SimSkylake() {
-  MachineInfo m;
-  m.cpus = 2;
-  m.pmu = "skl";
-  m.gp_counters = 8;
-  m.fixed_counters = 3;
-  m.pebs_counter_mask = 0xf;
-  m.debug_registers = 4;
-  m.bts = m.pebs = true;
-  return m;
-}
+using session_test::History;
+using session_test::kAlice;
+using session_test::kBob;
+using session_test::kTask;
+using session_test::Lossless;
+using session_test::Root;
+using session_test::SimSkylake;
+using session_test::User;
 
 PfmdConfig SimConfigWith(uint64_t limit_per_uid = 64ull << 20) {
-  PfmdConfig c;
-  c.driver = "sim";
-  c.sim_tasks = 4;
-  c.sim_cpus = 2;
-  c.sim_paused = true;
-  c.mem_limit_per_uid = limit_per_uid;
-  return c;
-}
-
-Peer User(uid_t uid) {
-  Peer p;
-  p.uid = uid;
-  p.gid = uid;
-  return p;
-}
-
-Peer Root() {
-  Peer p;
-  p.admin = true;
-  return p;
-}
-
-TypedSpec History(int32_t pid) {
-  TypedSpec s;
-  s.role = Role::kDebugger;
-  s.pid = pid;
-  s.bts = BtsMode::kHistory;
-  s.buffer_bytes = 2048;
-  return s;
-}
-
-TypedSpec Lossless(int32_t pid, uint64_t bytes) {
-  TypedSpec s;
-  s.pid = pid;
-  s.bts = BtsMode::kLossless;
-  s.buffer_bytes = bytes;
-  return s;
+  return session_test::SimConfig(limit_per_uid);
 }
 
 TypedSpec Watch(int32_t pid, uint64_t addr) {
