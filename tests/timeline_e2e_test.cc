@@ -71,6 +71,22 @@ TEST_F(TimelineE2e, OnHardwareSlicesAddUpToTimeRunning) {
   EXPECT_GT(runs, 0u);
 }
 
+// A debugger's small history ring keeps its slots for branches: its
+// breakpoints' schedule is not written there.
+TEST_F(TimelineE2e, HistoryRingsGetNoScheduleRecords) {
+  const uint64_t id = Create({"--role", "debugger", "--pid", "1000", "--bts", "history",
+                              "--buffer", "2KiB", "--breakpoint", "0x601000:8:w"});
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "50000000"}).exit_code, 0);
+  const json::value snap = testing::PfmctlJson(socket(), {"snapshot", std::to_string(id)});
+  size_t branches = 0;
+  for (const json::value& r : snap.at("records").as_array()) {
+    EXPECT_NE(r.at("type").as_string(), "schedule");
+    if (r.at("type").as_string() == "branch") ++branches;
+  }
+  EXPECT_EQ(branches, snap.at("records").as_array().size());
+  EXPECT_GT(branches, 0u);
+}
+
 TEST_F(TimelineE2e, ChromeJsonExportObeysTheTraceEventFormat) {
   const std::string file = Record();
   const std::string out = dir_ + "/prof.json";

@@ -290,10 +290,12 @@ absl::Status SessionManager::AttachConsumerLocked(const TypedSpec& spec, Session
   if (spec.role == Role::kProfiler || !spec.task()) p.req.flags |= PFM_CONSUMER_SWITCHES;
   if (spec.block) p.req.flags |= PFM_CONSUMER_BLOCK;
   // Where the arbiter drives the hardware (the sim), its schedule of the
-  // session's counters and breakpoints goes into the stream, so a reader
-  // sees when each counted (docs/export.md). On the host, Linux multiplexes
-  // perf events itself and does not say when.
-  if (sim_ && (!spec.counters.empty() || !spec.breakpoints.empty()))
+  // session's counters and breakpoints goes into a lossless stream, so a
+  // reader sees when each counted (docs/timeline.md). Not into a history
+  // ring: its few slots are for the newest branches. On the host, Linux
+  // multiplexes perf events itself and does not say when.
+  if (sim_ && spec.bts != BtsMode::kHistory &&
+      (!spec.counters.empty() || !spec.breakpoints.empty()))
     p.req.flags |= PFM_CONSUMER_SCHEDULE;
   p.req.ring_bytes = s->ring_bytes - PFM_RING_HEADER_BYTES;
   p.history_records = spec.bts == BtsMode::kHistory
