@@ -142,6 +142,46 @@ TEST_F(HostE2e, InterruptedRecordWritesACompleteTraceAndLeavesTheCommandRunning)
   ::kill(cmd, SIGKILL);
 }
 
+// `stat` prints a command's counters as perf stat does, at full speed (no
+// branch tracing), and exits with the command's status.
+TEST_F(HostE2e, StatCountsACommandAndAProcessLikePerfStat) {
+  testing::Result r = Pfmctl(socket(), {"stat", "--", "/bin/sh", "-c", "exit 3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(testing::Contains(r.err, "Performance counter stats for '/bin/sh -c exit 3':"))
+      << r.err;
+  for (const char* e : {"task-clock", "context-switches", "cpu-migrations", "page-faults"})
+    EXPECT_TRUE(testing::Contains(r.err, e)) << e << " in:\n" << r.err;
+  EXPECT_TRUE(testing::Contains(r.err, "seconds time elapsed")) << r.err;
+  if (!HasCpuPmu()) {
+    EXPECT_TRUE(testing::Contains(r.err, "<not supported>      cycles")) << r.err;
+  }
+  // --json: the numbers, from the kernel's perf events.
+  const json::value v = PfmctlJson(socket(), {"--json", "stat", "-e", "page-faults", "-e",
+                                              "task-clock", "--", "/bin/true"});
+  const json::array& cs = v.at("counters").as_array();
+  ASSERT_EQ(cs.size(), 2u);
+  EXPECT_EQ(cs[0].at("event").as_string(), "page-faults");
+  EXPECT_GT(Num(cs[0].at("value")), 10u);  // a dynamic /bin/true faults its pages in
+  EXPECT_GT(Num(cs[1].at("value")), 0u);
+  EXPECT_EQ(Num(v.at("wait_status")), 0u);
+  // -p: a running process, until it exits.
+  const pid_t child = fork();
+  if (child == 0) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(800);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+    _exit(0);
+  }
+  r = Pfmctl(socket(), {"stat", "-e", "task-clock", "-p", std::to_string(child)});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(testing::Contains(r.err, "process id '" + std::to_string(child) + "'")) << r.err;
+  EXPECT_TRUE(testing::Contains(r.err, "msec task-clock")) << r.err;
+  int ws;
+  waitpid(child, &ws, 0);
+  // Nothing left behind.
+  EXPECT_EQ(PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
+}
+
 TEST_F(HostE2e, RecordTrueShowsThousandsOfSymbolizedBranches) {
   const std::string file = dir_ + "/true.trace";
   testing::Result r = Pfmctl(socket(), {"--json", "record", "--bts", "lossless",

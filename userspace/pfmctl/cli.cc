@@ -12,6 +12,7 @@
 #include "userspace/pfmctl/export.h"
 #include "userspace/pfmctl/flags.h"
 #include "userspace/pfmctl/session_commands.h"
+#include "userspace/pfmctl/stat_command.h"
 #include "userspace/pfmctl/trace_commands.h"
 
 namespace pfm {
@@ -28,6 +29,7 @@ constexpr Command kCommands[] = {
     {"sim", SimCommand},           {"snapshot", SnapshotCommand},
     {"stream", StreamCommand},     {"report", ReportCommand},
     {"record", RecordCommand},     {"export", ExportCommand},
+    {"stat", StatCommand},
 };
 
 // The one error line. Messages may come from pfmd or from an exception:
@@ -83,6 +85,9 @@ commands:
   record [session flags] [--output-format pfmtrace|{formats}] -o FILE -- CMD ARGS...
                               run CMD traced; exit with CMD's status (an export
                               format: FILE is the export, the trace FILE.pfmtrace)
+  stat [-e EVENT]... -- CMD ARGS... | stat [-e EVENT]... -p PID
+                              counters of CMD (or of PID until it exits or ^C),
+                              printed as perf stat does
   report FILE [--limit N] [--timeline OUT.svg]
                               branches (symbolized), samples, switches, counters;
                               --timeline: an SVG of when threads ran and counters counted

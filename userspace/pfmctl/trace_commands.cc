@@ -90,6 +90,8 @@ UniqueFd DaemonPidfd(int conn) {
   return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0)));
 }
 
+}  // namespace
+
 // What execvp would run for `name`, checked before anything is created, so
 // `record -- nosuchcmd` is NOT_FOUND and leaves no session and no trace
 // (rather than a trace of pfmctl's own failed exec).
@@ -112,8 +114,6 @@ absl::Status CheckCommand(const std::string& name) {
   }
   return absl::NotFoundError(absl::StrCat(name, ": command not found"));
 }
-
-}  // namespace
 
 absl::StatusOr<int> SnapshotCommand(const CliContext& ctx, const CommandArgs& args) {
   CommandFlags f(args, 1);

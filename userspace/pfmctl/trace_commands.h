@@ -5,6 +5,9 @@
 #ifndef PFM_USERSPACE_PFMCTL_TRACE_COMMANDS_H_
 #define PFM_USERSPACE_PFMCTL_TRACE_COMMANDS_H_
 
+#include <string>
+
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "userspace/pfmctl/context.h"
 
@@ -28,6 +31,11 @@ absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args
 // status. The session is tied to this connection
 // (not detached): if pfmctl dies, the daemon ends it.
 absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args);
+
+// What execvp would run for `name` (a path with '/', else $PATH), checked
+// before anything is created: NOT_FOUND "NAME: command not found" (or "no
+// such file"), PERMISSION_DENIED "NAME: not an executable file".
+absl::Status CheckCommand(const std::string& name);
 
 // `report FILE [--limit N]`: see report.h.
 absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args);

@@ -1,0 +1,201 @@
+#include "userspace/pfmctl/stat_command.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernel/drivers/ptrace/soft_bts.h"
+#include "pfm/client.h"
+#include "pfm/session_spec.h"
+#include "userspace/pfmctl/connect.h"
+#include "userspace/pfmctl/flags.h"
+#include "userspace/pfmctl/reply.h"
+#include "userspace/pfmctl/trace_commands.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+
+// perf stat's default events (tools/perf/builtin-stat.c, default_attrs0/1):
+// the software ones count everywhere; the hardware ones need a CPU PMU.
+const std::vector<std::string> kSoftwareDefaults = {"task-clock", "context-switches",
+                                                    "cpu-migrations", "page-faults"};
+const std::vector<std::string> kHardwareDefaults = {"cycles", "instructions", "branches",
+                                                    "branch-misses"};
+
+volatile std::sig_atomic_t g_stat_stop = 0;
+void StopStat(int) { g_stat_stop = 1; }
+
+// One counter line, perf stat's shape: value, event, and the running share
+// when it was multiplexed ("(62.50%)"), or "<not counted>".
+void PrintCounter(std::ostream& out, const ReplyNode& c) {
+  const std::string event = c.Member("event").String();
+  const ReplyNode value = c.Member("value");
+  const ReplyNode ratio = c.Member("ratio");
+  if (!value.present() || !c.Member("counted").present() || !c.Member("counted").Bool()) {
+    out << absl::StrFormat("  %18s      %-28s\n", "<not counted>", event);
+    return;
+  }
+  const ReplyNode scaled = c.Member("scaled");
+  const uint64_t shown = scaled.present() ? scaled.Uint() : value.Uint();
+  std::string share;
+  if (ratio.present()) {
+    const double r = ratio.json()->to_number<double>();
+    if (r < 0.9999) share = absl::StrFormat("  (%.2f%%)", 100.0 * r);
+  }
+  if (event == "task-clock") {
+    out << absl::StrFormat("  %18.2f msec %-28s%s\n", shown / 1e6, event, share);
+  } else {
+    out << absl::StrFormat("  %18u      %-28s%s\n", shown, event, share);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) {
+  CommandFlags f(args, 1);
+  absl::StatusOr<std::vector<std::string>> events = f.TakeAll("-e");
+  if (!events.ok()) return events.status();
+  absl::StatusOr<std::string> pid_s = f.Take("-p");
+  if (!pid_s.ok()) return pid_s.status();
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("stat");
+  if (!pos.ok()) return pos.status();
+  const bool run = !pos->empty() && pos->front() == "--" && pos->size() >= 2;
+  if (run == !pid_s->empty() || (!run && !pos->empty()))
+    return UsageError("usage: stat [-e EVENT]... -- CMD ARGS...  |  stat [-e EVENT]... -p PID");
+  int attach_pid = 0;
+  if (!pid_s->empty()) {
+    absl::StatusOr<int> p = ParseIntArg("-p", *pid_s, 1, 0x3fffffff);
+    if (!p.ok()) return p.status();
+    attach_pid = *p;
+  }
+  const std::vector<std::string> argv = run ? std::vector<std::string>(pos->begin() + 1,
+                                                                       pos->end())
+                                            : std::vector<std::string>{};
+  if (run)
+    if (absl::Status s = CheckCommand(argv[0]); !s.ok()) return s;
+
+  absl::StatusOr<Client> c = Connect(ctx);
+  if (!c.ok()) return c.status();
+  // The default set: hardware events only where there is a CPU PMU.
+  std::vector<std::string> not_supported;
+  if (events->empty()) {
+    *events = kSoftwareDefaults;
+    absl::StatusOr<Client::Reply> st = c->Call("status");
+    if (!st.ok()) return st.status();
+    ReplyReader reader("status", st->result);
+    const uint64_t gp = reader.result().Member("machine").Member("gp_counters").Uint();
+    if (!reader.ok()) return reader.status();
+    for (const std::string& e : kHardwareDefaults)
+      (gp > 0 ? *events : not_supported).push_back(e);
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = StopStat;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+
+  pid_t pid = attach_pid;
+  ErrorDetail d;
+  if (run && SpawnStopped(argv, &pid, &d) < 0)
+    return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message));
+  auto abandon = [&](absl::Status s) {
+    if (run) {
+      Abandon(pid, nullptr);
+      int ws;
+      ::waitpid(pid, &ws, 0);
+    }
+    return s;
+  };
+  SessionSpec spec;
+  spec.role = "profiler";
+  spec.bts = "off";
+  spec.pid = pid;
+  spec.counters = *events;
+  spec.detached = false;  // ends with this connection
+  absl::StatusOr<SessionSpec> valid = SessionSpec::FromJson(spec.ToJson());
+  if (!valid.ok()) return abandon(valid.status());
+  absl::StatusOr<Client::Reply> cr = c->Call("session_create", {{"spec", valid->ToJson()}});
+  if (!cr.ok()) return abandon(cr.status());
+  ReplyReader created("session_create", cr->result);
+  const uint64_t id = created.result().Member("id").Id();
+  if (!created.ok()) return abandon(created.status());
+  const auto t0 = std::chrono::steady_clock::now();
+  if (run && Release(pid, &d) < 0)
+    return abandon(absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message)));
+
+  int wstatus = 0;
+  bool reaped = false;
+  if (run) {
+    // Until CMD exits; ^C reaches it too (same terminal), and stat reports
+    // what was counted, as perf stat does.
+    while (!reaped) {
+      if (::waitpid(pid, &wstatus, 0) == pid) {
+        reaped = true;
+      } else if (errno != EINTR) {
+        break;
+      }
+    }
+  } else {
+    // Until PID exits (the session says so) or ^C.
+    while (!g_stat_stop) {
+      absl::StatusOr<Client::Reply> show = c->Call("session_show", {{"id", id}});
+      if (!show.ok()) break;
+      ReplyReader r("session_show", show->result);
+      const ReplyNode state = r.result().Member("state");
+      if (state.present() && state.String() == "exited") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  absl::StatusOr<Client::Reply> show = c->Call("session_show", {{"id", id}});
+  (void)c->Call("session_kill", {{"id", id}});
+  if (!show.ok()) return show.status();
+  ReplyReader reader("session_show", show->result);
+  const std::vector<ReplyNode> counters = reader.result().Member("counters").Elements();
+  if (!reader.ok()) return reader.status();
+
+  if (ctx.json) {
+    json::object o{{"counters", *reader.result().Member("counters").json()},
+                   {"elapsed_s", elapsed}};
+    json::array ns;
+    for (const std::string& e : not_supported) ns.push_back(json::value(e));
+    o["not_supported"] = std::move(ns);
+    if (run && reaped) o["wait_status"] = wstatus;
+    PrintJson(ctx, o);
+  } else {
+    std::string target;
+    if (run) {
+      for (const std::string& a : argv) absl::StrAppend(&target, target.empty() ? "" : " ", a);
+      target = absl::StrCat("'", target, "'");
+    } else {
+      target = absl::StrCat("process id '", attach_pid, "'");
+    }
+    std::ostream& out = *ctx.err;  // as perf stat: the program's stdout stays its own
+    out << "\n Performance counter stats for " << target << ":\n\n";
+    for (const ReplyNode& cn : counters) PrintCounter(out, cn);
+    for (const std::string& e : not_supported)
+      out << absl::StrFormat("  %18s      %-28s\n", "<not supported>", e);
+    out << absl::StrFormat("\n  %18.9f seconds time elapsed\n\n", elapsed);
+  }
+  if (!run) return 0;
+  if (!reaped) return 1;
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return 1;
+}
+
+}  // namespace pfm
