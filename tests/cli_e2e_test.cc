@@ -51,6 +51,18 @@ TEST_F(CliE2e, BufferSizesThatMeanNothingOrTwoThingsAreRefused) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// perf's -e is --counter.
+TEST_F(CliE2e, DashEIsACounter) {
+  const json::value c = PfmctlJson(socket(), {"--json", "session", "create", "--pid", "1000",
+                                              "-e", "cycles", "--counter", "instructions"});
+  const json::value s = PfmctlJson(
+      socket(), {"--json", "session", "show", std::to_string(testing::Num(c.at("id")))});
+  const json::array& cs = s.at("counters").as_array();
+  ASSERT_EQ(cs.size(), 2u);
+  EXPECT_EQ(cs[0].at("event").as_string(), "instructions");
+  EXPECT_EQ(cs[1].at("event").as_string(), "cycles");
+}
+
 TEST_F(CliE2e, HistoryDefaultsToTheDebuggerRoleLosslessToTheProfiler) {
   const json::value h =
       PfmctlJson(socket(), {"--json", "session", "create", "--pid", "1000", "--bts", "history"});

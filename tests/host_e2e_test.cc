@@ -142,6 +142,64 @@ TEST_F(HostE2e, InterruptedRecordWritesACompleteTraceAndLeavesTheCommandRunning)
   ::kill(cmd, SIGKILL);
 }
 
+// `record -p PID` attaches to a running process (perf record -p): traced
+// until it exits, or until ^C, after which it runs on untraced.
+TEST_F(HostE2e, RecordAttachedTracesARunningProcessUntilItExitsOrCtrlC) {
+  // A shell waiting for its sleep: the recording ends when the shell exits.
+  const pid_t sh = fork();
+  if (sh == 0) {
+    execl("/bin/sh", "sh", "-c", "/bin/sleep 1; exit 0", nullptr);
+    _exit(127);
+  }
+  usleep(200000);
+  const std::string f1 = dir_ + "/attach_exit.trace";
+  testing::Result r = Pfmctl(socket(), {"record", "-p", std::to_string(sh), "-o", f1});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  int ws;
+  waitpid(sh, &ws, 0);
+  json::value rep = Report(f1);
+  EXPECT_TRUE(rep.at("complete").as_bool());
+  EXPECT_EQ(rep.at("trailer").at("exit").as_string(), "exited");
+  EXPECT_EQ(rep.at("header").at("command").as_string(), "sh");
+  EXPECT_GT(Num(rep.at("summary").at("by_type").at("branch")), 100u);
+
+  // A loop that never ends: ^C (SIGINT to pfmctl) ends the recording.
+  const std::string addr = dir_ + "/attach_addr";
+  const std::string loop = testing::Runfile("kernel/drivers/ptrace/testdata_loop_bin");
+  const pid_t child = fork();
+  if (child == 0) {
+    execl(loop.c_str(), loop.c_str(), "1000000000000", addr.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 300 && access(addr.c_str(), F_OK) != 0; ++i) usleep(20000);
+  const std::string f2 = dir_ + "/attach_int.trace";
+  std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket(), "record",
+                                   "-p", std::to_string(child), "-o", f2};
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t pfmctl = fork();
+  if (pfmctl == 0) {
+    execv(cargv[0], cargv.data());
+    _exit(127);
+  }
+  usleep(1500000);
+  ASSERT_EQ(::kill(pfmctl, SIGINT), 0);
+  ASSERT_EQ(waitpid(pfmctl, &ws, 0), pfmctl);
+  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << ws;
+  rep = Report(f2);
+  EXPECT_TRUE(rep.at("complete").as_bool());
+  EXPECT_EQ(rep.at("trailer").at("interrupted").as_string(), strsignal(SIGINT));
+  EXPECT_GT(Num(rep.at("summary").at("by_type").at("branch")), 100u);
+  bool spin = false;
+  for (const json::value& h : rep.at("hot_functions").as_array())
+    if (h.at("function").as_string() == "spin") spin = true;
+  EXPECT_TRUE(spin) << json::serialize(rep.at("hot_functions"));
+  EXPECT_EQ(::kill(child, 0), 0) << "the process did not run on";
+  ::kill(child, SIGKILL);
+  waitpid(child, &ws, 0);
+}
+
 // `stat` prints a command's counters as perf stat does, at full speed (no
 // branch tracing), and exits with the command's status.
 TEST_F(HostE2e, StatCountsACommandAndAProcessLikePerfStat) {

@@ -83,6 +83,8 @@ commands:
   stream ID -o FILE           lossless records to FILE until the session ends
   resources                   who holds which counter, debug register, BTS/PEBS
   record [session flags] [--output-format pfmtrace|{formats}] -o FILE -- CMD ARGS...
+  record [session flags] [--output-format ...] -o FILE -p PID
+                              attach to a running process until it exits or ^C
                               run CMD traced; exit with CMD's status (an export
                               format: FILE is the export, the trace FILE.pfmtrace)
   stat [-e EVENT]... -- CMD ARGS... | stat [-e EVENT]... -p PID

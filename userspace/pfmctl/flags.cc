@@ -196,6 +196,9 @@ absl::StatusOr<SessionSpec> ParseSessionFlags(CommandFlags& f) {
   absl::StatusOr<std::vector<std::string>> all = f.TakeAll("--counter");
   if (!all.ok()) return all.status();
   s.counters = *all;
+  // perf's spelling of the same.
+  if (all = f.TakeAll("-e"); !all.ok()) return all.status();
+  s.counters.insert(s.counters.end(), all->begin(), all->end());
   all = f.TakeAll("--breakpoint");
   if (!all.ok()) return all.status();
   for (const std::string& b : *all) {

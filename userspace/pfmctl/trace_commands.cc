@@ -239,11 +239,24 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   if (!out.ok()) return out.status();
   absl::StatusOr<std::string> output_format = f.Take("--output-format", kTraceOutputFormat);
   if (!output_format.ok()) return output_format.status();
+  absl::StatusOr<std::string> attach_s = f.Take("-p");
+  if (!attach_s.ok()) return attach_s.status();
   absl::StatusOr<std::vector<std::string>> pos = f.Positional("record");
   if (!pos.ok()) return pos.status();
-  if (out->empty() || pos->empty() || pos->front() != "--" || pos->size() < 2)
+  // -p PID: attach to a running process (perf record -p) instead of running
+  // CMD; traced until it exits or ^C.
+  const bool attach = !attach_s->empty();
+  const bool run = !pos->empty() && pos->front() == "--" && pos->size() >= 2;
+  if (out->empty() || attach == run || (attach && !pos->empty()))
     return UsageError(
-        "usage: record [session flags] [--output-format FORMAT] -o FILE -- CMD ARGS...");
+        "usage: record [session flags] [--output-format FORMAT] -o FILE "
+        "(-- CMD ARGS... | -p PID)");
+  pid_t attach_pid = 0;
+  if (attach) {
+    absl::StatusOr<int> p = ParseIntArg("-p", *attach_s, 1, 0x3fffffff);
+    if (!p.ok()) return p.status();
+    attach_pid = *p;
+  }
   // Another format than the trace's: the trace goes next to FILE (kept, for
   // `report` and another export), FILE gets the export.
   const bool exporting = *output_format != kTraceOutputFormat;
@@ -252,11 +265,13 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
                                    "' (formats: ", kTraceOutputFormat, ", ",
                                    ExportFormatList(), ")"));
   const std::string trace_file = exporting ? *out + kTraceSuffix : *out;
-  const std::vector<std::string> argv(pos->begin() + 1, pos->end());
-  if (absl::Status s = CheckCommand(argv[0]); !s.ok()) return s;
+  const std::vector<std::string> argv =
+      run ? std::vector<std::string>(pos->begin() + 1, pos->end()) : std::vector<std::string>{};
+  if (run)
+    if (absl::Status s = CheckCommand(argv[0]); !s.ok()) return s;
   spec->detached = false;
   if (spec->pid >= 0 || spec->cpu >= 0)
-    return UsageError("record traces the command it runs: no --pid or --cpu");
+    return UsageError("record traces the command it runs or -p PID: no --pid or --cpu");
   if (spec->bts == "off" && spec->counters.empty() && spec->pebs_event.empty() &&
       spec->breakpoints.empty())
     spec->bts = "lossless";
@@ -273,10 +288,10 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
           "record runs a real command: it needs a pfmd with --driver host");
   }
   CatchStopSignals();
-  pid_t pid = -1;
+  pid_t pid = attach ? attach_pid : -1;
   ErrorDetail d;
-  int spawned;
-  {
+  int spawned = 0;
+  if (run) {
     // With --json, stdout is the one JSON document: the program's own
     // output goes to stderr (still the terminal in an interactive run).
     ctx.out->flush();
@@ -294,6 +309,7 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   // From here on, every way out reaps the child: held (Abandon makes it exit
   // without running anything) or released.
   auto abandon = [&](absl::Status s) {
+    if (!run) return s;
     Abandon(pid, nullptr);
     int ws;
     ::waitpid(pid, &ws, 0);
@@ -317,18 +333,31 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   }
   std::string command;
   for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;
+  std::optional<ProcessMaps> start_maps;
+  if (attach) {
+    // The running process's name and its maps now (it may be killed).
+    absl::StatusOr<SessionStart> start = ReadSessionStart(*c, id);
+    if (!start.ok()) return start.status();
+    command = start->comm;
+    start_maps = start->maps;
+  }
   json::object header{{"session", id}, {"kind", "record"}, {"command", command},
                       {"pid", pid}, {"spec", valid->ToJson()}, {"ring", info}};
   absl::StatusOr<TraceWriter> w = TraceWriter::Create(trace_file, header);
   if (!w.ok()) return abandon(w.status());
-  if (int err = Release(pid, &d); err < 0)
-    return abandon(absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message)));
+  if (start_maps)
+    if (absl::Status s = w->AppendMaps(*start_maps); !s.ok()) return s;
+  if (run)
+    if (int err = Release(pid, &d); err < 0)
+      return abandon(
+          absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message)));
 
   int wstatus = 0;
   bool reaped = false;
   // Until the command exits, or (interrupted) until it has had
   // kInterruptedChildWait to: then it runs on, untraced.
   auto wait_child = [&] {
+    if (!run) return;  // not our child: the ring's end says it exited
     std::optional<std::chrono::steady_clock::time_point> deadline;
     while (!reaped) {
       if (g_stop_stream) {
@@ -353,7 +382,8 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     std::optional<std::chrono::steady_clock::time_point> exited_at;
     StreamOptions options;
     options.stop = &g_stop_stream;
-    options.give_up = [&] {
+    if (attach) options.daemon_conn = c->fd();  // a dead pfmd ends the wait
+    if (run) options.give_up = [&] {
       if (!reaped && ::waitpid(pid, &wstatus, WNOHANG) == pid) {
         reaped = true;
         exited_at = std::chrono::steady_clock::now();
@@ -377,7 +407,10 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     if (absl::Status s = w->Append(batch.data(), batch.size()); !s.ok()) return s;
   }
   json::object trailer;
-  if (reaped) {
+  if (attach) {
+    // The process's own end, if it came, is the session summary's state
+    // and exit_status.
+  } else if (reaped) {
     if (WIFEXITED(wstatus)) trailer["exit"] = absl::StrCat("exit ", WEXITSTATUS(wstatus));
     if (WIFSIGNALED(wstatus))
       trailer["exit"] = absl::StrCat("killed by signal ", WTERMSIG(wstatus));
@@ -386,9 +419,20 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     trailer["exit"] = absl::StrCat("still running, pid ", pid, " (no longer traced)");
   }
   if (interrupted) trailer["interrupted"] = strsignal(interrupted);
+  // A task still running has branches in its tracer that no threshold has
+  // shipped yet: ask for them before the session ends (session_ring's
+  // drain waits for the tracer; the extra ring fd it passes is closed).
+  if (interrupted && ring && ring->mode() == PFM_RING_LOSSLESS)
+    (void)c->Call("session_ring", {{"id", id}, {"drain", true}});
   // The maps and counters while the session is there, then the session
   // ends; an interrupted recording drains what the ring still holds.
   const absl::Status summary = AddSessionSummary(*c, id, *w, &trailer);
+  if (attach) {
+    const json::value* state = trailer.if_contains("state");
+    const bool exited = state != nullptr && state->is_string() && state->get_string() == "exited";
+    trailer["exit"] =
+        exited ? std::string("exited") : absl::StrCat("still running, pid ", pid, " (no longer traced)");
+  }
   (void)c->Call("session_kill", {{"id", id}});
   if (interrupted && ring && ring->mode() == PFM_RING_LOSSLESS) {
     const auto until = std::chrono::steady_clock::now() + kInterruptedDrainWait;
@@ -425,7 +469,9 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     *ctx.err << "\n";
   }
   // The command's status when it ended; a recording interrupted while it ran
-  // on reports the signal, as a shell would.
+  // on reports the signal, as a shell would. An attached recording is 0,
+  // ended by the process's exit or by ^C (as perf record -p).
+  if (attach) return 0;
   if (!reaped) return interrupted ? 128 + interrupted : 1;
   if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
   if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
