@@ -419,11 +419,6 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     trailer["exit"] = absl::StrCat("still running, pid ", pid, " (no longer traced)");
   }
   if (interrupted) trailer["interrupted"] = strsignal(interrupted);
-  // A task still running has branches in its tracer that no threshold has
-  // shipped yet: ask for them before the session ends (session_ring's
-  // drain waits for the tracer; the extra ring fd it passes is closed).
-  if (interrupted && ring && ring->mode() == PFM_RING_LOSSLESS)
-    (void)c->Call("session_ring", {{"id", id}, {"drain", true}});
   // The maps and counters while the session is there, then the session
   // ends; an interrupted recording drains what the ring still holds.
   const absl::Status summary = AddSessionSummary(*c, id, *w, &trailer);

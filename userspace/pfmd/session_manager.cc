@@ -242,7 +242,27 @@ std::vector<SessionInfo> SessionManager::List(const Peer& peer, SessionId after,
   return out;
 }
 
+void SessionManager::DrainTracerOf(const Peer& peer, SessionId id) {
+  // A soft-BTS tracer holds up to a DS area of branches in its process:
+  // ask it to drain, and wait (on a condition its reader signals) without
+  // the kernel lock, which its drain takes. Tracers are only stopped by
+  // ReapTracers, on a request thread after the request.
+  TracerProcess* tracer = nullptr;
+  {
+    KernelLockGuard l(&kernel_->lock());
+    absl::StatusOr<Session*> s = FindLocked(peer, id);
+    if (s.ok() && (*s)->host_bts) {
+      TracerProcess* t = tracers_->FindLocked((*s)->spec.pid);
+      if (t != nullptr && !t->done()) tracer = t;
+    }
+  }
+  if (tracer != nullptr) tracer->WaitDrain(tracer->RequestDrain(), kSnapshotDrainWait);
+}
+
 absl::Status SessionManager::Kill(const Peer& peer, SessionId id) {
+  // What the tracer still holds reaches the ring before the ring ends: a
+  // stream of a killed session is complete up to the kill.
+  DrainTracerOf(peer, id);
   {
     KernelLockGuard l(&kernel_->lock());
     absl::StatusOr<Session*> s = FindLocked(peer, id);
@@ -256,22 +276,7 @@ absl::Status SessionManager::Kill(const Peer& peer, SessionId id) {
 
 absl::StatusOr<RingHandle> SessionManager::Ring(const Peer& peer, SessionId id,
                                                 bool drain) {
-  if (drain) {
-    // A soft-BTS tracer holds up to a DS area of branches in its process:
-    // ask it to drain, and wait (on a condition its reader signals) without
-    // the kernel lock, which its drain takes. Tracers are only stopped by
-    // ReapTracers, on a request thread after the request.
-    TracerProcess* tracer = nullptr;
-    {
-      KernelLockGuard l(&kernel_->lock());
-      absl::StatusOr<Session*> s = FindLocked(peer, id);
-      if (s.ok() && (*s)->host_bts) {
-        TracerProcess* t = tracers_->FindLocked((*s)->spec.pid);
-        if (t != nullptr && !t->done()) tracer = t;
-      }
-    }
-    if (tracer != nullptr) tracer->WaitDrain(tracer->RequestDrain(), kSnapshotDrainWait);
-  }
+  if (drain) DrainTracerOf(peer, id);
   KernelLockGuard l(&kernel_->lock());
   absl::StatusOr<Session*> s = FindLocked(peer, id);
   if (!s.ok()) return s.status();

@@ -213,6 +213,8 @@ class SessionManager {
   // Sessions visible to `peer` with ids above `after`, in id order, at most
   // `limit`.
   std::vector<SessionInfo> List(const Peer& peer, SessionId after, size_t limit);
+  // Ends the session. A soft-BTS tracer first hands over the branches it
+  // holds, so the ring is complete up to the kill.
   absl::Status Kill(const Peer& peer, SessionId id);
   // The session's ring; `drain` first brings it up to date (the soft-BTS
   // tracer hands over what it holds, the CPU areas are drained).
@@ -241,6 +243,10 @@ class SessionManager {
   MemoryTotals Memory();
 
  private:
+  // Asks the session's soft-BTS tracer (if any, still tracing) to hand over
+  // what it holds, and waits for it (at most kSnapshotDrainWait), without
+  // the kernel lock.
+  void DrainTracerOf(const Peer& peer, SessionId id) ABSL_LOCKS_EXCLUDED(kernel_->lock());
   struct Session;
 
   uint64_t NowLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
