@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (i > 0 && std::string(argv[i]) == "--read-every-step") {
       tracer_opt.compute_rip = false;
+    } else if (i > 0 && std::string(argv[i]) == "--no-kernel-switches") {
+      tracer_opt.kernel_switches = false;  // A/B of the per-task switch watcher
     } else {
       args.push_back(argv[i]);
     }
@@ -118,7 +120,7 @@ int main(int argc, char** argv) {
   const Options opt = ParseOptions(
       static_cast<int>(args.size()), args.data(),
       "soft-BTS tracer vs bare PTRACE_SINGLESTEP loop on /bin/true "
-      "[--read-every-step]");
+      "[--read-every-step] [--no-kernel-switches]");
   const std::vector<std::string> prog = {"/bin/true"};
   const int pinned_cpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) - 1;
   cpu_set_t set;
@@ -156,6 +158,7 @@ int main(int argc, char** argv) {
   doc["repetitions"] = reps;
   doc["pinned_cpu"] = pinned_cpu;
   doc["compute_rip"] = tracer_opt.compute_rip;
+  doc["kernel_switches"] = tracer_opt.kernel_switches;
   boost::json::array bare_runs(bare_sps.begin(), bare_sps.end());
   boost::json::array tr_runs(tr_sps.begin(), tr_sps.end());
   doc["bare_steps_per_s_runs"] = bare_runs;
@@ -173,6 +176,9 @@ int main(int argc, char** argv) {
       {"reg_read_fraction",
        t.stats.steps != 0 ? double(t.stats.reg_reads) / t.stats.steps : 0.0},
       {"resyncs", t.stats.resyncs},
+      {"switch_source", t.stats.switch_errno == 0 ? "kernel" : "inferred"},
+      {"switches", t.stats.switches},
+      {"switch_artifacts_dropped", t.stats.switch_artifacts},
       {"steps_per_s_median", Median(tr_sps)},
       {"branch_records_per_s_median", Median(tr_bps)}};
   // Interference from other processes only ever slows a run down, so the

@@ -131,6 +131,16 @@ TraceConfig Kernel::TaskConfig(int cpu, TaskId task) {
   return ds_.Config(cpu, task);
 }
 
+void Kernel::TaskCreated(TaskId parent, TaskId child, uint64_t) {
+  lock_.AssertHeld();
+  ds_.TaskCreated(parent, child);
+}
+
+void Kernel::TaskDetached(TaskId task, uint64_t) {
+  lock_.AssertHeld();
+  ds_.TaskDetached(task);
+}
+
 bool Kernel::TaskHeld(TaskId task) {
   lock_.AssertHeld();
   return ds_.Held(task);

@@ -96,6 +96,8 @@ class Kernel : public CoreHooks, public PebsRouter, public ScheduleObserver {
   DsArea* TaskArea(TaskId task) override;
   void TaskDsInterrupt(TaskId task, int cpu, uint64_t now_ns) override;
   void TaskSignaled(TaskId task, uint64_t now_ns, int signo) override;
+  void TaskCreated(TaskId parent, TaskId child, uint64_t now_ns) override;
+  void TaskDetached(TaskId task, uint64_t now_ns) override;
 
   // PebsRouter (called back by the DS allocator during a drain).
   uint32_t OwnerOf(int cpu, int counter) const override;

@@ -15,14 +15,13 @@
 #include <utility>
 
 #include <boost/json.hpp>
-#include <elfutils/libdwelf.h>
-#include <libelf.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kernel/drivers/perf/perf_event_names.h"
 #include "kernel/uapi/pfm_uapi.h"
 #include "pfm/record_json.h"
+#include "pfm/symbolizer.h"
 #include "pfm/unique_fd.h"
 
 namespace pfm {
@@ -39,22 +38,6 @@ constexpr uint32_t kPerfRecordHeaderBuildId = 67;
 constexpr uint16_t kPerfMiscBuildIdSize = 1u << 15;
 constexpr size_t kBuildIdField = 24;
 constexpr size_t kMaxBuildId = 20;
-
-// The GNU build-id note of the ELF file at `path`, or empty.
-std::string ReadBuildId(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return "";
-  elf_version(EV_CURRENT);
-  Elf* elf = elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr);
-  if (elf == nullptr) return "";
-  const void* id = nullptr;
-  const ssize_t n = dwelf_elf_gnu_build_id(elf, &id);
-  std::string out;
-  if (n > 0 && static_cast<size_t>(n) <= kMaxBuildId && id != nullptr)
-    out.assign(static_cast<const char*>(id), static_cast<size_t>(n));
-  elf_end(elf);
-  return out;
-}
 
 static_assert(sizeof(perf_event_attr) >= kPerfAttrBytes,
               "<linux/perf_event.h> predates PERF_ATTR_SIZE_VER7");
@@ -779,8 +762,17 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
     std::set<std::string> seen;
     for (const Mapping& m : options.maps->mappings) {
       if (m.path.empty() || m.path[0] != '/' || !seen.insert(m.path).second) continue;
-      const std::string id = ReadBuildId(m.path);
-      if (id.empty()) continue;
+      // The build-id recorded with the trace names the binary that ran; the
+      // file now may be another (rebuilt, upgraded): say so, and keep the
+      // recorded one, so perf does not take the new file for the old.
+      const std::string now = ReadBuildId(m.path);
+      if (!m.build_id.empty() && now != m.build_id)
+        sum.warnings.push_back(absl::StrCat(
+            m.path, ": build-id ", BuildIdHex(m.build_id), " when recorded, ",
+            now.empty() ? "none" : BuildIdHex(now),
+            " now (the file changed since the recording)"));
+      const std::string id = m.build_id.empty() ? now : m.build_id;
+      if (id.empty() || id.size() > kMaxBuildId) continue;  // perf's field holds 20
       const size_t name_bytes = (m.path.size() + 1 + kStringAlign - 1) / kStringAlign * kStringAlign;
       f.U32(kPerfRecordHeaderBuildId);
       f.U16(PERF_RECORD_MISC_USER | kPerfMiscBuildIdSize);

@@ -88,7 +88,8 @@ struct PerfDataOptions {
   // HEADER_CMDLINE (`perf report --header`: "# cmdline : ..."); empty: no
   // such feature.
   std::vector<std::string> cmdline;
-  // HEADER_BUILD_ID: the GNU build-id of each mapped file that has one, read
+  // HEADER_BUILD_ID: the GNU build-id of each mapped file that has one: the
+  // one recorded in the trace's MAPS block (Mapping::build_id), else read
   // from the file now (as `perf record` reads them when it finishes), so
   // perf can tell a rebuilt binary from the one traced (`perf buildid-list`).
   bool build_ids = true;
@@ -104,6 +105,8 @@ struct PerfDataSummary {
   std::map<std::string, uint64_t> skipped;
   std::vector<std::string> events;  // the events' names, in attr order
   uint64_t build_ids = 0;           // files with a build-id in HEADER_BUILD_ID
+  // One line per file whose build-id now is not the recorded one.
+  std::vector<std::string> warnings;
 };
 
 // Writes `trace` to `path` (created or truncated, mode 0644, owned by the

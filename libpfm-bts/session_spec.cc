@@ -64,33 +64,97 @@ absl::Status GetBool(const json::object& o, const char* key, bool* out) {
 }  // namespace
 
 std::string BreakpointSpec::ToString() const {
-  return absl::StrFormat("0x%x:%u:%s", addr, len, access);
+  if (!resolved())
+    return len == 1 && access == "x" ? name : absl::StrFormat("%s:%u:%s", name, len, access);
+  std::string out = absl::StrFormat("0x%x:%u:%s", addr, len, access);
+  if (!name.empty()) absl::StrAppend(&out, " (", name, ")");
+  return out;
 }
 
-absl::StatusOr<BreakpointSpec> ParseBreakpoint(const std::string& text) {
-  std::vector<std::string> parts = absl::StrSplit(text, ':');
-  if (parts.size() != 3)
-    return Bad(absl::StrCat("breakpoint '", text, "': expected ADDR:LEN:r|w|rw|x"));
-  BreakpointSpec b;
-  const std::string& a = parts[0];
-  bool ok = a.rfind("0x", 0) == 0 || a.rfind("0X", 0) == 0
-                ? absl::SimpleHexAtoi(a.substr(2), &b.addr)
-                : absl::SimpleAtoi(a, &b.addr);
-  if (!ok || a.empty())
-    return Bad(absl::StrCat("breakpoint '", text, "': bad address '", a, "'"));
-  if (!absl::SimpleAtoi(parts[1], &b.len) ||
-      !(b.len == 1 || b.len == 2 || b.len == 4 || b.len == 8))
+namespace {
+
+bool IsDigits(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+// LEN and ACCESS, and the x86 rules on them (Intel SDM Vol. 3B, "Debug
+// Registers"): an execute breakpoint has length 1.
+absl::Status CheckLenAccess(const std::string& text, const std::string& len,
+                            const std::string& access, BreakpointSpec* b) {
+  if (!absl::SimpleAtoi(len, &b->len) ||
+      !(b->len == 1 || b->len == 2 || b->len == 4 || b->len == 8))
     return Bad(absl::StrCat("breakpoint '", text, "': length must be 1, 2, 4 or 8"));
-  b.access = parts[2];
-  if (!OneOf(b.access, {"r", "w", "rw", "x"}))
+  b->access = access;
+  if (!OneOf(b->access, {"r", "w", "rw", "x"}))
     return Bad(absl::StrCat("breakpoint '", text, "': access must be r, w, rw or x"));
-  // x86 debug registers: an execute breakpoint has length 1, and a data
-  // breakpoint's address is aligned to its length (Intel SDM Vol. 3B,
-  // "Debug Registers").
-  if (b.access == "x" && b.len != 1)
+  if (b->access == "x" && b->len != 1)
     return Bad(absl::StrCat("breakpoint '", text, "': execute breakpoints have length 1"));
-  if (b.addr % b.len != 0)
-    return Bad(absl::StrCat("breakpoint '", text, "': address not aligned to its length"));
+  return absl::OkStatus();
+}
+
+absl::Status CheckName(const std::string& text, const std::string& name) {
+  if (name.empty()) return Bad(absl::StrCat("breakpoint '", text, "': no name"));
+  if (name.size() > kMaxBreakpointNameBytes)
+    return Bad(absl::StrCat("breakpoint name of ", name.size(), " bytes: at most ",
+                            kMaxBreakpointNameBytes));
+  for (char c : name) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u == 0x7f)
+      return Bad(absl::StrCat("breakpoint '", text,
+                              "': spaces and control characters are not part of a name"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BreakpointSpec> ParseBreakpoint(const std::string& text) {
+  BreakpointSpec b;
+  std::string spec = text;
+  // "ADDR:LEN:ACCESS (NAME)": names have no spaces, so the first " (" ends
+  // the address part.
+  if (const size_t open = text.find(" ("); open != std::string::npos) {
+    if (text.back() != ')' || text.size() < open + 3)
+      return Bad(absl::StrCat("breakpoint '", text, "': expected ADDR:LEN:ACCESS (NAME)"));
+    b.name = text.substr(open + 2, text.size() - open - 3);
+    if (absl::Status s = CheckName(text, b.name); !s.ok()) return s;
+    spec = text.substr(0, open);
+    if (spec.empty() || spec[0] < '0' || spec[0] > '9')
+      return Bad(absl::StrCat("breakpoint '", text, "': a name in parentheses follows an address"));
+  }
+  std::vector<std::string> parts = absl::StrSplit(spec, ':');
+  if (!spec.empty() && spec[0] >= '0' && spec[0] <= '9') {
+    // An address.
+    if (parts.size() != 3 && parts.size() != 1)
+      return Bad(absl::StrCat("breakpoint '", text, "': expected ADDR:LEN:r|w|rw|x"));
+    const std::string& a = parts[0];
+    bool ok = a.rfind("0x", 0) == 0 || a.rfind("0X", 0) == 0
+                  ? absl::SimpleHexAtoi(a.substr(2), &b.addr)
+                  : absl::SimpleAtoi(a, &b.addr);
+    if (!ok) return Bad(absl::StrCat("breakpoint '", text, "': bad address '", a, "'"));
+    if (parts.size() == 3)
+      if (absl::Status s = CheckLenAccess(text, parts[1], parts[2], &b); !s.ok()) return s;
+    if (b.addr == 0 && !b.name.empty())
+      return Bad(absl::StrCat("breakpoint '", text, "': a name resolves to an address, not 0"));
+    // A data breakpoint's address is aligned to its length.
+    if (b.addr % b.len != 0)
+      return Bad(absl::StrCat("breakpoint '", text, "': address not aligned to its length"));
+    return b;
+  }
+  // A name: LOCATION[:LEN:ACCESS]. A location may hold ':' ("prog.c:42",
+  // "ns::f"), but never ends in ":DIGITS:ACCESS".
+  if (parts.size() >= 3 && OneOf(parts.back(), {"r", "w", "rw", "x"}) &&
+      IsDigits(parts[parts.size() - 2])) {
+    if (absl::Status s = CheckLenAccess(text, parts[parts.size() - 2], parts.back(), &b);
+        !s.ok())
+      return s;
+    spec.resize(spec.size() - parts.back().size() - parts[parts.size() - 2].size() - 2);
+  }
+  b.name = spec;
+  if (absl::Status s = CheckName(text, b.name); !s.ok()) return s;
   return b;
 }
 
@@ -117,6 +181,7 @@ json::object SessionSpec::ToJson() const {
   json::object o{{"role", role},     {"bts", bts},       {"filter", filter},
                  {"format", format}, {"block", block},   {"pinned", pinned},
                  {"detached", detached}};
+  if (inherit) o["inherit"] = true;
   if (pid >= 0) o["pid"] = pid;
   if (cpu >= 0) o["cpu"] = cpu;
   if (buffer_bytes) o["buffer_bytes"] = buffer_bytes;
@@ -133,7 +198,14 @@ json::object SessionSpec::ToJson() const {
   return o;
 }
 
-absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o) {
+bool SessionSpec::HasUnresolvedBreakpoints() const {
+  for (const BreakpointSpec& b : breakpoints)
+    if (!b.resolved()) return true;
+  return false;
+}
+
+absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o,
+                                                  UnresolvedNames names) {
   SessionSpec s;
   absl::Status st;
   if (!(st = GetString(o, "role", &s.role)).ok()) return st;
@@ -148,6 +220,7 @@ absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o) {
   if (!(st = GetInt<uint64_t>(o, "pebs_period", 0, UINT64_MAX, &s.pebs_period)).ok()) return st;
   if (!(st = GetBool(o, "pinned", &s.pinned)).ok()) return st;
   if (!(st = GetBool(o, "detached", &s.detached)).ok()) return st;
+  if (!(st = GetBool(o, "inherit", &s.inherit)).ok()) return st;
   if (const json::value* c = o.if_contains("counters")) {
     if (!c->is_array()) return Bad("\"counters\" must be an array of event names");
     for (const json::value& e : c->as_array()) {
@@ -162,6 +235,10 @@ absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o) {
       if (!e.is_string()) return Bad("\"breakpoints\" must hold ADDR:LEN:ACCESS strings");
       absl::StatusOr<BreakpointSpec> bp = ParseBreakpoint(std::string(e.as_string()));
       if (!bp.ok()) return bp.status();
+      if (!bp->resolved() && names == UnresolvedNames::kRefuse)
+        return Bad(absl::StrCat("breakpoint '", bp->name,
+                                "' is a name: resolve it to an address first (pfmctl "
+                                "resolves names against the target's maps)"));
       s.breakpoints.push_back(*bp);
     }
   }

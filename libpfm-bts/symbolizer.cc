@@ -1,20 +1,30 @@
 #include "pfm/symbolizer.h"
 
 #include <cxxabi.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <set>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "kernel/uapi/pfm_uapi.h"
 #include "pfm/unique_fd.h"
 
@@ -77,6 +87,91 @@ std::string Basename(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// An ELF file opened with libelf, closed (and its fd) on destruction.
+class ElfFile {
+ public:
+  explicit ElfFile(const std::string& path)
+      : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_.valid() && elf_version(EV_CURRENT) != EV_NONE)
+      elf_ = elf_begin(fd_.get(), ELF_C_READ_MMAP, nullptr);
+    if (elf_ != nullptr && elf_kind(elf_) != ELF_K_ELF) {
+      elf_end(elf_);
+      elf_ = nullptr;
+    }
+  }
+  ~ElfFile() {
+    if (elf_ != nullptr) elf_end(elf_);
+  }
+  ElfFile(const ElfFile&) = delete;
+  ElfFile& operator=(const ElfFile&) = delete;
+  Elf* get() const { return elf_; }
+
+ private:
+  UniqueFd fd_;
+  Elf* elf_ = nullptr;
+};
+
+// The program's PT_INTERP (its dynamic linker), "" if none or unreadable.
+std::string Interpreter(const std::string& exe) {
+  ElfFile f(exe);
+  size_t phnum = 0;
+  if (f.get() == nullptr || elf_getphdrnum(f.get(), &phnum) != 0) return "";
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(f.get(), static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_INTERP)
+      continue;
+    size_t size = 0;
+    const char* raw = elf_rawfile(f.get(), &size);
+    if (raw == nullptr || ph.p_offset >= size || ph.p_filesz == 0 ||
+        ph.p_filesz > size - ph.p_offset)
+      return "";
+    return std::string(raw + ph.p_offset, strnlen(raw + ph.p_offset, ph.p_filesz));
+  }
+  return "";
+}
+
+// `path` with symlinks resolved, or as it is when that fails.
+std::string RealPath(const std::string& path) {
+  char buf[PATH_MAX];
+  return ::realpath(path.c_str(), buf) != nullptr ? std::string(buf) : path;
+}
+
+bool ParseNumber(absl::string_view t, uint64_t* v) {
+  if (t.size() > 2 && t[0] == '0' && (t[1] == 'x' || t[1] == 'X')) {
+    for (char c : t.substr(2))
+      if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
+    return absl::SimpleHexAtoi(t.substr(2), v);
+  }
+  for (char c : t)
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  return !t.empty() && absl::SimpleAtoi(t, v);
+}
+
+// Whether symbol `raw` is what the user calls `want`: the name itself, the
+// name before a version ("memcpy@GLIBC_2.14"), the demangled name, or the
+// demangled name without its parameters ("pfm::Foo" for "pfm::Foo(int)").
+bool NameMatches(const char* raw, const std::string& want) {
+  const absl::string_view r(raw);
+  if (r == want) return true;
+  if (const size_t at = r.find('@'); at != absl::string_view::npos && at > 0 &&
+                                     r.substr(0, at) == want)
+    return true;
+  if (!absl::StartsWith(r, "_Z")) return false;
+  const std::string d = Demangle(raw);
+  if (d == want) return true;
+  const size_t paren = d.find('(');
+  return paren != std::string::npos && d.compare(0, paren, want) == 0 &&
+         paren == want.size();
+}
+
+// A source file name from a line table against the user's: the same, or
+// ending in "/" + the user's ("prog.c", "testdata/prog.c").
+bool FileMatches(absl::string_view src, absl::string_view want) {
+  if (src == want) return true;
+  return want.front() != '/' && src.size() > want.size() &&
+         absl::EndsWith(src, want) && src[src.size() - want.size() - 1] == '/';
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<Mapping>> ReadProcMaps(pid_t pid) {
@@ -136,6 +231,16 @@ const Mapping* Symbolizer::Find(uint64_t addr) const {
 Dwfl_Module* Symbolizer::ModuleFor(const Mapping& m) {
   auto [it, inserted] = modules_.emplace(m.path, nullptr);
   if (!inserted || dwfl_ == nullptr) return it->second;
+  if (!m.build_id.empty()) {
+    const std::string now = ReadBuildId(m.path);
+    if (now != m.build_id) {
+      warnings_.push_back(absl::StrCat(
+          m.path, ": build-id ", BuildIdHex(m.build_id), " when recorded, ",
+          now.empty() ? "none" : BuildIdHex(now),
+          " now (the file changed since the recording): its addresses are left unnamed"));
+      return nullptr;
+    }
+  }
   const std::optional<uint64_t> bias = LoadBias(m);
   if (!bias) return nullptr;
   dwfl_report_begin_add(dwfl_.get());
@@ -169,6 +274,395 @@ std::string Symbolizer::ModuleOf(uint64_t addr) const {
   if (PFM_ADDR_IS_KERNEL(addr)) return "[kernel]";
   const Mapping* m = Find(addr);
   return m == nullptr ? "" : Basename(m->path);
+}
+
+}  // namespace pfm
+
+namespace pfm {
+
+// ---- build-ids ----
+
+std::string ReadBuildId(const std::string& path) {
+  ElfFile f(path);
+  if (f.get() == nullptr) return "";
+  const void* id = nullptr;
+  const ssize_t n = dwelf_elf_gnu_build_id(f.get(), &id);
+  if (n <= 0 || static_cast<size_t>(n) > kMaxBuildIdBytes || id == nullptr) return "";
+  return std::string(static_cast<const char*>(id), static_cast<size_t>(n));
+}
+
+std::string BuildIdHex(absl::string_view id) {
+  std::string out;
+  for (unsigned char c : id) absl::StrAppendFormat(&out, "%02x", c);
+  return out;
+}
+
+void AddBuildIds(std::vector<Mapping>* maps) {
+  std::map<std::string, std::string> ids;
+  for (Mapping& m : *maps) {
+    m.build_id.clear();
+    if (m.path.empty() || m.path[0] != '/' || absl::EndsWith(m.path, " (deleted)")) continue;
+    auto [it, inserted] = ids.emplace(m.path, "");
+    if (inserted) it->second = ReadBuildId(m.path);
+    m.build_id = it->second;
+  }
+}
+
+std::vector<std::string> BuildIdMismatches(const std::vector<Mapping>& maps) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const Mapping& m : maps) {
+    if (m.build_id.empty() || !seen.insert(m.path).second) continue;
+    const std::string now = ReadBuildId(m.path);
+    if (now != m.build_id)
+      out.push_back(absl::StrCat(m.path, ": build-id ", BuildIdHex(m.build_id),
+                                 " when recorded, ", now.empty() ? "none" : BuildIdHex(now),
+                                 " now (the file changed since the recording)"));
+  }
+  return out;
+}
+
+// ---- names as input ----
+
+absl::StatusOr<CodeLocation> ParseCodeLocation(absl::string_view text) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("location '", text.substr(0, 80), text.size() > 80 ? "..." : "",
+                     "': ", why));
+  };
+  if (text.empty()) return bad("empty");
+  if (text.size() > kMaxLocationBytes)
+    return bad(absl::StrCat("longer than ", kMaxLocationBytes, " bytes"));
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u == 0x7f) return bad("spaces and control characters are not part of a name");
+  }
+  CodeLocation loc;
+  if (absl::ascii_isdigit(static_cast<unsigned char>(text[0]))) {
+    if (!ParseNumber(text, &loc.addr)) return bad("not an address (0x... or decimal)");
+    loc.kind = CodeLocation::Kind::kAddress;
+    return loc;
+  }
+  // FILE:LINE. "ns::f" ends in "::f", not ":DIGITS".
+  if (const size_t colon = text.rfind(':'); colon != absl::string_view::npos) {
+    const absl::string_view tail = text.substr(colon + 1);
+    if (!tail.empty() && absl::ascii_isdigit(static_cast<unsigned char>(tail[0]))) {
+      uint64_t line = 0;
+      if (colon == 0 || text[colon - 1] == ':')
+        return bad("expected FILE:LINE");
+      if (!ParseNumber(tail, &line) || tail[0] == '0' || line > INT_MAX)
+        return bad("the line must be a number from 1");
+      loc.kind = CodeLocation::Kind::kLine;
+      loc.file = std::string(text.substr(0, colon));
+      loc.line = static_cast<int>(line);
+      return loc;
+    }
+  }
+  // SYMBOL+OFF. A '+' inside a name (C++ "operator+") is followed by no
+  // number.
+  loc.kind = CodeLocation::Kind::kSymbol;
+  loc.symbol = std::string(text);
+  if (const size_t plus = text.rfind('+'); plus != absl::string_view::npos && plus > 0) {
+    const absl::string_view off = text.substr(plus + 1);
+    if (!off.empty() && absl::ascii_isdigit(static_cast<unsigned char>(off[0]))) {
+      if (!ParseNumber(off, &loc.offset)) return bad("the offset after '+' is not a number");
+      loc.symbol = std::string(text.substr(0, plus));
+    }
+  }
+  return loc;
+}
+
+namespace {
+
+struct DwflDelete {
+  void operator()(Dwfl* d) const { dwfl_end(d); }
+};
+
+// One file of the process, as the resolver searches it.
+struct SearchFile {
+  std::string path;
+  std::vector<const Mapping*> mappings;  // its executable mappings
+  Dwfl_Module* mod = nullptr;            // null: not readable as ELF
+  bool has_dwarf = false;
+};
+
+bool InMappings(const SearchFile& f, uint64_t addr) {
+  for (const Mapping* m : f.mappings)
+    if (addr >= m->start && addr < m->end) return true;
+  return false;
+}
+
+std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
+
+// "in /p/prog" or "in /p/prog (and its libraries searched: a, b)".
+std::string Searched(const std::vector<SearchFile>& files) {
+  std::string out = absl::StrCat("in ", files.empty() ? "(no mapped files)" : files[0].path);
+  if (files.size() > 1) {
+    std::vector<std::string> rest;
+    for (size_t i = 1; i < files.size(); ++i) rest.push_back(files[i].path);
+    absl::StrAppend(&out, " (and its libraries searched: ", absl::StrJoin(rest, ", "), ")");
+  }
+  return out;
+}
+
+// "main+0x8" of a runtime address in `mod`, or the address.
+std::string FunctionAt(Dwfl_Module* mod, uint64_t addr) {
+  GElf_Off off = 0;
+  GElf_Sym sym;
+  const char* name = dwfl_module_addrinfo(mod, addr, &off, &sym, nullptr, nullptr, nullptr);
+  if (name == nullptr || *name == '\0') return Hex(addr);
+  std::string out = Demangle(name);
+  if (off != 0) absl::StrAppendFormat(&out, "+0x%x", off);
+  return out;
+}
+
+struct SymbolMatch {
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  int type = STT_NOTYPE;
+  bool global = false;
+};
+
+// The symbol `want` in `f`: nullopt if the file has none; an error when it
+// is ambiguous.
+absl::StatusOr<std::optional<SymbolMatch>> FindSymbol(const SearchFile& f,
+                                                      const std::string& want,
+                                                      LocationUse use) {
+  const int n = dwfl_module_getsymtab(f.mod);
+  std::map<uint64_t, SymbolMatch> by_addr;
+  for (int i = 1; i < n; ++i) {
+    GElf_Sym sym;
+    GElf_Addr addr = 0;
+    GElf_Word shndx = 0;
+    const char* name = dwfl_module_getsym_info(f.mod, i, &sym, &addr, &shndx, nullptr, nullptr);
+    if (name == nullptr || *name == '\0' || shndx == SHN_UNDEF || sym.st_shndx == SHN_UNDEF ||
+        sym.st_shndx == SHN_ABS)
+      continue;
+    const int type = GELF_ST_TYPE(sym.st_info);
+    const bool fits = use == LocationUse::kCode
+                          ? type == STT_FUNC || type == STT_GNU_IFUNC || type == STT_NOTYPE
+                          : type == STT_OBJECT || type == STT_NOTYPE || type == STT_COMMON;
+    if (!fits || !NameMatches(name, want)) continue;
+    const int bind = GELF_ST_BIND(sym.st_info);
+    SymbolMatch& m = by_addr[addr];
+    m.addr = addr;
+    m.size = std::max<uint64_t>(m.size, sym.st_size);
+    if (m.type == STT_NOTYPE) m.type = type;
+    m.global = m.global || bind == STB_GLOBAL || bind == STB_WEAK || bind == STB_GNU_UNIQUE;
+  }
+  if (by_addr.empty()) return std::optional<SymbolMatch>();
+  if (by_addr.size() == 1) return std::optional<SymbolMatch>(by_addr.begin()->second);
+  const SymbolMatch* global = nullptr;
+  size_t globals = 0;
+  for (const auto& [addr, m] : by_addr)
+    if (m.global) {
+      global = &m;
+      ++globals;
+    }
+  if (globals == 1) return std::optional<SymbolMatch>(*global);
+  std::vector<std::string> where;
+  for (const auto& [addr, m] : by_addr) where.push_back(Hex(addr));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", want, "' names ", by_addr.size(), " different places in ", f.path, " (at ",
+      absl::StrJoin(where, ", "), "): give FILE:LINE or an address"));
+}
+
+// Code lines of `file` in `f` that begin a statement: those of `line`, or
+// (none there) of the next line that has code. *file_seen says whether the
+// file is in the line tables at all.
+struct LineHits {
+  bool file_seen = false;
+  int line = 0;                 // the line the addresses belong to
+  std::vector<uint64_t> addrs;  // runtime addresses
+};
+
+LineHits FindLine(const SearchFile& f, const std::string& file, int line) {
+  LineHits exact, next;
+  exact.line = line;
+  next.line = INT_MAX;
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* cu = nullptr;
+  while ((cu = dwfl_module_nextcu(f.mod, cu, &bias)) != nullptr) {
+    Dwarf_Lines* lines = nullptr;
+    size_t nlines = 0;
+    if (dwarf_getsrclines(cu, &lines, &nlines) != 0) continue;
+    for (size_t i = 0; i < nlines; ++i) {
+      Dwarf_Line* l = dwarf_onesrcline(lines, i);
+      if (l == nullptr) continue;
+      const char* src = dwarf_linesrc(l, nullptr, nullptr);
+      if (src == nullptr || !FileMatches(src, file)) continue;
+      exact.file_seen = true;
+      bool stmt = false, end = false;
+      int ln = 0;
+      Dwarf_Addr a = 0;
+      if (dwarf_linebeginstatement(l, &stmt) != 0 || dwarf_lineendsequence(l, &end) != 0 ||
+          dwarf_lineno(l, &ln) != 0 || dwarf_lineaddr(l, &a) != 0 || !stmt || end)
+        continue;
+      if (ln == line) {
+        exact.addrs.push_back(a + bias);
+      } else if (ln > line && ln <= next.line) {
+        if (ln < next.line) next.addrs.clear();
+        next.line = ln;
+        next.addrs.push_back(a + bias);
+      }
+    }
+  }
+  if (!exact.addrs.empty() || next.addrs.empty()) return exact;
+  next.file_seen = true;
+  return next;
+}
+
+}  // namespace
+
+absl::StatusOr<ResolvedLocation> ResolveLocation(absl::string_view text,
+                                                 const std::vector<Mapping>& maps,
+                                                 const std::string& exe_in,
+                                                 LocationUse use) {
+  absl::StatusOr<CodeLocation> loc = ParseCodeLocation(text);
+  if (!loc.ok()) return loc.status();
+  ResolvedLocation out;
+  if (loc->kind == CodeLocation::Kind::kAddress) {
+    out.addr = loc->addr;
+    out.elf_addr = loc->addr;
+    out.description = Hex(loc->addr);
+    return out;
+  }
+  if (loc->kind == CodeLocation::Kind::kLine && use == LocationUse::kData)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is a source line, which is code: a data breakpoint (r, w, rw) "
+        "needs a variable's name or an address"));
+
+  // The files, in the dynamic linker's order.
+  std::vector<const Mapping*> sorted;
+  for (const Mapping& m : maps)
+    if (!m.path.empty() && m.path[0] == '/' && m.start < m.end) sorted.push_back(&m);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Mapping* a, const Mapping* b) { return a->start < b->start; });
+  std::string exe = exe_in.empty() && !sorted.empty() ? sorted[0]->path : exe_in;
+  const std::string interp = exe.empty() ? "" : Interpreter(exe);
+  const std::string interp_real = interp.empty() ? "" : RealPath(interp);
+  std::vector<SearchFile> files;
+  std::map<std::string, size_t> index;
+  for (const Mapping* m : sorted) {
+    auto [it, inserted] = index.emplace(m->path, files.size());
+    if (inserted) files.push_back(SearchFile{m->path, {}, nullptr, false});
+    files[it->second].mappings.push_back(m);
+  }
+  std::stable_sort(files.begin(), files.end(), [&](const SearchFile& a, const SearchFile& b) {
+    auto rank = [&](const SearchFile& f) {
+      if (f.path == exe) return 0;
+      if (!interp_real.empty() && RealPath(f.path) == interp_real) return 2;
+      return 1;
+    };
+    return rank(a) < rank(b);
+  });
+  if (files.empty())
+    return absl::NotFoundError(
+        absl::StrCat("cannot resolve '", text, "': the process maps no files"));
+
+  std::unique_ptr<Dwfl, DwflDelete> dwfl(dwfl_begin(Callbacks()));
+  if (dwfl == nullptr) return absl::InternalError("elfutils: dwfl_begin failed");
+  dwfl_report_begin(dwfl.get());
+  std::vector<uint64_t> biases(files.size(), 0);
+  for (size_t i = 0; i < files.size(); ++i) {
+    SearchFile& f = files[i];
+    std::optional<uint64_t> bias;
+    for (const Mapping* m : f.mappings)
+      if ((bias = LoadBias(*m))) break;
+    if (!bias) continue;
+    biases[i] = *bias;
+    f.mod = dwfl_report_elf(dwfl.get(), f.path.c_str(), f.path.c_str(), -1, *bias,
+                            /*add_p_vaddr=*/true);
+  }
+  dwfl_report_end(dwfl.get(), nullptr, nullptr);
+
+  if (loc->kind == CodeLocation::Kind::kSymbol) {
+    for (size_t i = 0; i < files.size(); ++i) {
+      const SearchFile& f = files[i];
+      if (f.mod == nullptr) continue;
+      absl::StatusOr<std::optional<SymbolMatch>> m = FindSymbol(f, loc->symbol, use);
+      if (!m.ok()) return m.status();
+      if (!m->has_value()) continue;
+      const SymbolMatch& s = **m;
+      if (s.type == STT_GNU_IFUNC)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", loc->symbol, "' in ", f.path,
+            " is an IFUNC: the implementation is chosen when the program starts; "
+            "name that implementation (e.g. __", loc->symbol, "_avx2) or an address"));
+      if (loc->offset > 0 && loc->offset >= s.size)
+        return absl::InvalidArgumentError(
+            s.size == 0
+                ? absl::StrCat("'", text, "': ", loc->symbol, " in ", f.path,
+                               " has no size, so no offset into it can be checked")
+                : absl::StrCat("'", text, "' is beyond ", loc->symbol, ": its ", s.size,
+                               " bytes end at ", loc->symbol, "+", Hex(s.size), " (in ",
+                               f.path, ")"));
+      out.addr = s.addr + loc->offset;
+      out.path = f.path;
+      out.elf_addr = out.addr - biases[i];
+      out.size = s.size;
+      out.description = absl::StrCat(text, " in ", f.path);
+      if (use == LocationUse::kCode && !InMappings(f, out.addr))
+        return absl::FailedPreconditionError(absl::StrCat(
+            "'", text, "' in ", f.path, " is at ", Hex(out.addr),
+            ", which no executable mapping of that file covers"));
+      return out;
+    }
+    return absl::NotFoundError(
+        absl::StrCat("no symbol '", loc->symbol, "' ", Searched(files)));
+  }
+
+  // A source line.
+  bool any_seen = false;
+  for (size_t i = 0; i < files.size(); ++i) {
+    SearchFile& f = files[i];
+    if (f.mod == nullptr) continue;
+    Dwarf_Addr dbias = 0;
+    f.has_dwarf = dwfl_module_getdwarf(f.mod, &dbias) != nullptr;
+    if (!f.has_dwarf) continue;
+    LineHits hits = FindLine(f, loc->file, loc->line);
+    if (!hits.file_seen) continue;
+    any_seen = true;
+    if (hits.addrs.empty()) continue;
+    // One function: its lowest address. Several: say which.
+    std::map<std::string, uint64_t> lowest;  // function -> lowest address
+    for (uint64_t a : hits.addrs) {
+      GElf_Off off = 0;
+      GElf_Sym sym;
+      const char* fn = dwfl_module_addrinfo(f.mod, a, &off, &sym, nullptr, nullptr, nullptr);
+      const std::string key = fn != nullptr ? Demangle(fn) : "";
+      auto [it, inserted] = lowest.emplace(key, a);
+      if (!inserted) it->second = std::min(it->second, a);
+    }
+    if (lowest.size() > 1) {
+      std::vector<std::string> where;
+      for (const auto& [fn, a] : lowest)
+        where.push_back(absl::StrCat(Hex(a), " (", FunctionAt(f.mod, a), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", text, "' is code in ", lowest.size(), " functions of ", f.path, ": ",
+          absl::StrJoin(where, ", "), "; give one by name or address"));
+    }
+    out.addr = lowest.begin()->second;
+    out.path = f.path;
+    out.elf_addr = out.addr - biases[i];
+    const std::string moved =
+        hits.line != loc->line ? absl::StrCat("no code there: line ", hits.line, ", ") : "";
+    out.description = absl::StrCat(text, " (", moved, FunctionAt(f.mod, out.addr), ") in ",
+                                   f.path);
+    if (!InMappings(f, out.addr))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "'", text, "' in ", f.path, " is at ", Hex(out.addr),
+          ", which no executable mapping of that file covers"));
+    return out;
+  }
+  if (any_seen)
+    return absl::NotFoundError(absl::StrCat("no code at or after line ", loc->line, " of ",
+                                            loc->file, " ", Searched(files)));
+  std::string why = absl::StrCat("no source file '", loc->file, "' in the line tables ",
+                                 Searched(files));
+  if (files[0].mod == nullptr || !files[0].has_dwarf)
+    absl::StrAppend(&why, "; ", files[0].path, " has no debug info (build it with -g)");
+  return absl::NotFoundError(why);
 }
 
 }  // namespace pfm

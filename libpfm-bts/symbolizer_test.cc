@@ -1,11 +1,24 @@
 #include "pfm/symbolizer.h"
 
 #include <dlfcn.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
+
+#include "pfm/unique_fd.h"
 
 namespace pfm {
 
@@ -117,6 +130,355 @@ TEST(Symbolizer, FileThatIsNotElfFallsBack) {
   // /proc/self/maps exists but is not ELF: must not crash or match symbols.
   Symbolizer s({Mapping{0x20000000, 0x20001000, 0, "/proc/self/maps"}});
   EXPECT_EQ(s.Symbolize(0x20000004), "[/proc/self/maps+0x4]");
+}
+
+// ---- build-ids and names as input, against a real program ----
+
+// libpfm-bts/BUILD: names_prog (gcc -g -O0, a PIE) and what binutils reads
+// in it.
+constexpr char kProg[] = "libpfm-bts/names_prog";
+constexpr char kProgSource[] = "libpfm-bts/testdata/names_prog.c";
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string RealPath(const std::string& p) {
+  char buf[PATH_MAX];
+  return realpath(p.c_str(), buf) != nullptr ? buf : p;
+}
+
+struct NmSymbol {
+  uint64_t value = 0;
+  uint64_t size = 0;
+};
+
+// `nm -S`: "0000000000001177 0000000000000042 T pfm_names_work".
+std::map<std::string, NmSymbol> Nm() {
+  std::map<std::string, NmSymbol> out;
+  std::istringstream in(Slurp(std::string(kProg) + ".nm"));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string value, size, type, name;
+    if (!(f >> value >> size >> type >> name)) continue;
+    out[name] = {std::stoull(value, nullptr, 16), std::stoull(size, nullptr, 16)};
+  }
+  return out;
+}
+
+// `readelf --debug-dump=decodedline` rows of names_prog.c that begin a
+// statement: line -> ELF addresses.
+std::map<int, std::vector<uint64_t>> StmtLines() {
+  std::map<int, std::vector<uint64_t>> out;
+  std::istringstream in(Slurp(std::string(kProg) + ".lines"));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::vector<std::string> w;
+    for (std::string t; f >> t;) w.push_back(t);
+    if (w.size() < 4 || w[0] != "names_prog.c" || w.back() != "x" ||
+        w[2].rfind("0x", 0) != 0)
+      continue;
+    out[std::stoi(w[1])].push_back(std::stoull(w[2], nullptr, 16));
+  }
+  return out;
+}
+
+// The line of names_prog.c that carries `marker`.
+int MarkerLine(const std::string& marker) {
+  std::istringstream in(Slurp(kProgSource));
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n)
+    if (line.find(marker) != std::string::npos && line.find("/*") != 0) return n;
+  return 0;
+}
+
+// `names_prog wait`, running, and the addresses it printed.
+class RunningProg {
+ public:
+  RunningProg() {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      execl(kProg, kProg, "wait", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    FILE* f = fdopen(fds[0], "r");
+    char line[256];
+    while (f != nullptr && printed_.size() < 3 && fgets(line, sizeof(line), f) != nullptr) {
+      const std::string l(line);
+      const size_t eq = l.find('=');
+      if (eq != std::string::npos)
+        printed_[l.substr(0, eq)] = std::stoull(l.substr(eq + 1), nullptr, 16);
+    }
+    if (f != nullptr) fclose(f);
+  }
+  ~RunningProg() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  // "main", "pfm_names_work", "write" -> the address the program printed.
+  uint64_t printed(const std::string& name) const {
+    auto it = printed_.find(name);
+    return it == printed_.end() ? 0 : it->second;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::map<std::string, uint64_t> printed_;
+};
+
+class NamesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_GT(prog_.pid(), 0);
+    ASSERT_NE(prog_.printed("write"), 0u) << "names_prog did not print its addresses";
+    absl::StatusOr<std::vector<Mapping>> maps = ReadProcMaps(prog_.pid());
+    ASSERT_TRUE(maps.ok()) << maps.status();
+    maps_ = *maps;
+    exe_ = RealPath(kProg);
+    nm_ = Nm();
+    ASSERT_EQ(nm_.count("main"), 1u);
+    bias_ = prog_.printed("main") - nm_["main"].value;
+  }
+  absl::StatusOr<ResolvedLocation> Resolve(const std::string& text,
+                                           LocationUse use = LocationUse::kCode) {
+    return ResolveLocation(text, maps_, exe_, use);
+  }
+
+  RunningProg prog_;
+  std::vector<Mapping> maps_;
+  std::string exe_;
+  std::map<std::string, NmSymbol> nm_;
+  uint64_t bias_ = 0;
+};
+
+TEST(ParseCodeLocation, TellsAddressesSymbolsAndLinesApart) {
+  absl::StatusOr<CodeLocation> l = ParseCodeLocation("0x401000");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->kind, CodeLocation::Kind::kAddress);
+  EXPECT_EQ(l->addr, 0x401000u);
+  l = ParseCodeLocation("4096");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->addr, 4096u);
+  l = ParseCodeLocation("main");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->kind, CodeLocation::Kind::kSymbol);
+  EXPECT_EQ(l->symbol, "main");
+  EXPECT_EQ(l->offset, 0u);
+  l = ParseCodeLocation("sym+0x10");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->symbol, "sym");
+  EXPECT_EQ(l->offset, 0x10u);
+  l = ParseCodeLocation("sym+16");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->offset, 16u);
+  l = ParseCodeLocation("pfm::Foo");  // "::Foo" is no line number
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->kind, CodeLocation::Kind::kSymbol);
+  l = ParseCodeLocation("operator+");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->symbol, "operator+");
+  l = ParseCodeLocation("src/prog.c:42");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->kind, CodeLocation::Kind::kLine);
+  EXPECT_EQ(l->file, "src/prog.c");
+  EXPECT_EQ(l->line, 42);
+  for (const char* bad : {"", "0xzz", "12ab", "prog.c:0", "prog.c:4x", ":42", "a b",
+                          "sym+0xg", "prog.c:99999999999"})
+    EXPECT_EQ(ParseCodeLocation(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  EXPECT_FALSE(ParseCodeLocation(std::string(kMaxLocationBytes + 1, 'f')).ok());
+}
+
+TEST_F(NamesTest, FunctionsResolveWhereTheProgramSeesThem) {
+  for (const char* name : {"main", "pfm_names_work", "write"}) {
+    absl::StatusOr<ResolvedLocation> r = Resolve(name);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_EQ(r->addr, prog_.printed(name)) << name;
+  }
+  absl::StatusOr<ResolvedLocation> m = Resolve("main");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->path, exe_);
+  EXPECT_EQ(m->elf_addr, nm_["main"].value);
+  EXPECT_EQ(m->size, nm_["main"].size);
+  absl::StatusOr<ResolvedLocation> w = Resolve("write");
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(Contains(w->path, "libc.so")) << w->path;
+}
+
+TEST_F(NamesTest, StaticFunctionsAndDataObjects) {
+  absl::StatusOr<ResolvedLocation> r = Resolve("twice");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->addr, bias_ + nm_["twice"].value);
+  r = Resolve("pfm_names_counter", LocationUse::kData);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->addr, bias_ + nm_["pfm_names_counter"].value);
+  // A variable is no place for an execute breakpoint, nor a line for a
+  // watchpoint.
+  EXPECT_EQ(Resolve("pfm_names_counter").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Resolve("names_prog.c:20", LocationUse::kData).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(NamesTest, OffsetsStayInsideTheSymbol) {
+  const NmSymbol work = nm_["pfm_names_work"];
+  ASSERT_GT(work.size, 4u);
+  absl::StatusOr<ResolvedLocation> r = Resolve("pfm_names_work+0x4");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->addr, prog_.printed("pfm_names_work") + 4);
+  char last[64];
+  snprintf(last, sizeof(last), "pfm_names_work+%llu",
+           static_cast<unsigned long long>(work.size - 1));
+  EXPECT_TRUE(Resolve(last).ok());
+  snprintf(last, sizeof(last), "pfm_names_work+%llu", static_cast<unsigned long long>(work.size));
+  r = Resolve(last);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(std::string(r.status().message()), "beyond pfm_names_work"))
+      << r.status();
+}
+
+TEST_F(NamesTest, SourceLinesTakeTheLowestStatementAddressAsGdbDoes) {
+  const std::map<int, std::vector<uint64_t>> lines = StmtLines();
+  const int loop = MarkerLine("NAMES_LINE_LOOP");
+  ASSERT_GT(loop, 0);
+  ASSERT_EQ(lines.count(loop), 1u);
+  const std::vector<uint64_t>& at = lines.at(loop);
+  // A for statement is code in several places: init, test, increment.
+  ASSERT_GE(at.size(), 2u) << "the loop line has one address: nothing to choose";
+  const uint64_t lowest = *std::min_element(at.begin(), at.end());
+  for (const std::string file : {"names_prog.c", "testdata/names_prog.c"}) {
+    absl::StatusOr<ResolvedLocation> r = Resolve(file + ":" + std::to_string(loop));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->addr, bias_ + lowest) << file;
+    EXPECT_TRUE(Contains(r->description, "pfm_names_work+")) << r->description;
+  }
+  // The line a function opens on is its first instruction.
+  absl::StatusOr<ResolvedLocation> r =
+      Resolve("names_prog.c:" + std::to_string(MarkerLine("NAMES_LINE_TWICE")));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->addr, bias_ + nm_["twice"].value);
+  // A line without code moves to the next one with some.
+  const int empty = MarkerLine("NAMES_LINE_NO_CODE");
+  const int after = MarkerLine("NAMES_LINE_AFTER_NO_CODE");
+  ASSERT_EQ(lines.count(empty), 0u);
+  ASSERT_EQ(lines.count(after), 1u);
+  r = Resolve("names_prog.c:" + std::to_string(empty));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->addr, bias_ + *std::min_element(lines.at(after).begin(), lines.at(after).end()));
+  EXPECT_TRUE(Contains(r->description, "no code there: line " + std::to_string(after)))
+      << r->description;
+}
+
+TEST_F(NamesTest, UnknownNamesAreNotFoundNamingWhatWasSearched) {
+  absl::StatusOr<ResolvedLocation> r = Resolve("pfm_no_such_function");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  const std::string msg(r.status().message());
+  EXPECT_EQ(msg.rfind("no symbol 'pfm_no_such_function' in " + exe_ +
+                          " (and its libraries searched: ",
+                      0),
+            0u)
+      << msg;
+  EXPECT_TRUE(Contains(msg, "libc.so")) << msg;
+  r = Resolve("no_such_file.c:3");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  EXPECT_TRUE(Contains(std::string(r.status().message()), "no source file 'no_such_file.c'"));
+  r = Resolve("names_prog.c:100000");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  EXPECT_TRUE(Contains(std::string(r.status().message()), "no code at or after line 100000"));
+}
+
+#if defined(__x86_64__)
+TEST_F(NamesTest, RefusesAnIfuncItsResolverIsNotTheFunction) {
+  // glibc picks strlen's implementation (SSE2, AVX2, EVEX) at load time.
+  absl::StatusOr<ResolvedLocation> r = Resolve("strlen");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_TRUE(Contains(std::string(r.status().message()), "IFUNC")) << r.status();
+}
+#endif
+
+TEST_F(NamesTest, TheLoadBiasComesFromTheMappings) {
+  // The same file mapped 1 MiB higher: every name moves with it.
+  std::vector<Mapping> moved = maps_;
+  const uint64_t delta = 1 << 20;
+  for (Mapping& m : moved)
+    if (m.path == exe_) {
+      m.start += delta;
+      m.end += delta;
+    }
+  absl::StatusOr<ResolvedLocation> r = ResolveLocation("main", moved, exe_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->addr, prog_.printed("main") + delta);
+  EXPECT_EQ(r->elf_addr, nm_["main"].value);
+  // With the program alone, a libc name is not found.
+  std::vector<Mapping> alone;
+  for (const Mapping& m : maps_)
+    if (m.path == exe_) alone.push_back(m);
+  r = ResolveLocation("write", alone, exe_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(std::string(r.status().message()), "no symbol 'write' in " + exe_);
+}
+
+TEST(BuildId, ReadsTheGnuNoteAsReadelfDoes) {
+  const std::string notes = Slurp(std::string(kProg) + ".notes");
+  const size_t at = notes.find("Build ID: ");
+  ASSERT_NE(at, std::string::npos) << notes;
+  std::string want = notes.substr(at + 10);
+  want = want.substr(0, want.find_first_of("\r\n"));
+  const std::string id = ReadBuildId(kProg);
+  EXPECT_EQ(id.size(), 20u);
+  EXPECT_EQ(BuildIdHex(id), want);
+  EXPECT_EQ(ReadBuildId("/nonexistent/file"), "");
+  EXPECT_EQ(ReadBuildId("/proc/self/maps"), "");  // not ELF
+}
+
+TEST(BuildId, AddBuildIdsReadsFilesOnlyAndMismatchesAreNamed) {
+  std::vector<Mapping> maps = {Mapping{0x1000, 0x2000, 0, RealPath(kProg)},
+                               Mapping{0x3000, 0x4000, 0, "[vdso]"},
+                               Mapping{0x5000, 0x6000, 0, RealPath(kProg) + " (deleted)"},
+                               Mapping{0x7000, 0x8000, 0, ""}};
+  AddBuildIds(&maps);
+  EXPECT_EQ(maps[0].build_id, ReadBuildId(kProg));
+  EXPECT_FALSE(maps[0].build_id.empty());
+  EXPECT_EQ(maps[1].build_id, "");
+  EXPECT_EQ(maps[2].build_id, "");
+  EXPECT_EQ(maps[3].build_id, "");
+  EXPECT_TRUE(BuildIdMismatches(maps).empty());
+  maps[0].build_id[0] ^= 1;  // as if recorded from another build
+  const std::vector<std::string> w = BuildIdMismatches(maps);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_TRUE(Contains(w[0], BuildIdHex(maps[0].build_id) + " when recorded, " +
+                                 BuildIdHex(ReadBuildId(kProg)) + " now"))
+      << w[0];
+}
+
+TEST_F(NamesTest, SymbolizerLeavesAChangedBinaryUnnamed) {
+  std::vector<Mapping> recorded = maps_;
+  for (Mapping& m : recorded) m.build_id = m.path == exe_ ? ReadBuildId(exe_) : "";
+  const uint64_t main_addr = prog_.printed("main");
+  {
+    Symbolizer s(recorded);
+    EXPECT_EQ(s.Symbolize(main_addr), "main");
+    EXPECT_TRUE(s.warnings().empty());
+  }
+  for (Mapping& m : recorded)
+    if (m.path == exe_) m.build_id[0] ^= 1;
+  Symbolizer s(recorded);
+  const std::string name = s.Symbolize(main_addr);
+  EXPECT_EQ(name.rfind("[" + exe_ + "+0x", 0), 0u) << name;
+  ASSERT_EQ(s.warnings().size(), 1u);
+  EXPECT_TRUE(Contains(s.warnings()[0], "the file changed since the recording"))
+      << s.warnings()[0];
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string_view>
@@ -85,6 +86,7 @@ absl::StatusOr<TraceWriter> TraceWriter::Create(const std::string& path,
   std::memcpy(head + 8, &kTraceVersion, 4);
   iovec iov{head, sizeof(head)};
   if (absl::Status s = WriteAll(w.fd_.get(), &iov, 1, sizeof(head)); !s.ok()) return s;
+  w.bytes_ = sizeof(head);
   const std::string h = boost::json::serialize(header);
   if (absl::Status s = w.WriteBlock(kHeader, h.data(), h.size()); !s.ok()) return s;
   return w;
@@ -94,7 +96,9 @@ absl::Status TraceWriter::WriteBlock(uint32_t kind, const void* data, size_t len
   if (len > kMaxTraceBlock) return absl::InvalidArgumentError("trace block too large");
   uint32_t hdr[2] = {kind, static_cast<uint32_t>(len)};
   iovec iov[2] = {{hdr, sizeof(hdr)}, {const_cast<void*>(data), len}};
-  return WriteAll(fd_.get(), iov, 2, sizeof(hdr) + len);
+  absl::Status s = WriteAll(fd_.get(), iov, 2, sizeof(hdr) + len);
+  if (s.ok()) bytes_ += sizeof(hdr) + len;
+  return s;
 }
 
 absl::Status TraceWriter::Append(const pfm_record* records, size_t n) {
@@ -138,7 +142,7 @@ absl::Status TraceWriter::Finish(const boost::json::object& trailer) {
   return s;
 }
 
-absl::StatusOr<Trace> ReadTrace(const std::string& path) {
+absl::StatusOr<TraceReader> TraceReader::Open(const std::string& path, Options options) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) {
     const int e = errno;
@@ -154,20 +158,15 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, S_ISDIR(st.st_mode) ? " is a directory" : " is not a regular file",
                      ", not a pfm trace file"));
-  std::string data;
-  for (char buf[1 << 16];;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read ", path, ": ", strerror(errno)));
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  if (data.size() < 12 || std::memcmp(data.data(), kTraceMagic, 8) != 0)
+  TraceReader r(std::move(fd), path, options);
+  r.file_size_ = static_cast<uint64_t>(st.st_size);
+  char head[12];
+  absl::StatusOr<size_t> n = r.ReadUpTo(head, sizeof(head));
+  if (!n.ok()) return n.status();
+  if (*n < sizeof(head) || std::memcmp(head, kTraceMagic, 8) != 0)
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a pfm trace file"));
   uint32_t version;
-  std::memcpy(&version, data.data() + 8, 4);
+  std::memcpy(&version, head + 8, 4);
   if (version == 1)
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": trace version 1 (mappings in JSON) is no longer read; re-record with "
@@ -175,78 +174,172 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
   if (version != kTraceVersion)
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": trace version ", version, " (this pfmctl reads ", kTraceVersion, ")"));
-  Trace t;
-  size_t off = 12;
-  bool have_header = false;
+  // The header: the first block, a JSON object.
+  const absl::Status no_header =
+      absl::InvalidArgumentError(absl::StrCat(path, ": trace has no header"));
+  uint32_t hdr[2];
+  n = r.ReadUpTo(reinterpret_cast<char*>(hdr), sizeof(hdr));
+  if (!n.ok()) return n.status();
+  if (*n < sizeof(hdr) || hdr[0] != kHeader || hdr[1] > kMaxTraceBlock) return no_header;
+  std::string text(hdr[1], '\0');
+  n = r.ReadUpTo(text.data(), text.size());
+  if (!n.ok()) return n.status();
+  if (*n < text.size()) return no_header;
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(text, ec);
+  if (ec || !v.is_object()) return no_header;
+  r.header_ = std::move(v.get_object());
+  return r;
+}
+
+absl::StatusOr<size_t> TraceReader::ReadUpTo(char* dst, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t k = ::read(fd_.get(), dst + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read ", path_, ": ", strerror(errno)));
+    if (k == 0) break;
+    got += static_cast<size_t>(k);
+  }
+  off_ += got;
+  return got;
+}
+
+TraceReader::Event TraceReader::Cut(std::string why) {
+  cut_reason_ = std::move(why);
+  done_ = true;
+  records_.clear();
+  return Event::kEnd;
+}
+
+absl::StatusOr<TraceReader::Event> TraceReader::NextRecords() {
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(block_left_, kTraceReaderChunk));
+  records_.resize(want);
+  absl::StatusOr<size_t> n =
+      ReadUpTo(reinterpret_cast<char*>(records_.data()), want * sizeof(pfm_record));
+  if (!n.ok()) return n.status();
+  const size_t whole = *n / sizeof(pfm_record);
+  records_.resize(whole);
+  records_read_ += whole;
+  block_left_ -= whole;
+  if (whole == want) return Event::kRecords;
+  // A RECORDS block cut by the end of the file (a writer killed mid-write, a
+  // copy cut short): its whole records are good, and only the last partial
+  // one is lost, not the block. They are handed out now, the cut next.
+  cut_reason_ = absl::StrCat("truncated record block at byte ", block_off_, ": ",
+                             block_records_ - block_left_, " of ", block_records_,
+                             " records read");
+  done_ = true;
+  block_left_ = 0;
+  if (whole > 0) return Event::kRecords;
+  records_.clear();
+  return Event::kEnd;
+}
+
+absl::StatusOr<TraceReader::Event> TraceReader::Next() {
+  records_.clear();
+  if (done_) return Event::kEnd;
+  if (block_left_ > 0) return NextRecords();
+  // A loop, not recursion, over the blocks handed out as nothing (empty or
+  // skipped RECORDS, extra headers): a file of millions of them must not
+  // exhaust the stack.
   for (;;) {
-    if (off == data.size()) {
-      t.cut_reason = "no trailer: the writer stopped before finishing";
-      break;
-    }
-    if (data.size() - off < 8) {
-      t.cut_reason = absl::StrCat("truncated block header at byte ", off);
-      break;
-    }
-    uint32_t kind, len;
-    std::memcpy(&kind, data.data() + off, 4);
-    std::memcpy(&len, data.data() + off + 4, 4);
-    if (len > kMaxTraceBlock || data.size() - off - 8 < len) {
-      // A RECORDS block cut by the end of the file (a writer killed
-      // mid-write, a copy cut short): its whole records are good, and
-      // only the last partial one is lost, not the block.
-      const size_t avail = data.size() - off - 8;
-      if (kind == kRecords && len <= kMaxTraceBlock && len % sizeof(pfm_record) == 0) {
-        const size_t n = avail / sizeof(pfm_record);
-        const size_t at = t.records.size();
-        t.records.resize(at + n);
-        std::memcpy(t.records.data() + at, data.data() + off + 8, n * sizeof(pfm_record));
-        t.cut_reason = absl::StrCat("truncated record block at byte ", off, ": ", n, " of ",
-                                    len / sizeof(pfm_record), " records read");
-        break;
-      }
-      t.cut_reason = absl::StrCat("truncated block at byte ", off);
-      break;
-    }
-    const char* p = data.data() + off + 8;
-    off += 8 + len;
+    const uint64_t at = off_;
+    uint32_t hdr[2];
+    absl::StatusOr<size_t> n = ReadUpTo(reinterpret_cast<char*>(hdr), sizeof(hdr));
+    if (!n.ok()) return n.status();
+    if (*n == 0) return Cut("no trailer: the writer stopped before finishing");
+    if (*n < sizeof(hdr)) return Cut(absl::StrCat("truncated block header at byte ", at));
+    const uint32_t kind = hdr[0], len = hdr[1];
+    if (len > kMaxTraceBlock) return Cut(absl::StrCat("truncated block at byte ", at));
     if (kind == kRecords) {
-      if (len % sizeof(pfm_record) != 0) {
-        t.cut_reason = absl::StrCat("damaged record block at byte ", off - 8 - len);
-        break;
+      if (len % sizeof(pfm_record) != 0)
+        return Cut(absl::StrCat("damaged record block at byte ", at));
+      block_off_ = at;
+      block_records_ = block_left_ = len / sizeof(pfm_record);
+      if (block_left_ == 0) continue;
+      if (!options_.skip_records) return NextRecords();
+      // Skipped: whether the block is whole comes from the file's size now
+      // (it may have grown since Open).
+      struct stat st {};
+      const uint64_t size =
+          ::fstat(fd_.get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : file_size_;
+      const uint64_t avail = size > off_ ? size - off_ : 0;
+      if (avail < len) {
+        const uint64_t whole = avail / sizeof(pfm_record);
+        records_read_ += whole;
+        block_left_ = 0;
+        return Cut(absl::StrCat("truncated record block at byte ", at, ": ", whole, " of ",
+                                block_records_, " records read"));
       }
-      const size_t n = len / sizeof(pfm_record);
-      const size_t at = t.records.size();
-      t.records.resize(at + n);
-      std::memcpy(t.records.data() + at, p, len);
+      if (::lseek(fd_.get(), static_cast<off_t>(len), SEEK_CUR) < 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot read ", path_, ": ", strerror(errno)));
+      off_ += len;
+      records_read_ += block_left_;
+      block_left_ = 0;
       continue;
+    }
+    // MAPS and JSON blocks are read whole, growing the buffer only as bytes
+    // come: a damaged length cannot make a short file allocate 64 MiB.
+    std::string payload;
+    for (size_t got = 0; got < len;) {
+      const size_t step = std::min<size_t>(len - got, 1 << 20);
+      payload.resize(got + step);
+      n = ReadUpTo(payload.data() + got, step);
+      if (!n.ok()) return n.status();
+      got += *n;
+      if (*n < step) return Cut(absl::StrCat("truncated block at byte ", at));
     }
     if (kind == kMaps) {
       ProcessMaps m;
       std::string why;
-      if (!DecodeMapsBlock(p, len, &m, &why)) {
-        t.cut_reason = absl::StrCat("damaged MAPS block at byte ", off - 8 - len, ": ", why);
-        break;
-      }
-      t.maps.push_back(std::move(m));
-      continue;
+      if (!DecodeMapsBlock(payload.data(), payload.size(), &m, &why))
+        return Cut(absl::StrCat("damaged MAPS block at byte ", at, ": ", why));
+      maps_ = std::move(m);
+      return Event::kMaps;
     }
     boost::system::error_code ec;
-    boost::json::value v = boost::json::parse(boost::json::string_view(p, len), ec);
-    if (ec || !v.is_object()) {
-      t.cut_reason = absl::StrCat("damaged JSON block at byte ", off - 8 - len);
-      break;
+    boost::json::value v = boost::json::parse(payload, ec);
+    if (ec || !v.is_object()) return Cut(absl::StrCat("damaged JSON block at byte ", at));
+    if (kind == kTrailer) {
+      trailer_ = std::move(v.get_object());
+      complete_ = true;
+      done_ = true;
+      return Event::kTrailer;
     }
-    if (kind == kHeader && !have_header) {
-      t.header = v.as_object();
-      have_header = true;
-    } else if (kind == kTrailer) {
-      t.trailer = v.as_object();
-      t.complete = true;
-      break;
-    }
+    // A second HEADER, or a kind this version does not know: skipped.
   }
-  if (!have_header)
-    return absl::InvalidArgumentError(absl::StrCat(path, ": trace has no header"));
+}
+
+absl::StatusOr<Trace> ReadTrace(const std::string& path) {
+  absl::StatusOr<TraceReader> r = TraceReader::Open(path);
+  if (!r.ok()) return r.status();
+  Trace t;
+  t.header = r->header();
+  t.records.reserve(r->file_size() / sizeof(pfm_record));
+  for (;;) {
+    absl::StatusOr<TraceReader::Event> e = r->Next();
+    if (!e.ok()) return e.status();
+    switch (*e) {
+      case TraceReader::Event::kRecords:
+        t.records.insert(t.records.end(), r->records().begin(), r->records().end());
+        continue;
+      case TraceReader::Event::kMaps:
+        t.maps.push_back(r->maps());
+        continue;
+      case TraceReader::Event::kTrailer:
+        t.trailer = r->trailer();
+        t.complete = true;
+        continue;
+      case TraceReader::Event::kEnd:
+        t.cut_reason = r->cut_reason();
+        break;
+    }
+    break;
+  }
   return t;
 }
 

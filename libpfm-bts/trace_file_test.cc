@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -216,6 +217,123 @@ TEST(TraceFile, DirectoriesAndDevicesAreRefusedNotRead) {
   t = ReadTrace("/dev/zero");
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(t.status().message().find("not a regular file"), std::string::npos) << t.status();
+}
+
+// Reads `path` with TraceReader into a Trace (records, maps, trailer, cut).
+Trace ReadByReader(const std::string& path, TraceReader::Options o, size_t* max_piece) {
+  Trace t;
+  auto r = TraceReader::Open(path, o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return t;
+  t.header = r->header();
+  for (;;) {
+    auto e = r->Next();
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (!e.ok() || *e == TraceReader::Event::kEnd) break;
+    if (*e == TraceReader::Event::kRecords) {
+      EXPECT_FALSE(r->records().empty());
+      if (max_piece) *max_piece = std::max(*max_piece, r->records().size());
+      t.records.insert(t.records.end(), r->records().begin(), r->records().end());
+    }
+    if (*e == TraceReader::Event::kMaps) t.maps.push_back(r->maps());
+    if (*e == TraceReader::Event::kTrailer) {
+      t.trailer = r->trailer();
+      t.complete = true;
+    }
+  }
+  t.cut_reason = r->cut_reason();
+  EXPECT_EQ(r->Next().value_or(TraceReader::Event::kRecords), TraceReader::Event::kEnd);
+  return t;
+}
+
+TEST(TraceReader, HandsOutABigBlockInBoundedPiecesInOrder) {
+  const std::string path = TempPath("big.pfm");
+  auto w = TraceWriter::Create(path, {{"session", 7}});
+  ASSERT_TRUE(w.ok());
+  std::vector<pfm_record> recs;
+  for (int i = 0; i < 3 * static_cast<int>(kTraceReaderChunk) + 5; ++i) recs.push_back(Branch(i));
+  ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());  // one block
+  ASSERT_TRUE(w->AppendMaps(Maps(3, "/bin/x")).ok());
+  ASSERT_TRUE(w->Finish({{"records", recs.size()}}).ok());
+  EXPECT_EQ(w->bytes(), ReadAll(path).size());
+  size_t max_piece = 0;
+  Trace t = ReadByReader(path, {}, &max_piece);
+  EXPECT_TRUE(t.complete);
+  EXPECT_EQ(t.header.at("session").as_int64(), 7);
+  EXPECT_EQ(max_piece, kTraceReaderChunk);
+  ASSERT_EQ(t.records.size(), recs.size());
+  for (size_t i = 0; i < recs.size(); ++i) ASSERT_EQ(t.records[i].time, recs[i].time) << i;
+  ASSERT_EQ(t.maps.size(), 1u);
+}
+
+// The reader, the skipping reader and ReadTrace agree at every cut: the same
+// records, maps and reason.
+TEST(TraceReader, AgreesWithReadTraceAndSkippingAtEveryCut) {
+  const std::string data = ReadAll(WriteWithMaps("agree.pfm"));
+  const std::string path = TempPath("agree_cut.pfm");
+  for (size_t n = 0; n <= data.size(); ++n) {
+    WriteAll(path, data.substr(0, n));
+    auto whole = ReadTrace(path);
+    auto opened = TraceReader::Open(path);
+    ASSERT_EQ(whole.ok(), opened.ok()) << n;
+    if (!whole.ok()) {
+      EXPECT_EQ(whole.status(), opened.status()) << n;
+      continue;
+    }
+    const Trace read = ReadByReader(path, {}, nullptr);
+    TraceReader::Options skip;
+    skip.skip_records = true;
+    const Trace skipped = ReadByReader(path, skip, nullptr);
+    EXPECT_EQ(read.records.size(), whole->records.size()) << n;
+    EXPECT_EQ(read.cut_reason, whole->cut_reason) << n;
+    EXPECT_EQ(skipped.cut_reason, whole->cut_reason) << n;
+    EXPECT_EQ(read.complete, whole->complete) << n;
+    EXPECT_EQ(skipped.complete, whole->complete) << n;
+    EXPECT_EQ(read.maps.size(), whole->maps.size()) << n;
+    EXPECT_EQ(skipped.maps.size(), whole->maps.size()) << n;
+    EXPECT_TRUE(skipped.records.empty());
+  }
+}
+
+TEST(TraceReader, ManyEmptyBlocksDoNotExhaustTheStack) {
+  const std::string path = TempPath("empty_blocks.pfm");
+  auto w = TraceWriter::Create(path, {});
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->Finish({}).ok());
+  std::string data = ReadAll(path);
+  // Before the trailer: a million RECORDS blocks of no records.
+  const size_t trailer_at = data.rfind(std::string("\x03\0\0\0", 4));
+  ASSERT_NE(trailer_at, std::string::npos);
+  std::string empty(8, '\0');
+  empty[0] = 2;
+  std::string blocks;
+  for (int i = 0; i < 1000000; ++i) blocks += empty;
+  data.insert(trailer_at, blocks);
+  WriteAll(path, data);
+  for (bool skip : {false, true}) {
+    TraceReader::Options o;
+    o.skip_records = skip;
+    const Trace t = ReadByReader(path, o, nullptr);
+    EXPECT_TRUE(t.complete) << t.cut_reason;
+  }
+}
+
+TEST(TraceReader, HeaderMustComeFirst) {
+  const std::string path = TempPath("noheader.pfm");
+  // A RECORDS block (of no records) first.
+  std::string data(kTraceMagic, 8);
+  data += std::string("\x02\0\0\0", 4) + std::string("\x02\0\0\0", 4) +
+          std::string("\0\0\0\0", 4);
+  WriteAll(path, data);
+  auto r = TraceReader::Open(path);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  // A header that is not a JSON object.
+  data = std::string(kTraceMagic, 8) + std::string("\x02\0\0\0", 4) +
+         std::string("\x01\0\0\0\x05\0\0\0[1,2]", 13);
+  WriteAll(path, data);
+  r = TraceReader::Open(path);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("trace has no header"), std::string::npos) << r.status();
 }
 
 }  // namespace

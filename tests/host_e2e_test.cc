@@ -38,6 +38,10 @@ class HostE2e : public testing::DaemonTest {
   json::value Report(const std::string& file) {
     return PfmctlJson(socket(), {"report", file});
   }
+  // With every record (`report --json` alone gives the newest 20).
+  json::value ReportAll(const std::string& file) {
+    return PfmctlJson(socket(), {"report", "--records", file});
+  }
   std::string dir_;
 };
 
@@ -245,7 +249,7 @@ TEST_F(HostE2e, RecordTrueShowsThousandsOfSymbolizedBranches) {
   testing::Result r = Pfmctl(socket(), {"--json", "record", "--bts", "lossless",
                                         "--buffer", "16MiB", "-o", file, "--", "/bin/true"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  json::value rep = Report(file);
+  json::value rep = ReportAll(file);
   EXPECT_TRUE(rep.at("complete").as_bool());
   const uint64_t branches = Num(rep.at("summary").at("by_type").at("branch"));
   EXPECT_GT(branches, 2000u);
@@ -281,7 +285,7 @@ TEST_F(HostE2e, CrashHistoryHoldsTheBranchesLeadingToTheFault) {
        std::to_string(kHistory * 64), "-o", file, "--",
        testing::Runfile("kernel/drivers/ptrace/testdata_crash_bin"), addr_file});
   EXPECT_EQ(r.exit_code, 128 + SIGSEGV) << r.err;
-  json::value rep = Report(file);
+  json::value rep = ReportAll(file);
   std::vector<json::object> branches;
   for (const json::value& rec : rep.at("records").as_array())
     if (rec.at("type").as_string() == "branch") branches.push_back(rec.as_object());
@@ -380,7 +384,7 @@ TEST_F(HostE2e, DebuggerAndProfilerTraceOneRealProcessAtOnce) {
   const std::string file = dir_ + "/prof.trace";
   testing::Result s = Pfmctl(socket(), {"stream", std::to_string(p_id), "-o", file});
   ASSERT_EQ(s.exit_code, 0) << s.err;
-  json::value rep = Report(file);
+  json::value rep = ReportAll(file);
   EXPECT_GT(Num(rep.at("summary").at("by_type").at("branch")), 1000u);
   EXPECT_EQ(Num(rep.at("summary").at("by_type").at("exit")), 1u);
   // The stream's trailer carries the target's mappings: branches symbolize.

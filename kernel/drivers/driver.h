@@ -42,6 +42,9 @@ struct MachineInfo {
   bool pt = false;
   bool software_events = false;  // perf software events (host)
   bool soft_bts = false;         // ptrace single-step branch tracing (host)
+  // With soft_bts: what it covers and where its switch records come from
+  // (probed by pfmd), for `status`.
+  std::string soft_bts_scope;
   std::string source;            // how this was found out, for `status`
 };
 
@@ -79,7 +82,20 @@ class CoreHooks {
   // area first, so records are attributed to the task that ran.
   virtual void ContextSwitch(int cpu, uint64_t now_ns, TaskId prev,
                              TaskId next, bool preempt) = 0;
+  // `task` exited with wait status `status`. A driver that traces a group
+  // of tasks (see TaskCreated) reports each; the group's context ends with
+  // the exit of its last live task.
   virtual void TaskExit(TaskId task, uint64_t now_ns, int64_t status) = 0;
+  // A traced task created another that the driver traces from now on, in
+  // the same context: a thread (child.pid == parent.pid) or, when the
+  // driver follows children, a process. Reported before any record of
+  // `child`. Default: no such driver.
+  virtual void TaskCreated(TaskId parent, TaskId child, uint64_t now_ns) {}
+  // `task` exec'd a new program (its process's mappings are new).
+  virtual void TaskExec(TaskId task, uint64_t now_ns) {}
+  // The driver stopped tracing `task`, which runs on untraced (not an exit:
+  // its context stays, but it no longer counts as a live task of a group).
+  virtual void TaskDetached(TaskId task, uint64_t now_ns) {}
   // What to trace for `task` (union of its consumers and the CPU's).
   virtual TraceConfig TaskConfig(int cpu, TaskId task) = 0;
   // True when a blocking lossless consumer of `task` is full: the driver must

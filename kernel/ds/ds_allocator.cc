@@ -112,7 +112,7 @@ DsAllocator::DsAllocator(const RunningTasks* running, const DsLimits& limits,
 DsAllocator::~DsAllocator() = default;
 
 DsAllocator::Context* DsAllocator::TaskContext(int32_t pid) const {
-  auto it = tasks_.find(pid);
+  auto it = tasks_.find(RootOf(pid));
   return it == tasks_.end() ? nullptr : it->second.get();
 }
 
@@ -639,8 +639,46 @@ void DsAllocator::Switch(int cpu, uint64_t now, TaskId prev, TaskId next,
   if (next.pid != 0) emit(PFM_REC_SWITCH_IN, next, prev, next_ctx);
 }
 
+void DsAllocator::TaskCreated(TaskId parent, TaskId child) {
+  const int32_t root = RootOf(parent.pid);
+  auto [it, fresh] = group_live_.emplace(root, 1);
+  ++it->second;
+  if (child.pid != parent.pid && child.pid != root) family_[child.pid] = root;
+}
+
+void DsAllocator::TaskDetached(TaskId task) {
+  const int32_t root = RootOf(task.pid);
+  auto g = group_live_.find(root);
+  if (g == group_live_.end()) return;
+  if (--g->second > 0) return;
+  group_live_.erase(g);
+  for (auto it = family_.begin(); it != family_.end();)
+    it = it->second == root ? family_.erase(it) : std::next(it);
+}
+
 void DsAllocator::TaskExit(TaskId task, uint64_t now, int64_t status) {
-  Context* ctx = TaskContext(task.pid);
+  const int32_t root = RootOf(task.pid);
+  if (auto g = group_live_.find(root); g != group_live_.end()) {
+    if (g->second > 1) {
+      // One of several: its EXIT goes out, the context goes on.
+      --g->second;
+      Context* ctx = LiveTaskContext(root);
+      if (ctx == nullptr) return;
+      pfm_record rec{};
+      rec.type = PFM_REC_EXIT;
+      rec.time = now;
+      rec.pid = static_cast<uint32_t>(task.pid);
+      rec.tid = static_cast<uint32_t>(task.tid);
+      rec.u.exit.status = status;
+      for (Consumer* c : ctx->consumers)
+        if (c->p.req.bts != PFM_BTS_HISTORY && !c->frozen) Deliver(c, rec);
+      return;
+    }
+    group_live_.erase(g);
+    for (auto it = family_.begin(); it != family_.end();)
+      it = it->second == root ? family_.erase(it) : std::next(it);
+  }
+  Context* ctx = TaskContext(root);
   if (ctx == nullptr || ctx->exited) return;
   for (int cpu = 0; cpu < cpus(); ++cpu) {
     CpuState& cs = *cpus_[cpu];

@@ -150,9 +150,20 @@ class DsAllocator {
   // running table must still say `prev` for `cpu` (the drain's records are
   // its); the Kernel sets `next` after.
   void Switch(int cpu, uint64_t now, TaskId prev, TaskId next, bool preempt);
-  // The task exited: EXIT record to its consumers; their rings end (records
-  // stay readable).
+  // The task exited: EXIT record to its consumers (not history rings). The
+  // exit of a group's last live task (or of a task never in a group) ends
+  // the context: its rings end (records stay readable).
   void TaskExit(TaskId task, uint64_t now, int64_t status);
+  // Task groups (CoreHooks::TaskCreated): `child` joins the group of
+  // `parent`; a child process's records go to the context of the group's
+  // first process (the one consumers attached to), with their own pid and
+  // tid. A group's live tasks are counted from its first TaskCreated (the
+  // first task counts as one).
+  void TaskCreated(TaskId parent, TaskId child);
+  // `task` is no longer traced (CoreHooks::TaskDetached): it leaves its
+  // group without an EXIT; a group left empty is forgotten (its pids may be
+  // reused).
+  void TaskDetached(TaskId task);
   // The task got a fatal signal: history consumers of the task freeze (their
   // ring ends), so the snapshot shows how it got there.
   void TaskCrashed(TaskId task, uint64_t now, int signo);
@@ -209,6 +220,14 @@ class DsAllocator {
   ConsumerId next_id_ = 1;
   std::map<ConsumerId, std::unique_ptr<Consumer>> consumers_;
   std::map<int32_t, std::unique_ptr<Context>> tasks_;  // by pid
+  // Task groups: a child process's pid -> the group's first pid, and the
+  // live tasks of every group a driver reported (by first pid).
+  std::map<int32_t, int32_t> family_;
+  std::map<int32_t, uint32_t> group_live_;
+  int32_t RootOf(int32_t pid) const {
+    auto it = family_.find(pid);
+    return it == family_.end() ? pid : it->second;
+  }
   // Consumers that asked for their session's SCHEDULE records, by session.
   std::map<uint64_t, std::vector<Consumer*>> schedule_consumers_;
   std::vector<std::unique_ptr<CpuState>> cpus_;

@@ -146,7 +146,8 @@ size_t EncodeMappings(const std::vector<Mapping>& maps, size_t max_bytes,
   size_t n = 0;
   size_t bytes = kMappingsHeaderBytes;
   while (n < maps.size() && n < kMaxMappings && IsEncodableMapping(maps[n])) {
-    const size_t entry = kMappingFixedBytes + maps[n].path.size();
+    const size_t id = maps[n].build_id.size();
+    const size_t entry = kMappingFixedBytes + maps[n].path.size() + (id > 0 ? 1 + id : 0);
     if (entry > max_bytes || bytes > max_bytes - entry) break;
     bytes += entry;
     ++n;
@@ -159,9 +160,14 @@ size_t EncodeMappings(const std::vector<Mapping>& maps, size_t max_bytes,
     PutU64(out, m.start);
     PutU64(out, m.end);
     PutU64(out, m.offset);
-    PutU32(out, (m.writable ? kMappingWritable : 0) | (m.shared ? kMappingShared : 0));
+    PutU32(out, (m.writable ? kMappingWritable : 0) | (m.shared ? kMappingShared : 0) |
+                    (m.build_id.empty() ? 0 : kMappingHasBuildId));
     PutU32(out, static_cast<uint32_t>(m.path.size()));
     out->append(m.path);
+    if (!m.build_id.empty()) {
+      out->push_back(static_cast<char>(m.build_id.size()));
+      out->append(m.build_id);
+    }
   }
   return n;
 }
@@ -195,7 +201,7 @@ int DecodeMappings(std::string_view in, std::vector<Mapping>* out, ErrorDetail* 
     at += kMappingFixedBytes;
     if (m.start > m.end)
       return SetError(d, -EINVAL, "mappings: entry %u ends before it starts", i);
-    if ((flags & ~(kMappingWritable | kMappingShared)) != 0)
+    if ((flags & ~(kMappingWritable | kMappingShared | kMappingHasBuildId)) != 0)
       return SetError(d, -EINVAL, "mappings: entry %u has unknown flags 0x%x", i, flags);
     if (path_len > kMaxMappingPath)
       return SetError(d, -EINVAL, "mappings: entry %u's path of %u bytes is over %u", i,
@@ -207,6 +213,22 @@ int DecodeMappings(std::string_view in, std::vector<Mapping>* out, ErrorDetail* 
     m.shared = (flags & kMappingShared) != 0;
     m.path.assign(in.data() + at, path_len);
     at += path_len;
+    if ((flags & kMappingHasBuildId) != 0) {
+      if (in.size() - at < 1)
+        return SetError(d, -EINVAL, "mappings: entry %u's build-id cut short at byte %zu", i,
+                        at);
+      const size_t id_len = static_cast<uint8_t>(in[at]);
+      at += 1;
+      // 0 would make two encodings of "no build-id".
+      if (id_len == 0 || id_len > kMaxBuildIdBytes)
+        return SetError(d, -EINVAL, "mappings: entry %u's build-id of %zu bytes is not 1..%zu",
+                        i, id_len, kMaxBuildIdBytes);
+      if (in.size() - at < id_len)
+        return SetError(d, -EINVAL, "mappings: entry %u's build-id cut short at byte %zu", i,
+                        at);
+      m.build_id.assign(in.data() + at, id_len);
+      at += id_len;
+    }
     v.push_back(std::move(m));
   }
   if (at != in.size())

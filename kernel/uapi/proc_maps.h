@@ -9,17 +9,23 @@
 //   u32 count                         at most kMaxMappings
 //   count x {
 //     u64 start, u64 end, u64 offset  start <= end
-//     u32 flags                       bit 0 writable, bit 1 shared; the other
-//                                     bits are 0
+//     u32 flags                       bit 0 writable, bit 1 shared, bit 2
+//                                     build-id follows; the other bits are 0
 //     u32 path_len                    at most kMaxMappingPath
 //     u8  path[path_len]              no terminator
+//     if flags bit 2:
+//       u8 id_len                     1 to kMaxBuildIdBytes
+//       u8 build_id[id_len]
 //   }
 //
 // and nothing after the last entry. An entry is kMappingFixedBytes plus its
-// path. The decoder trusts nothing: every length is checked against what is
-// left before it is used, a count that the remaining bytes cannot hold is
-// refused before anything is allocated, and a decoder refusing input never
-// reads outside it.
+// path, plus 1 + id_len with a build-id. Bit 2 came with build-ids (issue
+// 17): an encoding without it reads as before, and an entry without a
+// build-id is encoded exactly as before, so the tracer's messages (which carry
+// none) and older MAPS blocks are unchanged. The decoder trusts nothing:
+// every length is checked against what is left before it is used, a count
+// that the remaining bytes cannot hold is refused before anything is
+// allocated, and a decoder refusing input never reads outside it.
 //
 // Errors follow kernel/: a negative errno, with one sentence in an optional
 // ErrorDetail (userspace/ turns it into an absl::Status). Pure functions, no
@@ -50,6 +56,11 @@ inline constexpr size_t kMappingFixedBytes = 32;
 // Flag bits of an encoded entry.
 inline constexpr uint32_t kMappingWritable = 1u << 0;
 inline constexpr uint32_t kMappingShared = 1u << 1;
+inline constexpr uint32_t kMappingHasBuildId = 1u << 2;
+// The longest build-id an entry carries. GNU ld writes 20 bytes (sha1) or
+// 16 (md5, uuid), lld 8 (xxhash) to 20; 64 leaves room without letting a
+// note of arbitrary size into a MAPS block.
+inline constexpr size_t kMaxBuildIdBytes = 64;
 
 // One executable mapping: [start, end) maps the file at `path` from file
 // offset `offset`. `path` is as the kernel prints it: empty for anonymous
@@ -62,18 +73,25 @@ struct Mapping {
   std::string path;
   bool writable = false;  // 'w' in the permissions
   bool shared = false;    // 's' (MAP_SHARED) rather than 'p'
+  // The file's GNU build-id (the NT_GNU_BUILD_ID note's bytes, not hex),
+  // read when the trace was recorded; empty when unknown (/proc/PID/maps
+  // does not give it) or the file has none.
+  std::string build_id;
 
   bool operator==(const Mapping& o) const {
     return start == o.start && end == o.end && offset == o.offset &&
-           path == o.path && writable == o.writable && shared == o.shared;
+           path == o.path && writable == o.writable && shared == o.shared &&
+           build_id == o.build_id;
   }
   bool operator!=(const Mapping& o) const { return !(*this == o); }
 };
 
-// What the encoding can carry (and what the parser yields): start <= end
-// and a path of at most kMaxMappingPath bytes.
+// What the encoding can carry (and what the parser yields): start <= end,
+// a path of at most kMaxMappingPath bytes and a build-id of at most
+// kMaxBuildIdBytes.
 inline bool IsEncodableMapping(const Mapping& m) {
-  return m.start <= m.end && m.path.size() <= kMaxMappingPath;
+  return m.start <= m.end && m.path.size() <= kMaxMappingPath &&
+         m.build_id.size() <= kMaxBuildIdBytes;
 }
 
 // A process's mappings at one moment, as pfmd reports them and a trace
@@ -123,8 +141,9 @@ size_t EncodeMappings(const std::vector<Mapping>& maps, size_t max_bytes,
 // Replaces *out with the mappings encoded in exactly `bytes`. Returns 0, or
 // -EINVAL with the reason (and the byte offset) in *d for anything that is
 // not an encoding as above: short input, a count over kMaxMappings or more
-// than the bytes can hold, an entry with start > end, unknown flag bits or
-// an over-long path, trailing bytes. *out is empty on failure.
+// than the bytes can hold, an entry with start > end, unknown flag bits, an
+// over-long path, a build-id of 0 or over kMaxBuildIdBytes bytes or cut
+// short, trailing bytes. *out is empty on failure.
 int DecodeMappings(std::string_view bytes, std::vector<Mapping>* out,
                    ErrorDetail* d);
 

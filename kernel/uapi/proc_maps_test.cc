@@ -245,12 +245,72 @@ TEST(MappingsCodec, RefusesBadEntries) {
   };
   std::vector<Mapping> out;
   EXPECT_EQ(Decode(with(4, 0x3000), &out), -EINVAL);  // start > end
-  EXPECT_EQ(Decode(with(28, 4), &out), -EINVAL);       // unknown flag bit
+  EXPECT_EQ(Decode(with(28, 8), &out), -EINVAL);       // unknown flag bit
+  EXPECT_EQ(Decode(with(28, 0x80000000u), &out), -EINVAL);
   EXPECT_EQ(Decode(with(32, kMaxMappingPath + 1), &out), -EINVAL);
   EXPECT_EQ(Decode(with(32, 0xffffffffu), &out), -EINVAL);
   EXPECT_EQ(Decode(with(32, 3), &out), -EINVAL);  // longer than what is left
   EXPECT_EQ(Decode(with(32, 1), &out), -EINVAL);  // leaves a byte behind
   EXPECT_EQ(Decode(good, &out), 0);
+}
+
+// Build-ids (issue 17): flag bit 2, then a length byte and the id after the
+// path; entries without one are encoded as before the field existed.
+TEST(MappingsCodec, BuildIdsRoundTripAfterThePath) {
+  std::vector<Mapping> maps = Sample();
+  maps[0].build_id = std::string("\xc8\x91\x56\xeb\x00\xbf", 6);
+  maps[1].build_id.assign(kMaxBuildIdBytes, '\x7f');
+  const std::string bytes = Encode(maps);
+  size_t want = kMappingsHeaderBytes;
+  for (const Mapping& m : maps)
+    want += kMappingFixedBytes + m.path.size() + (m.build_id.empty() ? 0 : 1 + m.build_id.size());
+  EXPECT_EQ(bytes.size(), want);
+  std::vector<Mapping> back;
+  ASSERT_EQ(Decode(bytes, &back), 0);
+  EXPECT_EQ(back, maps);
+  // The first entry's layout: flags with bit 2, path, length, id.
+  const size_t flags_at = kMappingsHeaderBytes + 24;
+  EXPECT_EQ(static_cast<uint8_t>(bytes[flags_at]) & kMappingHasBuildId, kMappingHasBuildId);
+  const size_t id_at = kMappingsHeaderBytes + kMappingFixedBytes + maps[0].path.size();
+  EXPECT_EQ(static_cast<uint8_t>(bytes[id_at]), 6u);
+  EXPECT_EQ(bytes.substr(id_at + 1, 6), maps[0].build_id);
+  // An entry without a build-id is byte for byte what it was without the field.
+  std::vector<Mapping> plain = Sample();
+  std::vector<Mapping> one = {maps[0], plain[1]};
+  EXPECT_EQ(Encode(one).substr(Encode(one).size() - (kMappingFixedBytes + plain[1].path.size())),
+            Encode({plain[1]}).substr(kMappingsHeaderBytes));
+  // Decoding stays bounded: every truncation of it is refused.
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    std::vector<Mapping> out;
+    EXPECT_EQ(Decode(bytes.substr(0, n), &out), -EINVAL) << n;
+    EXPECT_TRUE(out.empty());
+  }
+}
+
+TEST(MappingsCodec, RefusesBadBuildIds) {
+  Mapping m{0x1000, 0x2000, 0, "/a", false, false};
+  m.build_id = "\x01\x02";
+  const std::string good = Encode({m});
+  const size_t len_at = good.size() - 3;
+  std::vector<Mapping> out;
+  ASSERT_EQ(Decode(good, &out), 0);
+  EXPECT_EQ(out[0].build_id, m.build_id);
+  std::string b = good;
+  b[len_at] = 0;  // no id: the flag would be a second spelling of "none"
+  ErrorDetail d;
+  EXPECT_EQ(Decode(b, &out, &d), -EINVAL);
+  EXPECT_TRUE(Contains(d.message, "build-id")) << d.message;
+  b[len_at] = static_cast<char>(kMaxBuildIdBytes + 1);
+  EXPECT_EQ(Decode(b, &out), -EINVAL);
+  b[len_at] = 3;  // longer than what is left
+  EXPECT_EQ(Decode(b, &out), -EINVAL);
+  b[len_at] = 1;  // leaves a byte behind
+  EXPECT_EQ(Decode(b, &out), -EINVAL);
+  // An over-long id is not encodable: it ends the encoded prefix.
+  m.build_id.assign(kMaxBuildIdBytes + 1, 'x');
+  EXPECT_FALSE(IsEncodableMapping(m));
+  std::string enc;
+  EXPECT_EQ(EncodeMappings({m}, SIZE_MAX, &enc), 0u);
 }
 
 TEST(MappingsCodec, EncodesTheLongestPrefixThatFits) {

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "pfm/symbolizer.h"
 
 namespace pfm {
 namespace {
@@ -74,6 +75,9 @@ ProcessMaps ReadMaps(const ReplyNode& maps) {
       e.Member("path").Invalid(absl::StrCat("is over ", kMaxMappingPath, " bytes"));
     out.mappings.push_back(std::move(m));
   }
+  // The files' build-ids as they are now, at record time: a later report
+  // can tell a binary replaced since (pfm/symbolizer.h).
+  AddBuildIds(&out.mappings);
   return out;
 }
 
@@ -89,6 +93,11 @@ absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
   const ReplyNode maps_node = s.Member("maps");
   std::optional<ProcessMaps> maps;
   if (maps_node.present()) maps = ReadMaps(maps_node);
+  // Every list of every traced process (children, programs before an
+  // exec), when pfmd sends them: one MAPS block each, in order.
+  std::vector<ProcessMaps> all;
+  if (const ReplyNode pm = s.Member("process_maps"); pm.present())
+    for (const ReplyNode& e : pm.Elements()) all.push_back(ReadMaps(e));
   if (!reader.ok()) return reader.status();
   for (const char* k : {"counters", "breakpoints", "state", "exit_status", "fatal_signal"})
     if (const json::value* v = so->if_contains(k)) (*trailer)[k] = *v;
@@ -97,6 +106,10 @@ absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
     (*trailer)["soft_bts"] = *soft_bts.json();
   }
   // Checked above to be what a MAPS block carries: only a write can fail.
+  for (const ProcessMaps& m : all)
+    if (absl::Status st = w.AppendMaps(m); !st.ok()) return st;
+  // The target's current list last: a reader that takes the last MAPS
+  // block with mappings gets the target's.
   if (maps) return w.AppendMaps(*maps);
   return absl::OkStatus();
 }
@@ -131,12 +144,16 @@ absl::StatusOr<StreamResult> StreamToFile(RingReader& ring, TraceWriter& w,
     const bool ended = ring.ended();
     batch.clear();
     ring.Consume(&batch, kBatchRecords);
-    for (const pfm_record& r : batch)
+    for (const pfm_record& r : batch) {
       if (r.type == PFM_REC_LOST) res.lost_records += r.u.lost.count;
+      if (r.type == PFM_REC_BRANCH) ++res.branches;
+    }
     if (!batch.empty()) {
       if (absl::Status s = w.Append(batch.data(), batch.size()); !s.ok()) return s;
+      if (options.progress) options.progress(res);
       continue;
     }
+    if (options.progress) options.progress(res);
     if (!ring.status().ok())
       return absl::DataLossError(absl::StrCat(
           ring.status().message(), "; ", w.records(), " records written to ", path,

@@ -62,8 +62,11 @@ absl::StatusOr<SessionStart> ReadSessionStart(Client& c, uint64_t id);
 // Every field is required. What a MAPS block could not carry is the
 // reader's error too: a mapping that ends before it starts or whose path is
 // over kMaxMappingPath bytes, more than kMaxMappings mappings, a pid outside
-// int32.
+// int32. Each mapped file's build-id is read from the file now
+// (AddBuildIds), for the MAPS block.
 ProcessMaps ReadMaps(const ReplyNode& maps);
+
+struct StreamResult;
 
 // When StreamToFile stops, besides the ring's end flag.
 struct StreamOptions {
@@ -81,6 +84,9 @@ struct StreamOptions {
   // Asked at every idle moment; true stops the loop (`record`: the command
   // exited and the ring did not end soon after).
   std::function<bool()> give_up;
+  // Called after every batch written and at every idle moment with the
+  // counts so far (the progress line: progress.h).
+  std::function<void(const StreamResult&)> progress;
 };
 
 struct StreamResult {
@@ -89,6 +95,7 @@ struct StreamResult {
   bool stopped = false;       // *stop was set
   bool gave_up = false;       // give_up() said so
   uint64_t lost_records = 0;  // sum of the LOST records written
+  uint64_t branches = 0;      // branch records written
 };
 
 // Copies the records of a lossless ring into `w` as they come, until the

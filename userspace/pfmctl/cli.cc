@@ -11,6 +11,7 @@
 #include "userspace/pfmctl/daemon_commands.h"
 #include "userspace/pfmctl/export.h"
 #include "userspace/pfmctl/flags.h"
+#include "userspace/pfmctl/script.h"
 #include "userspace/pfmctl/session_commands.h"
 #include "userspace/pfmctl/stat_command.h"
 #include "userspace/pfmctl/trace_commands.h"
@@ -29,7 +30,7 @@ constexpr Command kCommands[] = {
     {"sim", SimCommand},           {"snapshot", SnapshotCommand},
     {"stream", StreamCommand},     {"report", ReportCommand},
     {"record", RecordCommand},     {"export", ExportCommand},
-    {"stat", StatCommand},
+    {"stat", StatCommand},         {"script", ScriptCommand},
 };
 
 // The one error line. Messages may come from pfmd or from an exception:
@@ -77,6 +78,7 @@ commands:
                  [--bts history|lossless] [--buffer SIZE] [--filter user|kernel|all]
                  [--format fixed|compact] [--block] [--pebs EVENT[:period]]
                  [--counter EVENT]... [--breakpoint ADDR:LEN:r|w|rw|x]... [--pinned]
+                 [--inherit]  (host BTS of a pid: follow its children too)
                               a session (detached: it lives until `session kill`)
   session list | show ID | kill ID
   snapshot ID [-o FILE]       the records in a session's ring, oldest first
@@ -85,14 +87,19 @@ commands:
   record [session flags] [--output-format pfmtrace|{formats}] -o FILE -- CMD ARGS...
   record [session flags] [--output-format ...] -o FILE -p PID
                               attach to a running process until it exits or ^C
+                              every thread is traced, and children across fork
+                              and exec unless --no-inherit (as perf record)
                               run CMD traced; exit with CMD's status (an export
                               format: FILE is the export, the trace FILE.pfmtrace)
   stat [-e EVENT]... -- CMD ARGS... | stat [-e EVENT]... -p PID
                               counters of CMD (or of PID until it exits or ^C),
                               printed as perf stat does
-  report FILE [--limit N] [--timeline OUT.svg]
-                              branches (symbolized), samples, switches, counters;
+  report FILE [--limit N] [--records] [--timeline OUT.svg]
+                              a summary, streamed: records by type, loss, hot
+                              functions and their libraries, counters, the last
+                              N (20) branches; --records: every record too;
                               --timeline: an SVG of when threads ran and counters counted
+  script TRACE                every record on one line with names, as perf script
   export TRACE -o FILE [--format {formats}]
                               a trace file for other tools (perf: perf.data
                               for perf script / perf report; docs/export.md)

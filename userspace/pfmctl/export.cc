@@ -35,12 +35,20 @@ absl::StatusOr<json::object> ExportPerf(const Trace& trace, const ExportRequest&
   for (const auto& [type, count] : s->skipped) skipped[type] = count;
   json::array events;
   for (const std::string& e : s->events) events.push_back(json::value(e));
-  return json::object{{"events", std::move(events)},
+  json::object detail{{"events", std::move(events)},
                       {"samples", s->samples},
                       {"side_records", s->side_records},
                       {"counter_reads", s->reads},
                       {"data_bytes", s->data_bytes},
+                      {"build_ids", s->build_ids},
                       {"skipped", std::move(skipped)}};
+  // Binaries changed since the recording (recorded build-id != the file's).
+  if (!s->warnings.empty()) {
+    json::array warnings;
+    for (const std::string& w : s->warnings) warnings.push_back(json::value(w));
+    detail["warnings"] = std::move(warnings);
+  }
+  return detail;
 }
 
 // The Trace Event Format, for Perfetto and chrome://tracing

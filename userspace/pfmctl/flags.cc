@@ -208,13 +208,15 @@ absl::StatusOr<SessionSpec> ParseSessionFlags(CommandFlags& f) {
   }
   s.pinned = f.TakeBool("--pinned");
   s.block = f.TakeBool("--block");
+  s.inherit = f.TakeBool("--inherit");
   f.TakeBool("--detached");  // pfmctl's sessions are always detached
   s.detached = true;
   return s;
 }
 
 absl::StatusOr<SessionSpec> ValidateSpec(const SessionSpec& s) {
-  return SessionSpec::FromJson(s.ToJson());
+  // Names are resolved later, against the target (breakpoint_names.h).
+  return SessionSpec::FromJson(s.ToJson(), SessionSpec::UnresolvedNames::kAllow);
 }
 
 }  // namespace pfm

@@ -66,7 +66,9 @@ absl::StatusOr<uint64_t> ParseSessionId(const std::string& v);
 absl::StatusOr<SessionSpec> ParseSessionFlags(CommandFlags& f);
 
 // The spec as pfmd will judge its shape (SessionSpec::FromJson), so usage
-// errors are caught before anything is started.
+// errors are caught before anything is started. Breakpoint names (`main`,
+// `prog.c:42`) pass: they are resolved against the target once it is known
+// (breakpoint_names.h), and the resolved spec is checked again then.
 absl::StatusOr<SessionSpec> ValidateSpec(const SessionSpec& s);
 
 }  // namespace pfm

@@ -45,6 +45,9 @@ void RenderStatus(const ReplyNode& o, const std::string& socket_path,
       << "  soft-bts (ptrace): " << m.Member("soft_bts").Text(K::kBool)
       << "  software events: " << m.Member("software_events").Text(K::kBool)
       << "\n";
+  if (const ReplyNode scope = m.Member("soft_bts_scope");
+      scope.present() && !scope.String().empty())
+    out << "  soft-bts: " << scope.String() << "\n";
   out << "  from: " << m.Member("source").Text(K::kString) << "\n";
   out << "sessions: " << o.Member("sessions").Text(K::kUint) << "\n";
   const ReplyNode mem = o.Member("memory");

@@ -1,48 +1,33 @@
 #include "userspace/pfmctl/report.h"
 
 #include <algorithm>
-#include <unordered_map>
+#include <array>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "pfm/record_json.h"
 #include "userspace/pfmctl/reply.h"
 
 namespace pfm {
-namespace {
 
 namespace json = boost::json;
+
+struct TraceSymbols::Space {
+  explicit Space(std::vector<Mapping> maps) : sym(std::move(maps)) {}
+  Symbolizer sym;
+  absl::flat_hash_map<uint64_t, Symbol> cache;
+};
+
+namespace {
 
 // Functions listed in the JSON and in the text form.
 constexpr size_t kHotJson = 20;
 constexpr size_t kHotText = 15;
-
-// Symbolizes each address once: the hot-function count looks up every
-// branch, and loops repeat the same few addresses.
-class CachedSymbols {
- public:
-  explicit CachedSymbols(std::vector<Mapping> maps) : sym_(std::move(maps)) {}
-  const std::string& Symbolize(uint64_t addr) {
-    auto it = cache_.find(addr);
-    if (it == cache_.end()) it = cache_.emplace(addr, sym_.Symbolize(addr)).first;
-    return it->second;
-  }
-
- private:
-  Symbolizer sym_;
-  std::unordered_map<uint64_t, std::string> cache_;
-};
-
-ReportRecord Symbolized(const pfm_record& r, CachedSymbols& sym) {
-  ReportRecord out{r, "", "", ""};
-  if (r.type == PFM_REC_BRANCH) {
-    out.from_sym = sym.Symbolize(r.u.branch.from);
-    out.to_sym = sym.Symbolize(r.u.branch.to);
-  } else if (r.type == PFM_REC_PEBS) {
-    out.ip_sym = sym.Symbolize(r.u.pebs.ip);
-  }
-  return out;
-}
+// Record types counted in an array (the known ones and some room); others
+// in a map.
+constexpr size_t kTypeSlots = 32;
 
 // "87.5%"; "not counted" when absent or null; a non-number as it is.
 std::string RatioText(const json::value* v) {
@@ -54,83 +39,265 @@ std::string RatioText(const json::value* v) {
   return absl::StrFormat("%.1f%%", 100.0 * ratio);
 }
 
+// The function of a symbol: "fn+0x1c" -> "fn"; "[/usr/bin/ls+0x7f0]" (no
+// symbol covers it) -> "[/usr/bin/ls]". Only a trailing "+0x<hex>" is an
+// offset: C++ names may hold a '+' of their own ("operator+(...)").
+std::string FunctionOf(const std::string& s) {
+  const bool bracketed = s.size() >= 2 && s.front() == '[' && s.back() == ']';
+  const size_t end = bracketed ? s.size() - 1 : s.size();
+  const size_t plus = s.rfind("+0x", end);
+  if (plus == std::string::npos || plus + 3 >= end) return s;
+  for (size_t i = plus + 3; i < end; ++i)
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(s[i]))) return s;
+  return bracketed ? s.substr(0, plus) + "]" : s.substr(0, plus);
+}
+
+// The newest `limit` records, in a ring that grows only as records come
+// (a large --limit costs nothing on a short trace).
+class LastRecords {
+ public:
+  explicit LastRecords(size_t limit) : limit_(limit) {}
+  void Push(const pfm_record& r) {
+    if (limit_ == 0) return;
+    if (buf_.size() < limit_) {
+      buf_.push_back(r);
+      return;
+    }
+    buf_[next_] = r;
+    if (++next_ == limit_) next_ = 0;
+  }
+  // Oldest first.
+  std::vector<pfm_record> InOrder() const {
+    std::vector<pfm_record> out(buf_.begin() + static_cast<ptrdiff_t>(next_), buf_.end());
+    out.insert(out.end(), buf_.begin(), buf_.begin() + static_cast<ptrdiff_t>(next_));
+    return out;
+  }
+
+ private:
+  size_t limit_;
+  size_t next_ = 0;
+  std::vector<pfm_record> buf_;
+};
+
 }  // namespace
 
-const ProcessMaps* SymbolMaps(const Trace& trace) {
-  for (auto it = trace.maps.rbegin(); it != trace.maps.rend(); ++it)
+TraceSymbols::TraceSymbols(const std::vector<ProcessMaps>& maps) {
+  for (const ProcessMaps& m : maps) {
+    if (m.mappings.empty()) continue;
+    spaces_.push_back(std::make_unique<Space>(m.mappings));
+    times_.push_back(m.time_ns);
+    pids_.push_back(m.pid);
+  }
+}
+
+TraceSymbols::~TraceSymbols() = default;
+
+int TraceSymbols::MapsAt(uint64_t time, uint32_t pid) const {
+  if (times_.size() <= 1) return times_.empty() ? -1 : 0;
+  int first = -1, best = -1;
+  for (size_t i = 0; i < times_.size(); ++i) {
+    if (pid == 0 || static_cast<uint32_t>(pids_[i]) != pid) continue;
+    if (first < 0) first = static_cast<int>(i);
+    if (times_[i] <= time) best = static_cast<int>(i);
+  }
+  if (first >= 0) return best >= 0 ? best : first;
+  // The first block taken at or after `time`; after them all, the last.
+  for (size_t i = 0; i < times_.size(); ++i)
+    if (times_[i] >= time) return static_cast<int>(i);
+  return static_cast<int>(times_.size()) - 1;
+}
+
+const TraceSymbols::Symbol& TraceSymbols::Lookup(int maps, uint64_t addr) {
+  if (maps < 0 || static_cast<size_t>(maps) >= spaces_.size()) return none_;
+  Space& s = *spaces_[static_cast<size_t>(maps)];
+  auto it = s.cache.find(addr);
+  if (it != s.cache.end()) return it->second;
+  if (s.cache.size() >= kMaxCached) s.cache.clear();
+  Symbol sym{s.sym.Symbolize(addr), s.sym.ModuleOf(addr)};
+  return s.cache.emplace(addr, std::move(sym)).first->second;
+}
+
+ReportRecord Symbolized(const pfm_record& r, TraceSymbols& symbols) {
+  ReportRecord out{r, "", "", ""};
+  // Each name is copied before the next Lookup (which may empty the cache).
+  if (r.type == PFM_REC_BRANCH) {
+    out.from_sym = symbols.At(r.time, r.u.branch.from, r.pid).name;
+    out.to_sym = symbols.At(r.time, r.u.branch.to, r.pid).name;
+  } else if (r.type == PFM_REC_PEBS) {
+    out.ip_sym = symbols.At(r.time, r.u.pebs.ip, r.pid).name;
+  }
+  return out;
+}
+
+const ProcessMaps* SymbolMaps(const std::vector<ProcessMaps>& maps) {
+  for (auto it = maps.rbegin(); it != maps.rend(); ++it)
     if (!it->mappings.empty()) return &*it;
   return nullptr;
 }
 
-absl::StatusOr<TraceReport> BuildReport(const std::string& file, size_t limit) {
-  absl::StatusOr<Trace> t = ReadTrace(file);
-  if (!t.ok()) return t.status();
+const ProcessMaps* SymbolMaps(const Trace& trace) { return SymbolMaps(trace.maps); }
+
+absl::StatusOr<std::vector<ProcessMaps>> ReadTraceMaps(const std::string& file) {
+  TraceReader::Options o;
+  o.skip_records = true;
+  absl::StatusOr<TraceReader> r = TraceReader::Open(file, o);
+  if (!r.ok()) return r.status();
+  std::vector<ProcessMaps> maps;
+  for (;;) {
+    absl::StatusOr<TraceReader::Event> e = r->Next();
+    if (!e.ok()) return e.status();
+    if (*e == TraceReader::Event::kMaps) maps.push_back(r->maps());
+    if (*e == TraceReader::Event::kEnd) return maps;
+  }
+}
+
+std::string CounterUnit(const std::string& event) {
+  return event == "task-clock" || event == "cpu-clock" ? "ns" : "events";
+}
+
+absl::StatusOr<TraceReport> BuildReport(const std::string& file,
+                                        const ReportOptions& options) {
+  absl::StatusOr<std::vector<ProcessMaps>> maps = ReadTraceMaps(file);
+  if (!maps.ok()) return maps.status();
+  TraceSymbols symbols(*maps);
+  maps->clear();
+  absl::StatusOr<TraceReader> reader = TraceReader::Open(file);
+  if (!reader.ok()) return reader.status();
+
   TraceReport rep;
   rep.file = file;
-  rep.trace = std::move(*t);
-  const std::vector<pfm_record>& records = rep.trace.records;
-  const ProcessMaps* maps = SymbolMaps(rep.trace);
-  CachedSymbols sym(maps != nullptr ? maps->mappings : std::vector<Mapping>{});
+  rep.header = reader->header();
+  std::array<uint64_t, kTypeSlots> types{};
+  std::map<uint16_t, uint64_t> other_types;
+  // Branches per source address, per maps block (index 0: no maps).
+  std::vector<absl::flat_hash_map<uint64_t, uint64_t>> counts(symbols.spaces() + 1);
+  size_t distinct = 0;
+  LastRecords last(options.limit), last_branches(options.limit);
 
-  std::vector<const pfm_record*> branches;
-  for (const pfm_record& r : records) {
-    ++rep.by_type[RecordTypeName(r.type)];
-    if (r.type == PFM_REC_LOST) rep.lost += r.u.lost.count;
-    if (r.type == PFM_REC_BRANCH) branches.push_back(&r);
+  for (bool more = true; more;) {
+    absl::StatusOr<TraceReader::Event> e = reader->Next();
+    if (!e.ok()) return e.status();
+    switch (*e) {
+      case TraceReader::Event::kRecords:
+        for (const pfm_record& r : reader->records()) {
+          if (r.type < kTypeSlots) {
+            ++types[r.type];
+          } else {
+            ++other_types[r.type];
+          }
+          if (r.type == PFM_REC_LOST) rep.lost += r.u.lost.count;
+          if (r.type == PFM_REC_BRANCH) {
+            auto& by_addr = counts[static_cast<size_t>(symbols.MapsAt(r.time, r.pid) + 1)];
+            auto it = by_addr.find(r.u.branch.from);
+            if (it != by_addr.end()) {
+              ++it->second;
+            } else if (distinct < kMaxHotAddresses) {
+              by_addr.emplace(r.u.branch.from, 1);
+              ++distinct;
+            } else {
+              ++rep.hot_uncounted;
+            }
+            last_branches.Push(r);
+          }
+          last.Push(r);
+          if (options.each_record)
+            if (absl::Status s = options.each_record(Symbolized(r, symbols)); !s.ok()) return s;
+        }
+        rep.records += reader->records().size();
+        break;
+      case TraceReader::Event::kMaps:
+        if (!reader->maps().mappings.empty()) rep.maps = reader->maps();
+        break;
+      case TraceReader::Event::kTrailer:
+        rep.trailer = reader->trailer();
+        rep.complete = true;
+        break;
+      case TraceReader::Event::kEnd:
+        rep.cut_reason = reader->cut_reason();
+        more = false;
+        break;
+    }
   }
-  std::map<std::string, uint64_t> hot;
-  for (const pfm_record* b : branches) {
-    const std::string& s = sym.Symbolize(b->u.branch.from);
-    // "fn+0x1c" counts for fn; "[/usr/bin/ls+0x7f0]" (no symbol) for
-    // "[/usr/bin/ls]".
-    const size_t plus = s.rfind('+');
-    std::string fn = plus == std::string::npos ? s : s.substr(0, plus);
-    if (plus != std::string::npos && !s.empty() && s.front() == '[' && s.back() == ']')
-      fn += ']';
-    ++hot[fn.empty() ? Hex(b->u.branch.from) : fn];
-  }
-  std::vector<std::pair<uint64_t, std::string>> hot_sorted;
-  for (const auto& [fn, n] : hot) hot_sorted.emplace_back(n, fn);
-  std::sort(hot_sorted.rbegin(), hot_sorted.rend());
-  for (auto& [n, fn] : hot_sorted) rep.hot.push_back({std::move(fn), n});
 
-  const json::value* counters = rep.trace.trailer.if_contains("counters");
+  for (size_t t = 0; t < kTypeSlots; ++t)
+    if (types[t] != 0) rep.by_type[RecordTypeName(static_cast<uint16_t>(t))] = types[t];
+  for (const auto& [t, n] : other_types) rep.by_type[RecordTypeName(t)] = n;
+  rep.branches = types[PFM_REC_BRANCH];
+
+  // Each distinct address symbolized once, summed by (function, library).
+  std::map<std::pair<std::string, std::string>, uint64_t> functions;
+  for (size_t space = 0; space < counts.size(); ++space) {
+    for (const auto& [addr, n] : counts[space]) {
+      const TraceSymbols::Symbol& s = symbols.Lookup(static_cast<int>(space) - 1, addr);
+      std::string fn = FunctionOf(s.name);
+      functions[{fn.empty() ? Hex(addr) : std::move(fn), s.dso}] += n;
+    }
+    counts[space] = {};
+  }
+  for (auto& [key, n] : functions)
+    rep.hot.push_back(ReportFunction{key.first, key.second, n,
+                                     rep.branches ? 100.0 * static_cast<double>(n) /
+                                                        static_cast<double>(rep.branches)
+                                                  : 0.0});
+  std::sort(rep.hot.begin(), rep.hot.end(),
+            [](const ReportFunction& a, const ReportFunction& b) {
+              if (a.branches != b.branches) return a.branches > b.branches;
+              return a.function > b.function;
+            });
+
+  const json::value* counters = rep.trailer.if_contains("counters");
   rep.counters = counters != nullptr ? *counters : json::array{};
 
-  for (size_t i = records.size() - std::min(limit, records.size()); i < records.size(); ++i)
-    rep.last_records.push_back(Symbolized(records[i], sym));
-  for (size_t i = branches.size() - std::min(limit, branches.size()); i < branches.size();
-       ++i)
-    rep.last_branches.push_back(Symbolized(*branches[i], sym));
+  for (const pfm_record& r : last.InOrder()) rep.last_records.push_back(Symbolized(r, symbols));
+  for (const pfm_record& r : last_branches.InOrder())
+    rep.last_branches.push_back(Symbolized(r, symbols));
   return rep;
 }
 
 void RenderReportText(const TraceReport& rep, std::ostream& out) {
-  const Trace& t = rep.trace;
-  out << rep.file << ": " << t.records.size() << " records";
+  out << rep.file << ": " << rep.records << " records";
   for (const auto& [k, v] : rep.by_type) out << ", " << v << " " << k;
   out << "\n";
-  if (!t.complete) out << "warning: trace cut short: " << t.cut_reason << "\n";
-  if (const json::value* c = t.header.if_contains("command"))
+  if (!rep.complete) out << "warning: trace cut short: " << rep.cut_reason << "\n";
+  if (const json::value* c = rep.header.if_contains("command"))
     out << "command: " << JsonText(c) << "\n";
-  if (const json::value* s = t.trailer.if_contains("exit"))
+  if (const json::value* s = rep.trailer.if_contains("exit"))
     out << "exit: " << JsonText(s) << "\n";
-  if (const json::value* s = t.trailer.if_contains("steps"))
+  if (const json::value* s = rep.trailer.if_contains("steps"))
     out << "soft-BTS steps: " << JsonText(s) << "\n";
   if (rep.lost) out << "lost: " << rep.lost << " records\n";
   if (!rep.hot.empty()) {
     out << "\nbranches by source function:\n";
     for (size_t i = 0; i < rep.hot.size() && i < kHotText; ++i)
-      out << absl::StrFormat("  %10u  %s\n", rep.hot[i].branches, rep.hot[i].function);
+      out << absl::StrFormat("  %10u %6.2f%%  ", rep.hot[i].branches, rep.hot[i].percent)
+          << (rep.hot[i].dso.empty()
+                  ? rep.hot[i].function
+                  : absl::StrFormat("%-40s %s", rep.hot[i].function, rep.hot[i].dso))
+          << "\n";
+    if (rep.hot.size() > kHotText)
+      out << "  (" << rep.hot.size() - kHotText << " more functions)\n";
+    if (rep.hot_uncounted)
+      out << "  (" << rep.hot_uncounted << " branches from addresses beyond the "
+          << kMaxHotAddresses << " tracked)\n";
   }
   if (rep.counters.is_array() && !rep.counters.get_array().empty()) {
     out << "\ncounters:\n";
     for (const json::value& cv : rep.counters.get_array()) {
       if (!cv.is_object()) continue;
       const json::object& co = cv.get_object();
-      out << absl::StrFormat("  %-24s %16s  running %s\n",
-                             JsonText(co.if_contains("event")),
-                             JsonText(co.if_contains("value")),
+      const json::value* event = co.if_contains("event");
+      const json::value* value = co.if_contains("value");
+      // The clocks in msec, as perf stat shows them; counts as they are.
+      std::string shown = JsonText(value), unit;
+      if (event != nullptr && event->is_string() &&
+          CounterUnit(std::string(event->get_string())) == "ns" && value != nullptr &&
+          (value->is_uint64() || value->is_int64())) {
+        const double ns = value->is_uint64() ? static_cast<double>(value->get_uint64())
+                                             : static_cast<double>(value->get_int64());
+        shown = absl::StrFormat("%.2f", ns / 1e6);
+        unit = "msec";
+      }
+      out << absl::StrFormat("  %-24s %16s %-4s  running %s\n", JsonText(event), shown, unit,
                              RatioText(co.if_contains("ratio")));
     }
   }
@@ -144,50 +311,68 @@ void RenderReportText(const TraceReport& rep, std::ostream& out) {
   }
 }
 
-json::object RenderReportJson(const TraceReport& rep) {
-  json::array recs;
-  for (const ReportRecord& rr : rep.last_records) {
-    json::object o = RecordToJson(rr.record);
-    if (rr.record.type == PFM_REC_BRANCH) {
-      o["from_sym"] = rr.from_sym;
-      o["to_sym"] = rr.to_sym;
-    } else if (rr.record.type == PFM_REC_PEBS) {
-      o["ip_sym"] = rr.ip_sym;
-    }
-    recs.push_back(std::move(o));
+json::object RecordJson(const ReportRecord& rr) {
+  json::object o = RecordToJson(rr.record);
+  if (rr.record.type == PFM_REC_BRANCH) {
+    o["from_sym"] = rr.from_sym;
+    o["to_sym"] = rr.to_sym;
+  } else if (rr.record.type == PFM_REC_PEBS) {
+    o["ip_sym"] = rr.ip_sym;
   }
+  return o;
+}
+
+json::object RenderReportJson(const TraceReport& rep) {
+  json::array recs, branches;
+  for (const ReportRecord& rr : rep.last_records) recs.push_back(RecordJson(rr));
+  for (const ReportRecord& rr : rep.last_branches) branches.push_back(RecordJson(rr));
   json::object types;
   for (const auto& [k, v] : rep.by_type) types[k] = v;
   json::array hot;
   for (size_t i = 0; i < rep.hot.size() && i < kHotJson; ++i)
     hot.push_back(json::object{{"function", rep.hot[i].function},
-                               {"branches", rep.hot[i].branches}});
-  const Trace& t = rep.trace;
-  // The mappings the report symbolized with (they were in the trailer's
-  // JSON before trace version 2), addresses as hex like the records'.
+                               {"dso", rep.hot[i].dso},
+                               {"branches", rep.hot[i].branches},
+                               {"percent", rep.hot[i].percent}});
+  // The counters as written, each object with its unit.
+  json::value counters = rep.counters;
+  if (counters.is_array()) {
+    for (json::value& cv : counters.get_array()) {
+      if (!cv.is_object()) continue;
+      const json::value* event = cv.get_object().if_contains("event");
+      if (event != nullptr && event->is_string())
+        cv.get_object()["unit"] = CounterUnit(std::string(event->get_string()));
+    }
+  }
+  // The mappings the report names addresses with (the last block), addresses
+  // as hex like the records'.
   json::value maps = nullptr;
-  if (const ProcessMaps* m = SymbolMaps(t)) {
+  if (rep.maps) {
     json::array mappings;
-    for (const Mapping& e : m->mappings)
+    for (const Mapping& e : rep.maps->mappings)
       mappings.push_back(json::object{{"start", Hex(e.start)},
                                       {"end", Hex(e.end)},
                                       {"offset", Hex(e.offset)},
                                       {"path", e.path},
                                       {"writable", e.writable},
                                       {"shared", e.shared}});
-    maps = json::object{
-        {"pid", m->pid}, {"time_ns", m->time_ns}, {"mappings", std::move(mappings)}};
+    maps = json::object{{"pid", rep.maps->pid},
+                        {"time_ns", rep.maps->time_ns},
+                        {"mappings", std::move(mappings)}};
   }
-  return json::object{{"complete", t.complete},
-                      {"cut_reason", t.cut_reason},
-                      {"header", t.header},
-                      {"trailer", t.trailer},
+  return json::object{{"complete", rep.complete},
+                      {"cut_reason", rep.cut_reason},
+                      {"header", rep.header},
+                      {"trailer", rep.trailer},
                       {"maps", std::move(maps)},
-                      {"summary", json::object{{"records", t.records.size()},
+                      {"summary", json::object{{"records", rep.records},
                                                {"by_type", std::move(types)},
-                                               {"lost", rep.lost}}},
+                                               {"lost", rep.lost},
+                                               {"branches", rep.branches},
+                                               {"hot_uncounted", rep.hot_uncounted}}},
                       {"hot_functions", std::move(hot)},
-                      {"counters", rep.counters},
+                      {"counters", std::move(counters)},
+                      {"last_branches", std::move(branches)},
                       {"records", std::move(recs)}};
 }
 

@@ -1,30 +1,98 @@
-// `pfmctl report`: a model of what a trace file shows, built once from the
-// file, and its two renderings (text and --json).
+// `pfmctl report` and `pfmctl script`: what a trace file shows, read as a
+// stream (TraceReader), so memory stays bounded however long the trace is.
+//
+// The report keeps aggregates only: records by type, loss, branches per
+// source address (symbolized once per address at the end, then summed by
+// function and its library), the trailer's counters, and the newest
+// `limit` records and branches. A caller that wants every record (`report
+// --records`, `script`) is handed each one, symbolized, as it is read; the
+// report does not keep them.
+//
+// Names: a trace's MAPS blocks are read first by a pass that seeks over the
+// records (the blocks usually come at the end, with the session summary).
+// A record is symbolized with the maps in effect at its time: the first
+// MAPS block with mappings whose time_ns is at or after the record's time,
+// else the last one with mappings (an empty list, as a target that had not
+// reported its mappings yet leaves, hides nothing). With one MAPS block, as
+// most files have, that is the one block; with several (a stream's start
+// and end, an exec), a record before a later exec is named in the image it
+// ran in.
 //
 // A trace file is input too (it may be cut short, or written by another
 // version): its header and trailer are read without accessors that throw,
 // and what does not have the expected shape is left out (a counter) rather
-// than failing the report, as ReadTrace keeps what was readable of a
-// damaged file. The mappings come from the file's binary MAPS blocks, which
-// ReadTrace checked.
+// than failing the report, as TraceReader keeps what was readable of a
+// damaged file.
 #ifndef PFM_USERSPACE_PFMCTL_REPORT_H_
 #define PFM_USERSPACE_PFMCTL_REPORT_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include <boost/json.hpp>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernel/uapi/pfm_uapi.h"
+#include "kernel/uapi/proc_maps.h"
 #include "pfm/symbolizer.h"
 #include "pfm/trace_file.h"
 
 namespace pfm {
+
+// Symbols of a trace's addresses, cached per address: a hot loop has few
+// distinct addresses, so each is looked up in the ELF files once. Not
+// thread-safe.
+class TraceSymbols {
+ public:
+  // At most this many addresses are cached per maps block; a miss when
+  // full empties the cache first (memory stays bounded on a trace of
+  // random addresses).
+  static constexpr size_t kMaxCached = 1 << 16;
+
+  struct Symbol {
+    std::string name;  // Symbolizer::Symbolize: "fn+0x1c", "[path+0xoff]", "" unmapped
+    std::string dso;   // Symbolizer::ModuleOf: "libc.so.6", "[kernel]", ""
+  };
+
+  // The trace's MAPS blocks, in file order.
+  explicit TraceSymbols(const std::vector<ProcessMaps>& maps);
+  ~TraceSymbols();
+  TraceSymbols(const TraceSymbols&) = delete;
+  TraceSymbols& operator=(const TraceSymbols&) = delete;
+
+  // Which maps block names a record of process `pid` at `time`: of that
+  // pid's blocks, the last taken at or before `time` (the maps in effect:
+  // a program before its exec, a child after its fork), else its first;
+  // for a pid without blocks of its own (a file from before pids were
+  // recorded per process), the first block of any pid taken at or after
+  // `time`, else the last. An index for Lookup, or -1 when the trace has no
+  // mappings at all.
+  int MapsAt(uint64_t time, uint32_t pid = 0) const;
+  // `addr` in maps block `maps` (MapsAt's answer; -1 gives an empty
+  // Symbol). The reference is valid until the next Lookup.
+  const Symbol& Lookup(int maps, uint64_t addr);
+  // Both at once.
+  const Symbol& At(uint64_t time, uint64_t addr, uint32_t pid = 0) {
+    return Lookup(MapsAt(time, pid), addr);
+  }
+  // The maps blocks with mappings: MapsAt answers below this.
+  size_t spaces() const { return spaces_.size(); }
+
+ private:
+  struct Space;
+  std::vector<std::unique_ptr<Space>> spaces_;  // the blocks with mappings
+  std::vector<uint64_t> times_;                 // their time_ns, in order
+  std::vector<int32_t> pids_;                   // and their pids
+  Symbol none_;
+};
 
 // A record as the report shows it, with its addresses symbolized
 // ("function+0xoff", "" when unmapped).
@@ -34,39 +102,83 @@ struct ReportRecord {
   std::string ip_sym;            // PEBS samples
 };
 
+ReportRecord Symbolized(const pfm_record& r, TraceSymbols& symbols);
+
 struct ReportFunction {
   std::string function;  // or the hex address when no symbol covers it
+  std::string dso;       // the library or executable ("libc.so.6"), "" unmapped
   uint64_t branches = 0;
+  double percent = 0;    // of all branches
+};
+
+struct ReportOptions {
+  // The newest records and branches kept (last_records, last_branches).
+  size_t limit = 20;
+  // When set, called with every record in file order, symbolized
+  // (`report --records`, `script`); the report keeps none of them. An
+  // error stops the reading and is BuildReport's (e.g. the output closed).
+  std::function<absl::Status(const ReportRecord&)> each_record;
 };
 
 struct TraceReport {
   std::string file;
-  Trace trace;  // header, records, maps, trailer, complete, cut_reason
+  boost::json::object header;
+  boost::json::object trailer;
+  bool complete = false;   // a TRAILER was found
+  std::string cut_reason;  // TraceReader::cut_reason when !complete
+  // The maps `--json` shows: the last MAPS block with mappings (SymbolMaps).
+  std::optional<ProcessMaps> maps;
+  uint64_t records = 0;
   std::map<std::string, uint64_t> by_type;  // records per type name
   uint64_t lost = 0;                         // sum of the LOST records' counts
-  // Branches by source function, most first (ties: greater name first).
+  uint64_t branches = 0;
+  // Branches by source function and its library, most first (ties: greater
+  // name first). Distinct source addresses are counted up to
+  // kMaxHotAddresses; branches from addresses beyond that are in
+  // `hot_uncounted`, not in any function.
   std::vector<ReportFunction> hot;
+  uint64_t hot_uncounted = 0;
   // The trailer's "counters" as written (an array from pfmctl), [] when it
   // has none.
   boost::json::value counters;
-  // The newest `limit` records of any type (--json) and the newest `limit`
-  // branches (text), oldest first.
+  // The newest `limit` records of any type and the newest `limit`
+  // branches, oldest first.
   std::vector<ReportRecord> last_records;
   std::vector<ReportRecord> last_branches;
 };
 
-// The mappings a report symbolizes with: those of the trace's last MAPS
-// block that has any (an empty list, as a target that had not reported its
-// mappings yet leaves, does not hide an earlier one); none without.
+// Distinct branch source addresses the hot-function count tracks (about
+// 17 MiB at most).
+inline constexpr size_t kMaxHotAddresses = 1 << 19;
+
+// The mappings a report shows in --json: those of the last MAPS block that
+// has any; none without.
+const ProcessMaps* SymbolMaps(const std::vector<ProcessMaps>& maps);
 const ProcessMaps* SymbolMaps(const Trace& trace);
 
-// Reads `file` (ReadTrace's errors) and builds its report, symbolizing with
-// SymbolMaps(trace).
-absl::StatusOr<TraceReport> BuildReport(const std::string& file, size_t limit);
+// The MAPS blocks of `file`, by a pass that skips the records
+// (TraceReader's errors; a cut file gives the blocks before the cut).
+absl::StatusOr<std::vector<ProcessMaps>> ReadTraceMaps(const std::string& file);
+
+// Streams `file` (TraceReader's errors) into its report.
+absl::StatusOr<TraceReport> BuildReport(const std::string& file,
+                                        const ReportOptions& options);
+
+// A counter's unit by its event name: "ns" for the clocks (task-clock,
+// cpu-clock), "hits" for a breakpoint, else "events".
+std::string CounterUnit(const std::string& event);
 
 void RenderReportText(const TraceReport& report, std::ostream& out);
-// With "maps": SymbolMaps' mappings (addresses as hex strings), or null.
+// The summary: {"complete", "cut_reason", "header", "trailer", "maps" (the
+// SymbolMaps mappings, addresses as hex strings, or null), "summary":
+// {"records", "by_type", "lost", "branches"}, "hot_functions": [{"function",
+// "dso", "branches", "percent"}], "counters" (as written, each object with a
+// "unit" added), "last_branches" and "records" (the newest `limit`
+// records)}. `report --json --records` streams every record as "records"
+// instead, and leaves this object's "records" out (RecordJson).
 boost::json::object RenderReportJson(const TraceReport& report);
+// One record as the JSON forms show it: RecordToJson plus the symbols.
+boost::json::object RecordJson(const ReportRecord& record);
 
 }  // namespace pfm
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "pfm/client.h"
 #include "pfm/session_spec.h"
+#include "userspace/pfmctl/breakpoint_names.h"
 #include "userspace/pfmctl/connect.h"
 #include "userspace/pfmctl/flags.h"
 #include "userspace/pfmctl/render.h"
@@ -38,6 +39,16 @@ absl::StatusOr<int> Create(const CliContext& ctx, const CommandArgs& args) {
   if (!spec.ok()) return spec.status();
   absl::StatusOr<Client> c = Connect(ctx);
   if (!c.ok()) return c.status();
+  if (spec->HasUnresolvedBreakpoints()) {
+    // Names are looked up in the target's files now (breakpoint_names.h).
+    if (spec->pid < 0)
+      return UsageError("breakpoint names need a process (--pid PID): a CPU has no files "
+                        "to look them up in");
+    if (absl::Status s = CheckDaemonCanResolveNames(*c); !s.ok()) return s;
+    if (absl::Status s = ResolveBreakpointNames(spec->pid, &*spec); !s.ok()) return s;
+    spec = ValidateSpec(*spec);
+    if (!spec.ok()) return spec.status();
+  }
   absl::StatusOr<Client::Reply> r = c->Call("session_create", {{"spec", spec->ToJson()}});
   if (!r.ok()) return r.status();
   // Scripts take the id from this reply (both forms): it must be one.

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -31,13 +32,16 @@
 #include "pfm/session_spec.h"
 #include "pfm/trace_file.h"
 #include "pfm/unique_fd.h"
+#include "userspace/pfmctl/breakpoint_names.h"
 #include "userspace/pfmctl/capture.h"
 #include "userspace/pfmctl/connect.h"
 #include "userspace/pfmctl/export.h"
 #include "userspace/pfmctl/flags.h"
+#include "userspace/pfmctl/progress.h"
 #include "userspace/pfmctl/render.h"
 #include "userspace/pfmctl/reply.h"
 #include "userspace/pfmctl/report.h"
+#include "userspace/pfmctl/script.h"
 #include "userspace/pfmctl/timeline.h"
 
 namespace pfm {
@@ -88,6 +92,29 @@ UniqueFd DaemonPidfd(int conn) {
   if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0)
     return UniqueFd();
   return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0)));
+}
+
+// StreamToFile's progress callback: redraws `line` when due, asking pfmd for
+// the tracer's step count only then (one session_show per redraw; the
+// count is left out when the request fails).
+std::function<void(const StreamResult&)> ProgressCallback(ProgressLine& line, Client& c,
+                                                          uint64_t id, const TraceWriter& w) {
+  return [&line, &c, id, &w](const StreamResult& r) {
+    if (!line.Due()) return;
+    ProgressCounts counts;
+    counts.branches = r.branches;
+    counts.bytes = w.bytes();
+    counts.lost = r.lost_records;
+    if (absl::StatusOr<Client::Reply> show = c.Call("session_show", {{"id", id}}); show.ok()) {
+      ReplyReader reader("session_show", show->result);
+      const ReplyNode soft_bts = reader.result().Member("soft_bts");
+      if (soft_bts.present()) {
+        const uint64_t steps = soft_bts.Member("steps").Uint();
+        if (reader.ok()) counts.steps = steps;
+      }
+    }
+    line.Show(counts);
+  };
 }
 
 }  // namespace
@@ -201,7 +228,10 @@ absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args
   options.daemon_conn = c->fd();
   options.daemon_pidfd = daemon.valid() ? daemon.get() : -1;
   options.stop = &g_stop_stream;
+  ProgressLine progress(ctx.err, ProgressWanted());
+  options.progress = ProgressCallback(progress, *c, *id, *w);
   absl::StatusOr<StreamResult> res = StreamToFile(*ring, *w, *file, options);
+  progress.Clear();
   if (!res.ok()) return res.status();
   if (res->hung_up && !ring->ended() && !g_stop_stream) {
     // No trailer: the file says it was cut short (pfm/trace_file.h), and the
@@ -241,6 +271,8 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   if (!output_format.ok()) return output_format.status();
   absl::StatusOr<std::string> attach_s = f.Take("-p");
   if (!attach_s.ok()) return attach_s.status();
+  // Children are followed by default, as perf record does.
+  const bool no_inherit = f.TakeBool("--no-inherit");
   absl::StatusOr<std::vector<std::string>> pos = f.Positional("record");
   if (!pos.ok()) return pos.status();
   // -p PID: attach to a running process (perf record -p) instead of running
@@ -275,6 +307,9 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   if (spec->bts == "off" && spec->counters.empty() && spec->pebs_event.empty() &&
       spec->breakpoints.empty())
     spec->bts = "lossless";
+  if (no_inherit && spec->inherit)
+    return UsageError("record: --inherit and --no-inherit contradict each other");
+  spec->inherit = !no_inherit && spec->bts != "off";
   absl::StatusOr<Client> c = Connect(ctx);
   if (!c.ok()) return c.status();
   absl::StatusOr<Client::Reply> st = c->Call("status");
@@ -308,14 +343,17 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message));
   // From here on, every way out reaps the child: held (Abandon makes it exit
   // without running anything) or released.
+  LaunchedChild launched(pid);
   auto abandon = [&](absl::Status s) {
-    if (!run) return s;
-    Abandon(pid, nullptr);
-    int ws;
-    ::waitpid(pid, &ws, 0);
+    if (run) launched.AbandonAndReap();
     return s;
   };
   spec->pid = pid;
+  // Breakpoint names: resolved once the program has exec'd, or in the
+  // attached process (breakpoint_names.h).
+  if (absl::Status s = run ? launched.ResolveNames(&*spec) : ResolveBreakpointNames(pid, &*spec);
+      !s.ok())
+    return abandon(s);
   absl::StatusOr<SessionSpec> valid = ValidateSpec(*spec);
   if (!valid.ok()) return abandon(valid.status());
   absl::StatusOr<Client::Reply> cr =
@@ -348,7 +386,7 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   if (start_maps)
     if (absl::Status s = w->AppendMaps(*start_maps); !s.ok()) return s;
   if (run)
-    if (int err = Release(pid, &d); err < 0)
+    if (int err = launched.Start(&d); err < 0)
       return abandon(
           absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message)));
 
@@ -391,6 +429,8 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
       return exited_at.has_value() &&
              std::chrono::steady_clock::now() - *exited_at > kRecordEndWait;
     };
+    ProgressLine progress(ctx.err, ProgressWanted());
+    options.progress = ProgressCallback(progress, *c, id, *w);
     streamed = StreamToFile(*ring, *w, trace_file, options).status();
   }
   // Reaped in every case: CMD runs to its end whatever became of the trace
@@ -473,36 +513,86 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   return 1;
 }
 
+namespace {
+// A reader that went away (FlushOutput's CANCELLED) ends the command as
+// SIGPIPE would, without a message.
+absl::StatusOr<int> CancelledIsSigpipe(const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kCancelled) return 128 + SIGPIPE;
+  return s;
+}
+}  // namespace
+
 absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args) {
   CommandFlags f(args, 1);
   absl::StatusOr<std::string> limit_s = f.Take("--limit", "");
   if (!limit_s.ok()) return limit_s.status();
   absl::StatusOr<std::string> timeline = f.Take("--timeline", "");
   if (!timeline.ok()) return timeline.status();
+  const bool every_record = f.TakeBool("--records");
   absl::StatusOr<std::vector<std::string>> pos = f.Positional("report");
   if (!pos.ok()) return pos.status();
   if (pos->size() != 1)
-    return UsageError("usage: report FILE [--limit N] [--timeline OUT.svg]");
-  size_t limit = ctx.json ? SIZE_MAX : kReportTextLimit;
+    return UsageError("usage: report FILE [--limit N] [--records] [--timeline OUT.svg]");
+  ReportOptions options;
+  options.limit = kReportTextLimit;
   if (!limit_s->empty()) {
     absl::StatusOr<int> n = ParseIntArg("--limit", *limit_s, 0, 1 << 30);
     if (!n.ok()) return n.status();
-    limit = static_cast<size_t>(*n);
+    options.limit = static_cast<size_t>(*n);
   }
-  absl::StatusOr<TraceReport> report = BuildReport(pos->front(), limit);
-  if (!report.ok()) return report.status();
+  // --records: every record, streamed out as it is read (script's lines, or
+  // the JSON document's "records" array), before the summary.
+  std::string buf;
+  uint64_t written = 0;
+  auto flush = [&] { return FlushOutput(*ctx.out, &buf, written); };
+  if (every_record) {
+    if (ctx.json) buf = "{\"records\":[";
+    options.each_record = [&](const ReportRecord& rr) -> absl::Status {
+      if (ctx.json) {
+        if (written > 0) buf.push_back(',');
+        buf += json::serialize(RecordJson(rr));
+      } else {
+        AppendScriptLine(rr, &buf);
+      }
+      ++written;
+      return buf.size() >= (64 << 10) ? flush() : absl::OkStatus();
+    };
+  }
+  absl::StatusOr<TraceReport> report = BuildReport(pos->front(), options);
+  // The reader of --records went away (`report --records | head`).
+  if (!report.ok()) return CancelledIsSigpipe(report.status());
   if (!timeline->empty()) {
     // The picture of when each thread ran and each counter and breakpoint
-    // was on hardware (docs/export.md).
+    // was on hardware (docs/export.md). It sorts every record by time, so
+    // this one reads the whole file into memory (ReadTrace).
+    absl::StatusOr<Trace> trace = ReadTrace(pos->front());
+    if (!trace.ok()) return trace.status();
     std::ofstream svg(*timeline, std::ios::binary | std::ios::trunc);
-    svg << TimelineSvg(BuildTimeline(report->trace));
+    svg << TimelineSvg(BuildTimeline(*trace));
     svg.close();
     if (!svg)
       return absl::UnavailableError(absl::StrCat(*timeline, ": cannot write the timeline"));
   }
   if (ctx.json) {
-    PrintJson(ctx, RenderReportJson(*report));
+    json::object summary = RenderReportJson(*report);
+    if (every_record) {
+      // The streamed array stands for "records"; the summary's members
+      // follow it in the same object.
+      summary.erase("records");
+      const std::string rest = json::serialize(summary);
+      buf += "]";
+      if (rest.size() > 2) buf += "," + rest.substr(1);
+      else buf += "}";
+      buf += "\n";
+      if (absl::Status s = flush(); !s.ok()) return CancelledIsSigpipe(s);
+    } else {
+      PrintJson(ctx, summary);
+    }
   } else {
+    if (every_record) {
+      buf += "\n";
+      if (absl::Status s = flush(); !s.ok()) return CancelledIsSigpipe(s);
+    }
     RenderReportText(*report, *ctx.out);
   }
   return 0;

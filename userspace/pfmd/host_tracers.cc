@@ -22,12 +22,20 @@ HostTracers::~HostTracers() {
   for (auto& t : all) t->Stop();
 }
 
-absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid) {
+absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
+                                bool inherit) {
   {
     KernelLockGuard l(&kernel_->lock());
     auto it = live_.find(pid);
     if (it != live_.end()) {
-      if (!it->second.process->done()) return absl::OkStatus();
+      if (!it->second.process->done()) {
+        if (it->second.process->inherit() == inherit) return absl::OkStatus();
+        return absl::FailedPreconditionError(absl::StrCat(
+            "pid ", pid, " is traced ",
+            it->second.process->inherit() ? "with" : "without",
+            " its children (--inherit) by another session; its sessions "
+            "share one tracer, so ask the same"));
+      }
       // The pid's earlier process is gone (pid reuse): a new tracer.
       retired_.push_back(std::move(it->second.process));
       live_.erase(it);
@@ -54,7 +62,10 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid) 
     host.signaled = [cb = callbacks_.signaled, task](int signo) { cb(task, signo); };
   std::unique_ptr<TracerProcess> t;
   ErrorDetail d;
-  const int err = TracerProcess::Start(pid, peer.TracerCredentials(), std::move(host), &t, &d);
+  TracerProcess::Options options;
+  options.inherit = inherit;
+  const int err = TracerProcess::Start(pid, peer.TracerCredentials(), std::move(host), &t,
+                                       &d, "/proc/self/exe", options);
   if (err < 0) return ErrnoToStatus(err, d);
   KernelLockGuard l(&kernel_->lock());
   live_[pid] = Entry{std::move(t), peer.uid};

@@ -42,8 +42,11 @@ class HostTracers {
   // Makes sure a live tracer runs for `pid`, starting one for `peer` if
   // none does (RESOURCE_EXHAUSTED past `max_per_uid` tracers of an
   // unprivileged uid). The tracer of an exited process at a recycled pid is
-  // retired first.
-  absl::Status Start(int32_t pid, const Peer& peer, int max_per_uid);
+  // retired first. `inherit`: the tracer follows the pid's children too; a
+  // live tracer that does not do what is asked is FAILED_PRECONDITION (one
+  // tracer per process: the sessions on a pid share it).
+  absl::Status Start(int32_t pid, const Peer& peer, int max_per_uid,
+                     bool inherit = false);
   // The pid's live tracer, or null.
   TracerProcess* FindLocked(int32_t pid) const;
   // Queues the pid's tracer to be stopped by Reap().

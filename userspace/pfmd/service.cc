@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "pfm/session_spec.h"
@@ -106,23 +108,44 @@ json::object SessionToJson(const SessionInfo& s, bool detail) {
   o["counters"] = std::move(counters);
   o["breakpoints"] = std::move(bps);
   if (s.soft_bts) {
-    o["soft_bts"] = json::object{{"steps", s.soft_bts->steps},
-                                 {"branches", s.soft_bts->branches},
-                                 {"singleblock", s.soft_bts->singleblock_honoured}};
+    const SoftBtsTracer::Stats& t = *s.soft_bts;
+    o["soft_bts"] = json::object{
+        {"steps", t.steps},
+        {"branches", t.branches},
+        {"singleblock", t.singleblock_honoured},
+        {"tasks", t.tasks},
+        {"tasks_seen", t.tasks_seen},
+        {"processes_seen", t.processes_seen},
+        {"switches", t.switches},
+        {"switch_artifacts_dropped", t.switch_artifacts},
+        // Where switch records come from: the kernel's own, or inferred
+        // from CPU changes because perf_event_open was refused (why).
+        {"switch_source", t.switch_errno == 0 ? "kernel" : "inferred"},
+        {"switch_source_why",
+         t.switch_errno == 0 ? std::string("perf context_switch records of each traced task")
+                             : absl::StrCat("perf_event_open refused: ",
+                                            std::strerror(static_cast<int>(-t.switch_errno)),
+                                            "; switches inferred from CPU changes")}};
     // Numbers, not the hex strings other addresses get (docs/pfmd.md):
     // pfmctl copies them into a trace file's binary MAPS block, and user
     // addresses (below 2^47) stay exact even for readers holding doubles.
-    json::array mappings;
-    for (const Mapping& m : s.maps.mappings)
-      mappings.push_back(json::object{{"start", m.start},
-                                      {"end", m.end},
-                                      {"offset", m.offset},
-                                      {"path", m.path},
-                                      {"writable", m.writable},
-                                      {"shared", m.shared}});
-    o["maps"] = json::object{{"pid", s.maps.pid},
-                             {"time_ns", s.maps.time_ns},
-                             {"mappings", std::move(mappings)}};
+    auto maps_json = [](const ProcessMaps& pm) {
+      json::array mappings;
+      for (const Mapping& m : pm.mappings)
+        mappings.push_back(json::object{{"start", m.start},
+                                        {"end", m.end},
+                                        {"offset", m.offset},
+                                        {"path", m.path},
+                                        {"writable", m.writable},
+                                        {"shared", m.shared}});
+      return json::object{{"pid", pm.pid},
+                          {"time_ns", pm.time_ns},
+                          {"mappings", std::move(mappings)}};
+    };
+    o["maps"] = maps_json(s.maps);
+    json::array all;
+    for (const ProcessMaps& pm : s.process_maps) all.push_back(maps_json(pm));
+    o["process_maps"] = std::move(all);
   }
   return o;
 }
@@ -185,6 +208,7 @@ ServiceReply Service::Status(ConnectionId, const Peer&, const json::object&) {
       {"pt", m.pt},
       {"software_events", m.software_events},
       {"soft_bts", m.soft_bts},
+      {"soft_bts_scope", m.soft_bts_scope},
       {"source", m.source},
   };
   json::array charged;

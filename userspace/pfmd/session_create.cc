@@ -336,6 +336,11 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
                         : ": no Debug Store",
         ")"));
   const bool need_tracer = !sim_ && spec.bts != BtsMode::kOff;
+  if (spec.inherit && !need_tracer)
+    return absl::InvalidArgumentError(
+        sim_ ? "inherit: the sim driver's tasks have no children to follow"
+             : "inherit: following children is a property of host branch tracing "
+               "(--bts on a pid)");
   SessionId created = 0;
   {
     KernelLockGuard l(&kernel_->lock());
@@ -375,7 +380,8 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
   // The soft-BTS tracer of the target (one per pid, shared by its
   // sessions), started without the kernel lock: it reports into the kernel.
   if (need_tracer) {
-    if (absl::Status st = tracers_->Start(spec.pid, peer, config_.max_tracers_per_uid);
+    if (absl::Status st = tracers_->Start(spec.pid, peer, config_.max_tracers_per_uid,
+                                             spec.inherit);
         !st.ok()) {
       {
         KernelLockGuard l(&kernel_->lock());

@@ -27,10 +27,30 @@ using session_internal::kSnapshotDrainWait;
 using session_internal::kTracerProcessBytes;
 using session_internal::kMaxSimRunNs;
 
+namespace {
+
+// What soft BTS covers on the host, for `status`: switch records probed as a
+// tracer opens them (user-only, on a task: what an unprivileged client's
+// tracer asks for).
+MachineInfo WithSoftBtsScope(MachineInfo m, bool host) {
+  if (!host || !m.soft_bts) return m;
+  std::unique_ptr<PerfSampler> probe;
+  ErrorDetail d;
+  const int rc = PerfSampler::OpenSwitchWatcher(PerfTarget::Task(::getpid()), 1, &probe, &d);
+  m.soft_bts_scope = absl::StrCat(
+      "user mode only; every thread of a traced process, its children with --inherit "
+      "(pfmctl record: by default); switch records ",
+      rc == 0 ? "from the kernel (perf context_switch of each traced task)"
+              : absl::StrCat("inferred from CPU changes (", d.message, ")"));
+  return m;
+}
+
+}  // namespace
+
 SessionManager::SessionManager(PfmdConfig config, MachineInfo machine,
                                SessionManagerDeps deps)
     : config_(std::move(config)),
-      machine_(std::move(machine)),
+      machine_(WithSoftBtsScope(std::move(machine), config_.driver != "sim")),
       clock_(deps.clock != nullptr ? deps.clock : &monotonic_),
       kernel_(std::make_unique<Kernel>(machine_, [&] {
         KernelOptions ko;
@@ -56,6 +76,7 @@ SessionManager::SessionManager(PfmdConfig config, MachineInfo machine,
     tracers_ = std::make_unique<HostTracers>(kernel_.get(), std::move(cb));
     ErrorDetail d;
     ProbePerfCaps("/sys/bus/event_source/devices", &perf_caps_, &d);
+
   }
 }
 
@@ -217,6 +238,7 @@ SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
     if (const TracerProcess* t = tracers_->FindLocked(s.spec.pid)) {
       o.soft_bts = t->stats();
       o.maps = t->maps();
+      o.process_maps = t->maps_history();
     }
   }
   return o;

@@ -84,6 +84,9 @@ struct SessionInfo {
   std::vector<RequestInfo> breakpoints;
   std::optional<SoftBtsTracer::Stats> soft_bts;
   ProcessMaps maps;  // with soft_bts: the tracee's, as the tracer last sent them
+  // With soft_bts: every list the tracer sent, of every traced process
+  // (children, programs before an exec), oldest first.
+  std::vector<ProcessMaps> process_maps;
 };
 
 struct StatusInfo {

@@ -107,6 +107,7 @@ absl::StatusOr<TypedSpec> TypedSpec::From(const SessionSpec& s) {
   t.breakpoints = s.breakpoints;
   t.pinned = s.pinned;
   t.detached = s.detached;
+  t.inherit = s.inherit;
   return t;
 }
 

@@ -46,6 +46,7 @@ struct TypedSpec {
   std::vector<BreakpointSpec> breakpoints;
   bool pinned = false;
   bool detached = false;
+  bool inherit = false;
 
   bool task() const { return pid >= 0; }
   // A consumer of the context's Debug Store stream (a ring).

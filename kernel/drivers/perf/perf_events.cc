@@ -208,7 +208,10 @@ int OpenBreakpoint(const PerfCaps& caps, PerfTarget target, uint64_t addr,
                                  : (len != 1 && len != 2 && len != 4 && len != 8))
     return SetError(d, -EINVAL, "breakpoint length %u is not valid for its type",
                     len);
-  if (addr % len != 0)
+  // A data breakpoint's address is aligned to its length; an execute one is
+  // any instruction's (its bp_len of sizeof(long) is perf's ABI, while DR7
+  // holds length 1 for it: arch/x86/kernel/hw_breakpoint.c).
+  if (bp_type != HW_BREAKPOINT_X && addr % len != 0)
     return SetError(d, -EINVAL, "breakpoint address 0x%llx is not %u-aligned",
                     (unsigned long long)addr, len);
   perf_event_attr attr;
@@ -269,6 +272,13 @@ int PerfSampler::OpenSwitchWatcher(PerfTarget target, uint32_t data_pages,
   attr.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
   attr.use_clockid = 1;
   attr.clockid = CLOCK_MONOTONIC;
+  // A task's switches need no kernel profiling: user-only, as an
+  // unprivileged opener must ask at perf_event_paranoid >= 2 (the switch
+  // records come all the same). A CPU-wide watcher is privileged anyway.
+  if (target.pid >= 0) {
+    attr.exclude_kernel = 1;
+    attr.exclude_hv = 1;
+  }
   return Open(attr, target, "switch watcher", data_pages, out, d);
 }
 

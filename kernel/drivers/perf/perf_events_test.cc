@@ -257,6 +257,24 @@ TEST(PerfEvents, FourBreakpointsOpenOnATaskAndTheFifthGetsENOSPC) {
       << d.message;
 }
 
+// Functions start anywhere (gcc -O0 does not align them): an execute
+// breakpoint takes any address, as the kernel does.
+__attribute__((noinline)) void BreakpointTarget() { asm volatile(""); }
+
+TEST(PerfEvents, ExecuteBreakpointOpensOnAnUnalignedInstruction) {
+  const PerfCaps caps = HostCaps();
+  if (!caps.breakpoint) GTEST_SKIP() << "no breakpoint PMU";
+  Child child([] {});
+  PerfEvent bp;
+  ErrorDetail d;
+  const uint64_t a = reinterpret_cast<uint64_t>(&BreakpointTarget) | 1;  // odd
+  const int rc = OpenBreakpoint(caps, PerfTarget::Task(child.pid()), a, sizeof(long),
+                                HW_BREAKPOINT_X, &bp, &d);
+  if (NotPermitted(rc)) GTEST_SKIP() << d.message;
+  EXPECT_EQ(rc, 0) << d.message;
+  EXPECT_TRUE(bp.is_open());
+}
+
 TEST(PerfEvents, RefusesMalformedBreakpointsBeforeTheKernel) {
   const PerfCaps caps = HostCaps();
   const PerfTarget t = PerfTarget::Task(getpid());

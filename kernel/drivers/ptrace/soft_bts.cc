@@ -4,6 +4,7 @@
 // (branch_decoder.cc).
 #include "kernel/drivers/ptrace/soft_bts.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -28,6 +29,7 @@
 #include <map>
 
 #include "kernel/drivers/clock.h"
+#include "kernel/drivers/perf/perf_events.h"
 #include "kernel/drivers/ptrace/branch_decoder.h"
 
 namespace pfm {
@@ -180,13 +182,10 @@ int SoftBtsWakeSignal() { return SIGRTMAX - 2; }
 // The tracer thread's state: lives on that thread's stack for one run.
 class SoftBtsRun {
  public:
-  explicit SoftBtsRun(SoftBtsTracer* t)
-      : t_(t),
-        pid_(t->pid_),
-        task_{t->pid_, t->pid_},
-        cache_(t->opt_.decode_cache_entries) {}
+  explicit SoftBtsRun(SoftBtsTracer* t) : t_(t), root_(t->pid_) {}
   ~SoftBtsRun() {
-    if (stat_fd_ >= 0) close(stat_fd_);
+    for (auto& [tid, task] : tasks_)
+      if (task->stat_fd >= 0) close(task->stat_fd);
   }
 
   void Run();
@@ -194,140 +193,211 @@ class SoftBtsRun {
  private:
   enum StepMode { kStep, kBlockProbe, kBlock };
 
-  void Drain(uint64_t now) {
-    DsArea* area = t_->core_->TaskArea(task_);
+  // Where a computed RIP may be trusted (see RefreshMaps).
+  struct Region {
+    uint64_t start = 0;
+    uint64_t end = 0;
+    bool trusted = false;
+  };
+  // What the threads of one process share: the code, so the decode cache
+  // and the executable mappings.
+  struct AddressSpace {
+    AddressSpace(pid_t p, uint32_t cache_entries) : pid(p), cache(cache_entries) {}
+    pid_t pid;
+    DecodeCache cache;
+    std::vector<Region> regions;  // executable mappings, sorted by start
+    bool maps_dirty = false;      // refresh at the next step stop
+    int tasks = 0;
+  };
+  // One traced thread.
+  struct Task {
+    TaskId id;
+    std::shared_ptr<AddressSpace> as;
+    // kNew: attached, its first stop not seen yet; kDetach: to be let go at
+    // its first stop (a process created while not inheriting).
+    enum State { kNew, kDetach, kRunning, kStopped, kListening } state = kNew;
+    int status = 0;       // wait status of the current stop
+    int pending_sig = 0;  // to deliver at the next resume
+    bool held = false;    // stopped because a blocking consumer is full
+    // Step state.
+    bool have_prev = false;
+    uint64_t prev_rip = 0;
+    DecodedInsn prev_insn;
+    bool prev_ok = false;
+    bool prev_computed = false;  // prev_rip was computed, not read
+    StepMode mode = kStep;
+    int probe_left = 0;
+    Region region;  // the one holding prev_rip
+    uint32_t run = 0;  // computed RIPs since the last register read
+    // Where it runs.
+    int cpu = -1;
+    int stat_fd = -1;
+    uint32_t since_cpu_poll = 0;
+    // Kernel switch records (null: inferred from CPU changes).
+    std::unique_ptr<PerfSampler> sw;
+    // Switch-record state machine (see ReadSwitches).
+    bool expect_in = true;        // the next SWITCH_IN is the resume's
+    bool out_pending = false;     // a SWITCH_OUT waiting to know what it was
+    uint64_t out_time = 0;
+    int out_cpu = 0;
+    bool out_preempt = false;
+    bool stop_out_due = false;    // the stop's own SWITCH_OUT not yet seen
+    uint64_t resumed_ns = 0;      // when the tracer last resumed it
+  };
+  // A preemption this soon after a resume is the tracer's own doing: the
+  // woken tracee is switched out again until the tracer, still on the CPU,
+  // blocks in waitpid (measured here: a few microseconds; a real
+  // preemption lasts a time slice of another task).
+  static constexpr uint64_t kTracerWakePreemptNs = 100000;
+
+  Task* Find(pid_t tid) {
+    auto it = tasks_.find(tid);
+    return it == tasks_.end() ? nullptr : it->second.get();
+  }
+  // Starts tracking `tid` (of process `tgid`), created by `parent` (null for
+  // the threads found at attach). Reports it to the core unless it is to be
+  // detached.
+  Task* Adopt(pid_t tgid, pid_t tid, const Task* parent, bool detach);
+  void ForgetTask(pid_t tid);
+
+  void Drain(Task* t, uint64_t now) {
+    DsArea* area = t_->core_->TaskArea(t->id);
     if (area == nullptr || area->bts_count() == 0) return;
-    t_->core_->TaskDsInterrupt(task_, cpu_, now);
+    t_->core_->TaskDsInterrupt(t->id, t->cpu, now);
+  }
+  void DrainAll(uint64_t now) {
+    for (auto& [tid, t] : tasks_) Drain(t.get(), now);
   }
   // A drain asked for from another thread (RequestDrain).
   void ServeDrainRequest() {
     if (!t_->drain_requested_.exchange(false, std::memory_order_acq_rel)) return;
-    Drain(NowNs());
+    DrainAll(NowNs());
     t_->drains_served_.fetch_add(1, std::memory_order_release);
   }
-  void Record(uint64_t from, uint64_t to) {
+  void Record(Task* t, uint64_t from, uint64_t to) {
     pfm_bts_raw r{from, to, 0};
     t_->branches_.fetch_add(1, std::memory_order_relaxed);
     // The core's area for the task (none: no consumer wants branches now).
-    DsArea* area = t_->core_->TaskArea(task_);
-    if (area != nullptr && area->WriteBts(r) != DsArea::kStored) Drain(NowNs());
-  }
-  void RefreshMaps() {
-    // Best effort: the maps change under the reader, and a tracer that
-    // lost a line still steps correctly (it reads the registers there).
-    std::vector<Mapping> m;
-    ParseProcMaps(ReadFile("/proc/" + std::to_string(pid_) + "/maps"),
-                  MalformedLine::kSkip, &m, nullptr);
-    regions_.clear();
-    for (const Mapping& e : m) {
-      // Where a computed RIP may be trusted: code that can only change
-      // through a syscall we watch (mmap/mprotect/munmap), so the decode
-      // cache is current. Not writable or shared mappings (JITs, a second
-      // writable alias), and not [vsyscall], whose calls the kernel
-      // emulates (it returns to the caller without running the bytes).
-      const bool trusted = !e.writable && !e.shared && e.path != "[vsyscall]" &&
-                           e.end <= PFM_X86_USER_ADDR_END;
-      regions_.push_back(Region{e.start, e.end, trusted});
+    // Tasks of one context may share one area (an in-process core): hand
+    // over another task's records before writing this one's.
+    DsArea* area = t_->core_->TaskArea(t->id);
+    if (area == nullptr) return;
+    if (area == last_area_ && last_writer_ != t->id && area->bts_count() != 0) {
+      if (Task* w = Find(last_writer_.tid)) Drain(w, NowNs());
     }
-    std::sort(regions_.begin(), regions_.end(),
-              [](const Region& a, const Region& b) { return a.start < b.start; });
-    region_ = Region();
-    std::lock_guard<std::mutex> lk(t_->mu_);
-    t_->maps_.swap(m);
+    last_area_ = area;
+    last_writer_ = t->id;
+    if (area->WriteBts(r) != DsArea::kStored) Drain(t, NowNs());
   }
-  // Makes region_ the executable mapping holding `rip` (or an untrusted
+  void RefreshMaps(AddressSpace* as);
+  // Makes t->region the executable mapping holding `rip` (or an untrusted
   // one-byte region when none does).
-  void FindRegion(uint64_t rip) {
+  void FindRegion(Task* t, uint64_t rip) {
+    const std::vector<Region>& regions = t->as->regions;
     auto it = std::upper_bound(
-        regions_.begin(), regions_.end(), rip,
+        regions.begin(), regions.end(), rip,
         [](uint64_t a, const Region& r) { return a < r.start; });
-    if (it != regions_.begin() && rip < std::prev(it)->end) {
-      region_ = *std::prev(it);
+    if (it != regions.begin() && rip < std::prev(it)->end) {
+      t->region = *std::prev(it);
     } else {
-      region_ = Region{rip, rip + 1, false};
+      t->region = Region{rip, rip + 1, false};
     }
   }
   // Whether this step's RIP may be computed from the previous one.
-  bool CanComputeRip() const {
+  bool CanComputeRip(const Task* t) const {
     const SoftBtsOptions& o = t_->opt_;
-    if (!o.compute_rip || mode_ != kStep || !have_prev_ || !prev_ok_ ||
-        !prev_insn_.sequential || maps_dirty_ || !region_.trusted)
+    if (!o.compute_rip || t->mode != kStep || !t->have_prev || !t->prev_ok ||
+        !t->prev_insn.sequential || t->as->maps_dirty || !t->region.trusted)
       return false;
-    if (o.max_computed_run != 0 && run_ >= o.max_computed_run) return false;
-    // prev_rip_ is inside region_ (it was looked up or checked against it).
-    return prev_rip_ + prev_insn_.length < region_.end;
+    if (o.max_computed_run != 0 && t->run >= o.max_computed_run) return false;
+    // prev_rip is inside region (it was looked up or checked against it).
+    return t->prev_rip + t->prev_insn.length < t->region.end;
   }
-  bool ReadRegs(user_regs_struct* regs) {
-    if (ptrace(PTRACE_GETREGS, pid_, nullptr, regs) != 0) return false;
+  bool ReadRegs(Task* t, user_regs_struct* regs) {
+    if (ptrace(PTRACE_GETREGS, t->id.tid, nullptr, regs) != 0) return false;
     t_->reg_reads_.fetch_add(1, std::memory_order_relaxed);
-    run_ = 0;
+    t->run = 0;
     return true;
   }
-  void PollCpu(bool force) {
-    if (!force && ++since_cpu_poll_ < t_->opt_.cpu_poll_steps) return;
-    since_cpu_poll_ = 0;
-    const int cpu = ReadCpu(stat_fd_);
-    if (cpu < 0 || cpu == cpu_) return;
-    const uint64_t now = NowNs();
-    Drain(now);
-    t_->core_->ContextSwitch(cpu_, now, task_, TaskId{}, true);
-    t_->core_->ContextSwitch(cpu, now, TaskId{}, task_, false);
-    cpu_ = cpu;
+  void ReportSwitch(Task* t, int cpu, uint64_t now, bool in, bool preempt) {
+    t_->switches_.fetch_add(1, std::memory_order_relaxed);
+    if (in)
+      t_->core_->ContextSwitch(cpu, now, TaskId{}, t->id, preempt);
+    else
+      t_->core_->ContextSwitch(cpu, now, t->id, TaskId{}, preempt);
   }
-  // Handles a completed step (or block) that started at prev_rip_.
-  void OnStepStop();
+  // A CPU change seen while the task was stopped by the tracer (the CPU of
+  // a resume's switch-in): its records so far ran on the old CPU, the next
+  // ones carry the new one. No switch records: the task did not switch by
+  // itself (the kernel's records of real switches carry their CPUs).
+  void Migrate(Task* t, int cpu, uint64_t now) {
+    if (cpu < 0 || cpu == t->cpu) return;
+    Drain(t, now);
+    t->cpu = cpu;
+  }
+  // Inferred: a CPU change, as a switch out of the old CPU and into the new.
+  void InferredMigrate(Task* t, int cpu, uint64_t now) {
+    if (cpu < 0 || cpu == t->cpu) return;
+    Drain(t, now);
+    ReportSwitch(t, t->cpu, now, false, true);
+    ReportSwitch(t, cpu, now, true, false);
+    t->cpu = cpu;
+  }
+  // Inferred switches (no kernel records): the CPU as /proc shows it.
+  void PollCpu(Task* t, bool force) {
+    if (t->sw != nullptr || t->stat_fd < 0) return;
+    if (!force && ++t->since_cpu_poll < t_->opt_.cpu_poll_steps) return;
+    t->since_cpu_poll = 0;
+    const int cpu = ReadCpu(t->stat_fd);
+    if (cpu >= 0) InferredMigrate(t, cpu, NowNs());
+  }
+  // Reads the task's kernel switch records at one of its ptrace stops.
+  void ReadSwitches(Task* t);
+  void OpenSwitches(Task* t);
+  // Handles a completed step (or block) of `t` that started at prev_rip.
+  void OnStepStop(Task* t);
   // Finds the taken branch that ended a block started at `start` and
   // arriving at `to`; 0 when it cannot be found.
-  uint64_t BlockBranchFrom(uint64_t start, uint64_t to);
-  // Waits for the next stop or exit of the tracee; false on EINTR.
-  bool Wait(int* status) {
-    const pid_t r = waitpid(pid_, status, __WALL);
-    return r == pid_;
-  }
-  void Finish(int64_t status) {
-    const uint64_t now = NowNs();
-    Drain(now);
-    t_->core_->TaskExit(task_, now, status);
-  }
-  bool SigtrapPending() {
-    const std::string st =
-        ReadFile("/proc/" + std::to_string(pid_) + "/status");
+  uint64_t BlockBranchFrom(Task* t, uint64_t start, uint64_t to);
+  // Handles one wait status of a traced (or newly auto-attached) task.
+  void Handle(pid_t tid, int st);
+  void OnExec(Task* t);
+  // Resumes a stopped task for one step (or holds it).
+  void Resume(Task* t);
+  void RetryHeld();
+  // The task is gone: hand over its records and report its exit.
+  void Gone(Task* t, int64_t status);
+  bool SigtrapPending(pid_t tid) {
+    const std::string st = ReadFile("/proc/" + std::to_string(tid) + "/status");
     const size_t at = st.find("SigPnd:");
     if (at == std::string::npos) return false;
     const unsigned long long mask =
         std::strtoull(st.c_str() + at + 7, nullptr, 16);
     return (mask & (1ull << (SIGTRAP - 1))) != 0;
   }
-  // Detaches from a tracee in a ptrace-stop (wait status `st`), passing on
-  // `sig`. Returns false if the tracee exited meanwhile (Finish was called).
-  bool DetachFromStop(int st, int sig);
-  void StopWhileRunning();
+  // Detaches from a task in a ptrace-stop, passing on `sig`. Returns false
+  // if the task exited meanwhile (Gone was called).
+  bool DetachFromStop(Task* t, int sig);
+  // Stop(): interrupts the running tasks and detaches from every one.
+  void DetachAll();
+  // Attaches to the root process's threads; reports Start's result.
+  bool AttachAll();
+  int SeizeOptions() const {
+    long o = PTRACE_O_TRACEEXEC | PTRACE_O_TRACECLONE;
+    if (t_->opt_.inherit) o |= PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK;
+    return static_cast<int>(o);
+  }
+  void UpdateTaskCount() {
+    t_->tasks_.store(tasks_.size(), std::memory_order_relaxed);
+  }
 
   SoftBtsTracer* t_;
-  const pid_t pid_;
-  const TaskId task_;
-  DecodeCache cache_;
-  int stat_fd_ = -1;
-  int cpu_ = -1;
-  uint32_t since_cpu_poll_ = 0;
-  bool have_prev_ = false;
-  uint64_t prev_rip_ = 0;
-  DecodedInsn prev_insn_;
-  bool prev_ok_ = false;
-  bool maps_dirty_ = false;
-  StepMode mode_ = kStep;
-  int probe_left_ = 0;
-
-  // Computed RIPs (see soft_bts.h).
-  struct Region {
-    uint64_t start = 0;
-    uint64_t end = 0;
-    bool trusted = false;
-  };
-  std::vector<Region> regions_;  // executable mappings, sorted by start
-  Region region_;                // the one holding prev_rip_
-  uint32_t run_ = 0;             // computed RIPs since the last register read
-  bool prev_computed_ = false;   // prev_rip_ was computed, not read
+  const pid_t root_;
+  std::map<pid_t, std::unique_ptr<Task>> tasks_;  // by tid
+  int held_ = 0;                  // tasks held (not resumed)
+  int64_t root_status_ = -1;
+  DsArea* last_area_ = nullptr;   // Record's last area, and whose records it holds
+  TaskId last_writer_;
 };
 
 namespace {
@@ -350,22 +420,226 @@ bool Reachable(const DecodedInsn& insn, uint64_t rip, uint64_t next) {
   }
 }
 
+// The Tgid and PPid of a task, from /proc/TID/status; false if it is gone.
+bool ReadTaskIds(pid_t tid, pid_t* tgid, pid_t* ppid) {
+  const std::string st = ReadFile("/proc/" + std::to_string(tid) + "/status");
+  const size_t a = st.find("\nTgid:");
+  const size_t b = st.find("\nPPid:");
+  if (a == std::string::npos || b == std::string::npos) return false;
+  *tgid = static_cast<pid_t>(std::atol(st.c_str() + a + 6));
+  *ppid = static_cast<pid_t>(std::atol(st.c_str() + b + 6));
+  return *tgid > 0;
+}
+
+// The tids of /proc/PID/task.
+std::vector<pid_t> ListThreads(pid_t pid) {
+  std::vector<pid_t> out;
+  DIR* d = opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    const long tid = std::atol(e->d_name);
+    if (tid > 0) out.push_back(static_cast<pid_t>(tid));
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
-void SoftBtsRun::OnStepStop() {
+void SoftBtsRun::RefreshMaps(AddressSpace* as) {
+  // Best effort: the maps change under the reader, and a tracer that
+  // lost a line still steps correctly (it reads the registers there).
+  std::vector<Mapping> m;
+  ParseProcMaps(ReadFile("/proc/" + std::to_string(as->pid) + "/maps"),
+                MalformedLine::kSkip, &m, nullptr);
+  as->regions.clear();
+  for (const Mapping& e : m) {
+    // Where a computed RIP may be trusted: code that can only change
+    // through a syscall we watch (mmap/mprotect/munmap), so the decode
+    // cache is current. Not writable or shared mappings (JITs, a second
+    // writable alias), and not [vsyscall], whose calls the kernel
+    // emulates (it returns to the caller without running the bytes).
+    const bool trusted = !e.writable && !e.shared && e.path != "[vsyscall]" &&
+                         e.end <= PFM_X86_USER_ADDR_END;
+    as->regions.push_back(Region{e.start, e.end, trusted});
+  }
+  std::sort(as->regions.begin(), as->regions.end(),
+            [](const Region& a, const Region& b) { return a.start < b.start; });
+  for (auto& [tid, t] : tasks_)
+    if (t->as.get() == as) t->region = Region();
+  std::lock_guard<std::mutex> lk(t_->mu_);
+  t_->maps_[as->pid].swap(m);
+}
+
+void SoftBtsRun::OpenSwitches(Task* t) {
+  if (!t_->opt_.kernel_switches) {
+    t_->switch_errno_.store(-EOPNOTSUPP, std::memory_order_relaxed);
+    return;
+  }
+  ErrorDetail d;
+  const int rc = PerfSampler::OpenSwitchWatcher(
+      PerfTarget::Task(t->id.tid), t_->opt_.switch_ring_pages, &t->sw, &d);
+  if (rc < 0) {
+    t->sw.reset();
+    t_->switch_errno_.store(rc, std::memory_order_relaxed);
+  }
+}
+
+// The kernel's switch records of a task under ptrace, in order: every resume
+// by the tracer brings a SWITCH_IN (the task is scheduled in), every ptrace
+// stop a SWITCH_OUT (it schedules out to wait for the tracer); between them,
+// the switches the task made while running come in OUT/IN pairs (it must run
+// again to reach the next stop). Read at each stop, the records since the
+// last read are: the resume's IN, complete OUT/IN pairs, and the stop's OUT
+// if the kernel wrote it already (the tracer can see a stop before the task
+// has left the CPU; the next resume waits until it has). So: the first IN is
+// an artifact (its CPU tells where the task ran: a change is a migration);
+// a pair is real; a trailing OUT is the stop's, and when it is missing, the
+// first OUT of the next read is. A lost record (PERF_RECORD_LOST) resets the
+// machine to "expecting the resume's IN".
+void SoftBtsRun::ReadSwitches(Task* t) {
+  if (t->sw == nullptr) return;
+  ErrorDetail d;
+  const int rc = t->sw->Read(
+      [&](const PerfRecord& r) {
+        if (r.type == PERF_RECORD_LOST) {
+          t->expect_in = true;
+          t->out_pending = false;
+          t->stop_out_due = false;
+          return;
+        }
+        if (r.type != PERF_RECORD_SWITCH) return;
+        const int cpu = static_cast<int>(r.sample_id.cpu);
+        if (r.switch_out) {
+          if (t->stop_out_due) {  // the previous stop's own
+            t->stop_out_due = false;
+            t_->switch_artifacts_.fetch_add(1, std::memory_order_relaxed);
+            return;
+          }
+          t->out_pending = true;
+          t->out_time = r.sample_id.time;
+          t->out_cpu = cpu;
+          t->out_preempt = r.switch_preempt;
+          return;
+        }
+        t->stop_out_due = false;
+        if (t->expect_in || !t->out_pending) {
+          // The resume's switch-in.
+          t->expect_in = false;
+          t->out_pending = false;
+          t_->switch_artifacts_.fetch_add(1, std::memory_order_relaxed);
+          Migrate(t, cpu, r.sample_id.time);
+          return;
+        }
+        t->out_pending = false;
+        if (t->out_preempt && t->out_time >= t->resumed_ns &&
+            t->out_time - t->resumed_ns < kTracerWakePreemptNs) {
+          // Preempted by its tracer right after the resume.
+          t_->switch_artifacts_.fetch_add(2, std::memory_order_relaxed);
+          Migrate(t, cpu, r.sample_id.time);
+          return;
+        }
+        // A real OUT/IN pair.
+        Drain(t, t->out_time);
+        ReportSwitch(t, t->out_cpu, t->out_time, false, t->out_preempt);
+        ReportSwitch(t, cpu, r.sample_id.time, true, false);
+        t->cpu = cpu;
+      },
+      &d);
+  (void)rc;
+  // At a stop: a pending OUT is the stop's; none yet means it is due.
+  if (t->out_pending) {
+    t->out_pending = false;
+    t_->switch_artifacts_.fetch_add(1, std::memory_order_relaxed);
+  } else if (!t->expect_in) {
+    t->stop_out_due = true;
+  }
+  t->expect_in = true;  // the next record of substance is the resume's IN
+}
+
+SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
+                                    bool detach) {
+  auto task = std::make_unique<Task>();
+  Task* t = task.get();
+  t->id = TaskId{tgid, tid};
+  tasks_[tid] = std::move(task);
+  if (detach) {
+    t->state = Task::kDetach;
+    return t;
+  }
+  t_->tasks_seen_.fetch_add(1, std::memory_order_relaxed);
+  // Threads share their process's address space; a new process gets its
+  // own (a copy of the parent's code until it execs).
+  for (auto& [otid, o] : tasks_)
+    if (o.get() != t && o->as != nullptr && o->id.pid == tgid) {
+      t->as = o->as;
+      break;
+    }
+  if (t->as == nullptr) {
+    t->as = std::make_shared<AddressSpace>(tgid, t_->opt_.decode_cache_entries);
+    t_->processes_seen_.fetch_add(1, std::memory_order_relaxed);
+    RefreshMaps(t->as.get());
+  }
+  ++t->as->tasks;
+  t->stat_fd = open(("/proc/" + std::to_string(tid) + "/stat").c_str(),
+                    O_RDONLY | O_CLOEXEC);
+  t->cpu = t->stat_fd >= 0 ? ReadCpu(t->stat_fd) : -1;
+  if (t->cpu < 0) t->cpu = parent != nullptr ? parent->cpu : 0;
+  if (t_->opt_.try_singleblock) {
+    t->mode = kBlockProbe;
+    t->probe_left = 64;
+  }
+  OpenSwitches(t);
+  UpdateTaskCount();
+  const uint64_t now = NowNs();
+  if (parent != nullptr) t_->core_->TaskCreated(parent->id, t->id, now);
+  t_->core_->ContextSwitch(t->cpu, now, TaskId{}, t->id, false);
+  return t;
+}
+
+void SoftBtsRun::ForgetTask(pid_t tid) {
+  auto it = tasks_.find(tid);
+  if (it == tasks_.end()) return;
+  Task* t = it->second.get();
+  if (t->held) --held_;
+  if (t->stat_fd >= 0) close(t->stat_fd);
+  if (t->as != nullptr && --t->as->tasks == 0) {
+    std::lock_guard<std::mutex> lk(t_->mu_);
+    if (t->as->pid != root_) t_->maps_.erase(t->as->pid);
+  }
+  if (last_writer_ == t->id) last_area_ = nullptr;
+  tasks_.erase(it);
+  UpdateTaskCount();
+}
+
+void SoftBtsRun::Gone(Task* t, int64_t status) {
+  if (t->state == Task::kDetach) {
+    ForgetTask(t->id.tid);
+    return;
+  }
+  const uint64_t now = NowNs();
+  Drain(t, now);
+  if (t->id.tid == root_) root_status_ = status;
+  t_->core_->TaskExit(t->id, now, status);
+  ForgetTask(t->id.tid);
+}
+
+void SoftBtsRun::OnStepStop(Task* t) {
+  const pid_t tid = t->id.tid;
   user_regs_struct regs;
   bool have_regs = false;
   uint64_t rip = 0;
-  const bool computed = CanComputeRip();
+  const bool computed = CanComputeRip(t);
   if (computed) {
     // A plain step over a sequential instruction: RIP moved by its length.
     // Nothing to record (it is not a branch).
-    rip = prev_rip_ + prev_insn_.length;
-    ++run_;
+    rip = t->prev_rip + t->prev_insn.length;
+    ++t->run;
     t_->computed_.fetch_add(1, std::memory_order_relaxed);
     if (t_->opt_.verify_computed_rip) {
-      if (ptrace(PTRACE_GETREGS, pid_, nullptr, &regs) != 0) {
-        have_prev_ = false;
+      if (ptrace(PTRACE_GETREGS, tid, nullptr, &regs) != 0) {
+        t->have_prev = false;
         return;
       }
       have_regs = true;
@@ -375,69 +649,70 @@ void SoftBtsRun::OnStepStop() {
       }
     }
   } else {
-    if (!ReadRegs(&regs)) {
-      have_prev_ = false;
+    if (!ReadRegs(t, &regs)) {
+      t->have_prev = false;
       return;
     }
     have_regs = true;
     rip = regs.rip;
   }
   t_->steps_.fetch_add(1, std::memory_order_relaxed);
-  if (maps_dirty_) {  // never with a computed RIP: CanComputeRip refuses
-    maps_dirty_ = false;
-    cache_.Clear();
-    RefreshMaps();
+  AddressSpace* as = t->as.get();
+  if (as->maps_dirty) {  // never with a computed RIP: CanComputeRip refuses
+    as->maps_dirty = false;
+    as->cache.Clear();
+    RefreshMaps(as);
   }
-  if (have_prev_ && !computed) {
-    if (mode_ == kBlockProbe && prev_ok_ &&
-        prev_insn_.kind == BranchKind::kNone) {
+  if (t->have_prev && !computed) {
+    if (t->mode == kBlockProbe && t->prev_ok &&
+        t->prev_insn.kind == BranchKind::kNone) {
       // After a non-branch, PTRACE_SINGLEBLOCK either stopped at the
       // fall-through (it stepped one instruction: branch-trap not honoured)
       // or ran on to a branch target (honoured). Until such a step is seen
       // the probe is processed as a single step, so nothing is lost.
-      if (rip == prev_rip_ + prev_insn_.length) {
-        mode_ = kStep;
+      if (rip == t->prev_rip + t->prev_insn.length) {
+        t->mode = kStep;
       } else {
-        mode_ = kBlock;
+        t->mode = kBlock;
         t_->singleblock_.store(true, std::memory_order_relaxed);
       }
-    } else if (mode_ == kBlockProbe && --probe_left_ <= 0) {
-      mode_ = kStep;
+    } else if (t->mode == kBlockProbe && --t->probe_left <= 0) {
+      t->mode = kStep;
     }
-    if (mode_ == kBlock) {
-      const uint64_t from = BlockBranchFrom(prev_rip_, rip);
-      if (from != 0) Record(from, rip);
-    } else if (prev_ok_) {
-      if (prev_computed_ && !Reachable(prev_insn_, prev_rip_, rip)) {
-        // The chain of computed RIPs that led to prev_rip_ went wrong
-        // somewhere: a record from prev_rip_ would be invented.
+    if (t->mode == kBlock) {
+      const uint64_t from = BlockBranchFrom(t, t->prev_rip, rip);
+      if (from != 0) Record(t, from, rip);
+    } else if (t->prev_ok) {
+      if (t->prev_computed && !Reachable(t->prev_insn, t->prev_rip, rip)) {
+        // The chain of computed RIPs that led to prev_rip went wrong
+        // somewhere: a record from prev_rip would be invented.
         t_->resyncs_.fetch_add(1, std::memory_order_relaxed);
-      } else if (BranchTaken(prev_insn_, prev_rip_, rip)) {
-        Record(prev_rip_, rip);
+      } else if (BranchTaken(t->prev_insn, t->prev_rip, rip)) {
+        Record(t, t->prev_rip, rip);
       }
-    } else if (rip < prev_rip_ || rip > prev_rip_ + 15) {
+    } else if (rip < t->prev_rip || rip > t->prev_rip + 15) {
       // Unreadable or undecodable code that moved RIP beyond any length it
       // could have: the best soft BTS can say is that it branched.
-      Record(prev_rip_, rip);
+      Record(t, t->prev_rip, rip);
     }
   }
-  if (rip < region_.start || rip >= region_.end) FindRegion(rip);
+  if (rip < t->region.start || rip >= t->region.end) FindRegion(t, rip);
   bool ok = false;
-  const DecodedInsn* insn = &cache_.Get(pid_, rip, &ok);
+  const DecodedInsn* insn = &as->cache.Get(tid, rip, &ok);
   if (ok && insn->kind == BranchKind::kTrap) {
     if (!have_regs) {
       // The mmap check below needs the syscall's arguments; the read also
       // checks the chain of computed RIPs that led here.
-      if (!ReadRegs(&regs)) {
-        have_prev_ = false;
+      if (!ReadRegs(t, &regs)) {
+        t->have_prev = false;
         return;
       }
       have_regs = true;
       if (regs.rip != rip) {
         t_->resyncs_.fetch_add(1, std::memory_order_relaxed);
         rip = regs.rip;
-        FindRegion(rip);
-        insn = &cache_.Get(pid_, rip, &ok);
+        FindRegion(t, rip);
+        insn = &as->cache.Get(tid, rip, &ok);
       }
     }
     if (ok && insn->kind == BranchKind::kTrap) {
@@ -446,22 +721,22 @@ void SoftBtsRun::OnStepStop() {
       if (((nr == SYS_mmap || nr == SYS_mprotect || nr == SYS_pkey_mprotect) &&
            exec_prot) ||
           nr == SYS_munmap)
-        maps_dirty_ = true;  // refreshed at the stop after the syscall
+        as->maps_dirty = true;  // refreshed at the stop after the syscall
     }
   }
-  prev_insn_ = *insn;
-  prev_ok_ = ok;
-  prev_rip_ = rip;
-  prev_computed_ = !have_regs;
-  have_prev_ = true;
-  PollCpu(false);
+  t->prev_insn = *insn;
+  t->prev_ok = ok;
+  t->prev_rip = rip;
+  t->prev_computed = !have_regs;
+  t->have_prev = true;
+  PollCpu(t, false);
 }
 
-uint64_t SoftBtsRun::BlockBranchFrom(uint64_t start, uint64_t to) {
+uint64_t SoftBtsRun::BlockBranchFrom(Task* t, uint64_t start, uint64_t to) {
   uint64_t at = start;
   for (int i = 0; i < 4096; ++i) {
     bool ok = false;
-    const DecodedInsn& d = cache_.Get(pid_, at, &ok);
+    const DecodedInsn& d = t->as->cache.Get(t->id.tid, at, &ok);
     if (!ok) return 0;
     if (d.kind == BranchKind::kNone) {
       at += d.length;
@@ -481,20 +756,170 @@ uint64_t SoftBtsRun::BlockBranchFrom(uint64_t start, uint64_t to) {
   return 0;
 }
 
-bool SoftBtsRun::DetachFromStop(int st, int sig) {
+void SoftBtsRun::Resume(Task* t) {
+  if (t->state != Task::kStopped) return;
+  if (t_->core_->TaskHeld(t->id)) {
+    if (!t->held) {
+      t->held = true;
+      ++held_;
+    }
+    return;
+  }
+  if (t->held) {
+    t->held = false;
+    --held_;
+  }
+  const auto req = t->mode == kStep ? PTRACE_SINGLESTEP : PTRACE_SINGLEBLOCK;
+  if (t->sw != nullptr) t->resumed_ns = NowNs();
+  if (ptrace(req, t->id.tid, nullptr,
+             reinterpret_cast<void*>(long(t->pending_sig))) != 0) {
+    if (t->mode != kStep && errno == EIO) {  // kernel without SINGLEBLOCK
+      t->mode = kStep;
+      Resume(t);
+      return;
+    }
+    // ESRCH: killed (SIGKILL) while stopped; its exit is collected later.
+  }
+  t->pending_sig = 0;
+  t->state = Task::kRunning;
+}
+
+void SoftBtsRun::RetryHeld() {
+  if (held_ == 0) return;
+  std::vector<Task*> held;
+  for (auto& [tid, t] : tasks_)
+    if (t->held) held.push_back(t.get());
+  for (Task* t : held) Resume(t);
+}
+
+void SoftBtsRun::OnExec(Task* t) {
+  // The exec'ing thread carries on as the process's leader (tid == pid);
+  // the other threads are gone (their exits come as exit statuses, except
+  // the old leader's when another thread exec'd: the exec'ing one took its
+  // tid).
+  const uint64_t now = NowNs();
+  Drain(t, now);
+  auto as = std::make_shared<AddressSpace>(t->id.pid, t_->opt_.decode_cache_entries);
+  --t->as->tasks;
+  t->as = as;
+  ++as->tasks;
+  t->region = Region();
+  t->have_prev = false;
+  RefreshMaps(as.get());
+  t_->core_->TaskExec(t->id, now);
+}
+
+void SoftBtsRun::Handle(pid_t tid, int st) {
+  Task* t = Find(tid);
+  const bool gone = WIFEXITED(st) || WIFSIGNALED(st);
+  if (t == nullptr) {
+    if (gone || !WIFSTOPPED(st)) return;  // not one of ours any more
+    // An auto-attached child whose first stop came before its parent's
+    // event: who it is comes from /proc.
+    pid_t tgid = 0, ppid = 0;
+    if (!ReadTaskIds(tid, &tgid, &ppid)) return;
+    const Task* parent = nullptr;
+    for (auto& [otid, o] : tasks_)
+      if (o->state != Task::kDetach &&
+          (o->id.pid == tgid || (parent == nullptr && o->id.pid == ppid)))
+        parent = o.get();
+    const bool thread = parent != nullptr && parent->id.pid == tgid;
+    t = Adopt(tgid, tid, parent, !thread && !t_->opt_.inherit);
+  }
+  if (gone) {
+    Gone(t, st);
+    return;
+  }
+  if (!WIFSTOPPED(st)) return;
+  const int sig = WSTOPSIG(st);
+  const int event = st >> 16;
+  if (t->state == Task::kDetach) {
+    // A process we do not follow: let it go at its first stop.
+    ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+    ForgetTask(tid);
+    return;
+  }
+  const bool first = t->state == Task::kNew;
+  t->state = Task::kStopped;
+  t->status = st;
+  ReadSwitches(t);
+  if (first) {  // its attach stop
+    Resume(t);
+    return;
+  }
+  switch (event) {
+    case PTRACE_EVENT_CLONE:
+    case PTRACE_EVENT_FORK:
+    case PTRACE_EVENT_VFORK: {
+      unsigned long child = 0;
+      ptrace(PTRACE_GETEVENTMSG, tid, nullptr, &child);
+      const pid_t c = static_cast<pid_t>(child);
+      if (c > 0 && Find(c) == nullptr) {
+        pid_t tgid = 0, ppid = 0;
+        const bool thread = event == PTRACE_EVENT_CLONE &&
+                            ReadTaskIds(c, &tgid, &ppid) && tgid == t->id.pid;
+        const pid_t pid_of = thread ? t->id.pid : c;
+        Adopt(pid_of, c, t, !thread && !t_->opt_.inherit);
+      }
+      t->have_prev = false;
+      break;
+    }
+    case PTRACE_EVENT_EXEC: {
+      unsigned long former = 0;
+      ptrace(PTRACE_GETEVENTMSG, tid, nullptr, &former);
+      if (static_cast<pid_t>(former) != tid) {
+        // Another thread exec'd: it now has the leader's tid. The old
+        // leader's task is this one; the exec'ing thread's is gone.
+        if (Task* f = Find(static_cast<pid_t>(former))) Gone(f, 0);
+      }
+      OnExec(t);
+      break;
+    }
+    case PTRACE_EVENT_STOP:
+      t->have_prev = false;
+      if (GroupStopSignal(sig)) {
+        // Honour job control: stay stopped until SIGCONT (or Stop()).
+        ptrace(PTRACE_LISTEN, tid, nullptr, nullptr);
+        t->state = Task::kListening;
+        return;
+      }
+      break;
+    case 0:
+      if (sig == SIGTRAP) {
+        OnStepStop(t);
+        break;
+      }
+      // Signal-delivery-stop: the instruction at RIP did not complete.
+      t->have_prev = false;
+      if (FatalLooking(sig)) {
+        const uint64_t now = NowNs();
+        Drain(t, now);
+        t_->core_->TaskSignaled(t->id, now, sig);
+      }
+      t->pending_sig = sig;
+      break;
+    default:
+      t->have_prev = false;
+  }
+  Resume(t);
+}
+
+bool SoftBtsRun::DetachFromStop(Task* t, int sig) {
+  const pid_t tid = t->id.tid;
+  int st = t->status;
   // A syscall that exits with the trap flag set queues a SIGTRAP for the
   // tracee (x86 user_single_step_report); if we detach at an event-stop
   // that came first, the trap would be delivered untraced and kill it.
   // Let it arrive while still traced and drop it.
-  for (int i = 0; i < 4 && (st >> 16) != 0 && SigtrapPending(); ++i) {
-    if (ptrace(PTRACE_CONT, pid_, nullptr, nullptr) != 0) break;
+  for (int i = 0; i < 4 && (st >> 16) != 0 && SigtrapPending(tid); ++i) {
+    if (ptrace(PTRACE_CONT, tid, nullptr, nullptr) != 0) break;
     pid_t r;
     do {
-      r = waitpid(pid_, &st, __WALL);
+      r = waitpid(tid, &st, __WALL);
     } while (r < 0 && errno == EINTR);
-    if (r != pid_) return false;
+    if (r != tid) return false;
     if (WIFEXITED(st) || WIFSIGNALED(st)) {
-      Finish(st);
+      Gone(t, st);
       return false;
     }
     if ((st >> 16) == 0) {
@@ -502,172 +927,185 @@ bool SoftBtsRun::DetachFromStop(int st, int sig) {
       break;
     }
   }
-  Drain(NowNs());
-  ptrace(PTRACE_DETACH, pid_, nullptr, reinterpret_cast<void*>(long(sig)));
+  Drain(t, NowNs());
+  ptrace(PTRACE_DETACH, tid, nullptr, reinterpret_cast<void*>(long(sig)));
   return true;
 }
 
-void SoftBtsRun::StopWhileRunning() {
-  // The tracee is running (a step is in flight, possibly inside a blocking
-  // syscall): interrupt it and detach at whatever stop comes first.
-  ptrace(PTRACE_INTERRUPT, pid_, nullptr, nullptr);
-  for (;;) {
-    int st = 0;
-    const pid_t r = waitpid(pid_, &st, __WALL);
-    if (r < 0 && errno == EINTR) continue;
-    if (r != pid_) return;  // gone
-    if (WIFEXITED(st) || WIFSIGNALED(st)) {
-      Finish(st);
-      return;
-    }
-    if (WIFSTOPPED(st)) {
-      const int sig = WSTOPSIG(st);
-      const bool signal_delivery = (st >> 16) == 0 && sig != SIGTRAP;
-      DetachFromStop(st, signal_delivery ? sig : 0);
-      return;
+void SoftBtsRun::DetachAll() {
+  // Interrupt every running task (a step in flight, possibly inside a
+  // blocking syscall), then detach each at whatever stop comes first. A
+  // task stopped for job control (LISTEN) is in a stop already.
+  int running = 0;
+  for (auto& [tid, t] : tasks_) {
+    if (t->state == Task::kRunning || t->state == Task::kNew ||
+        t->state == Task::kDetach || t->state == Task::kListening) {
+      ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
+      ++running;
     }
   }
+  while (running > 0) {
+    int st = 0;
+    const pid_t r = waitpid(-1, &st, __WALL | __WNOTHREAD);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;  // none left
+    Task* t = Find(r);
+    if (t == nullptr) {
+      // A child auto-attached meanwhile: let it go too.
+      if (WIFSTOPPED(st)) ptrace(PTRACE_DETACH, r, nullptr, nullptr);
+      continue;
+    }
+    const bool was_running = t->state != Task::kStopped;
+    if (WIFEXITED(st) || WIFSIGNALED(st)) {
+      if (was_running) --running;
+      Gone(t, st);
+      continue;
+    }
+    if (!WIFSTOPPED(st)) continue;
+    if (was_running) --running;
+    t->status = st;
+    const int sig = WSTOPSIG(st);
+    const bool signal_delivery = (st >> 16) == 0 && sig != SIGTRAP;
+    const bool listening = t->state == Task::kListening;
+    t->state = Task::kStopped;
+    if (signal_delivery) t->pending_sig = sig;
+    (void)listening;
+  }
+  // Everything still tracked is stopped now.
+  std::vector<Task*> all;
+  for (auto& [tid, t] : tasks_) all.push_back(t.get());
+  for (Task* t : all) {
+    if (t->state == Task::kDetach) {
+      ptrace(PTRACE_DETACH, t->id.tid, nullptr, nullptr);
+      ForgetTask(t->id.tid);
+      continue;
+    }
+    const int sig = t->pending_sig;
+    if (DetachFromStop(t, sig)) {
+      t_->core_->TaskDetached(t->id, NowNs());
+      ForgetTask(t->id.tid);
+    }
+  }
+}
+
+bool SoftBtsRun::AttachAll() {
+  SoftBtsTracer* t = t_;
+  const long opts = SeizeOptions();
+  if (ptrace(PTRACE_SEIZE, root_, nullptr, reinterpret_cast<void*>(opts)) != 0) {
+    const int e = errno;
+    t->start_detail_.Set(-e, "cannot trace pid %d: PTRACE_SEIZE failed: %s%s",
+                         root_, strerror(e),
+                         e == EPERM ? " (need the same uid or CAP_SYS_PTRACE)"
+                                    : "");
+    t->ReportStarted(-e);
+    return false;
+  }
+  // The other threads: seized one by one; a thread created meanwhile by a
+  // seized one is auto-attached (TRACECLONE), one created by a thread not
+  // seized yet shows up in the next listing.
+  std::vector<pid_t> seized = {root_};
+  for (int round = 0; round < 100; ++round) {
+    bool added = false;
+    for (pid_t tid : ListThreads(root_)) {
+      if (std::find(seized.begin(), seized.end(), tid) != seized.end()) continue;
+      if (ptrace(PTRACE_SEIZE, tid, nullptr, reinterpret_cast<void*>(opts)) == 0)
+        seized.push_back(tid);
+      added = true;  // or it exited: list again
+    }
+    if (!added) break;
+  }
+  for (pid_t tid : seized) ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
+  // Each seized thread reports an interrupt stop (or its exit). Stops of
+  // threads auto-attached meanwhile are handled as usual afterwards.
+  std::map<pid_t, int> stops;
+  std::map<pid_t, int> pending_sig;
+  size_t waiting = seized.size();
+  bool root_gone = false;
+  std::vector<std::pair<pid_t, int>> deferred;  // statuses of other tasks
+  while (waiting > 0) {
+    int st = 0;
+    const pid_t r = waitpid(-1, &st, __WALL | __WNOTHREAD);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;
+    const bool ours = std::find(seized.begin(), seized.end(), r) != seized.end();
+    if (!ours) {
+      deferred.emplace_back(r, st);
+      continue;
+    }
+    if (stops.count(r)) {  // a second status for a seized thread
+      deferred.emplace_back(r, st);
+      continue;
+    }
+    if (WIFEXITED(st) || WIFSIGNALED(st)) {
+      if (r == root_) root_gone = true;
+      stops[r] = -1;
+      --waiting;
+      continue;
+    }
+    if ((st >> 16) == PTRACE_EVENT_STOP) {
+      stops[r] = st;
+      --waiting;
+      continue;
+    }
+    // A signal raced with the interrupt: keep it for the task.
+    if (WSTOPSIG(st) != SIGTRAP && (st >> 16) == 0) pending_sig[r] = WSTOPSIG(st);
+    ptrace(PTRACE_CONT, r, nullptr, nullptr);
+  }
+  if (root_gone || stops.count(root_) == 0 || stops[root_] < 0) {
+    for (auto& [tid, s] : stops)
+      if (s >= 0) ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+    t->start_detail_.Set(-ESRCH, "pid %d exited while being attached", root_);
+    t->ReportStarted(-ESRCH);
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> lk(t->mu_);
+    t->root_ = root_;
+  }
+  const Task* root = nullptr;
+  for (pid_t tid : seized) {
+    if (stops[tid] < 0) continue;
+    Task* task = Adopt(root_, tid, tid == root_ ? nullptr : root, false);
+    if (tid == root_) root = task;
+    task->state = Task::kStopped;
+    task->status = stops[tid];
+    task->pending_sig = pending_sig.count(tid) ? pending_sig[tid] : 0;
+  }
+  t->ReportStarted(0);
+  for (auto& [tid, task] : tasks_) Resume(task.get());
+  for (auto& [r, st] : deferred) Handle(r, st);
+  return true;
 }
 
 void SoftBtsRun::Run() {
   SoftBtsTracer* t = t_;
-  if (ptrace(PTRACE_SEIZE, pid_, nullptr,
-             reinterpret_cast<void*>(long(PTRACE_O_TRACEEXEC))) != 0) {
-    const int e = errno;
-    t->start_detail_.Set(-e, "cannot trace pid %d: PTRACE_SEIZE failed: %s%s",
-                         pid_, strerror(e),
-                         e == EPERM ? " (need the same uid or CAP_SYS_PTRACE)"
-                                    : "");
-    t->ReportStarted(-e);
-    return;
-  }
-  if (ptrace(PTRACE_INTERRUPT, pid_, nullptr, nullptr) != 0) {
-    const int e = errno;
-    ptrace(PTRACE_DETACH, pid_, nullptr, nullptr);
-    t->start_detail_.Set(-e, "PTRACE_INTERRUPT of pid %d failed: %s", pid_,
-                         strerror(e));
-    t->ReportStarted(-e);
-    return;
-  }
-  int st = 0;
-  int pending_sig = 0;
-  for (;;) {
-    const pid_t r = waitpid(pid_, &st, __WALL);
-    if (r < 0 && errno == EINTR) continue;
-    if (r != pid_ || WIFEXITED(st) || WIFSIGNALED(st)) {
-      t->start_detail_.Set(-ESRCH, "pid %d exited while being attached", pid_);
-      t->ReportStarted(-ESRCH);
-      return;
-    }
-    if ((st >> 16) == PTRACE_EVENT_STOP) break;
-    // A signal raced with the interrupt: keep it for the tracee.
-    if (WSTOPSIG(st) != SIGTRAP) pending_sig = WSTOPSIG(st);
-    ptrace(PTRACE_CONT, pid_, nullptr, nullptr);
-  }
-  stat_fd_ = open(("/proc/" + std::to_string(pid_) + "/stat").c_str(),
-                  O_RDONLY | O_CLOEXEC);
-  cpu_ = ReadCpu(stat_fd_);
-  if (cpu_ < 0) cpu_ = 0;
-  RefreshMaps();
-  t->core_->ContextSwitch(cpu_, NowNs(), TaskId{}, task_, false);
-  if (t->opt_.try_singleblock) {
-    mode_ = kBlockProbe;
-    probe_left_ = 64;
-  }
-  t->ReportStarted(0);
-
-  // Each iteration resumes the stopped tracee for one step and waits.
-  for (;;) {
+  if (!AttachAll()) return;
+  // Each iteration handles one stop (or exit) of one task and resumes it.
+  while (!tasks_.empty()) {
     if (t->stop_.load(std::memory_order_acquire)) {
-      DetachFromStop(st, pending_sig);
+      DetachAll();
       return;
     }
     ServeDrainRequest();
-    if (t->core_->TaskHeld(task_)) {
+    RetryHeld();
+    int st = 0;
+    const pid_t r = waitpid(-1, &st, __WALL | __WNOTHREAD | (held_ > 0 ? WNOHANG : 0));
+    if (r == 0) {  // only held tasks: ask again in a millisecond
       const timespec ms = {0, 1000000};
       nanosleep(&ms, nullptr);
       continue;
     }
-    const auto req = mode_ == kStep ? PTRACE_SINGLESTEP : PTRACE_SINGLEBLOCK;
-    if (ptrace(req, pid_, nullptr, reinterpret_cast<void*>(long(pending_sig))) != 0) {
-      if (mode_ != kStep && errno == EIO) {  // kernel without SINGLEBLOCK
-        mode_ = kStep;
-        continue;
-      }
-      // ESRCH: killed (SIGKILL) while stopped; its exit is collected below.
+    if (r < 0) {
+      // EINTR: a wake (drain, stop), checked at the top. The tracees run
+      // (e.g. blocked in syscalls); only this thread writes the areas.
+      if (errno == EINTR) continue;
+      // ECHILD: reaped elsewhere; their statuses are unknown.
+      std::vector<Task*> left;
+      for (auto& [tid, task] : tasks_) left.push_back(task.get());
+      for (Task* task : left) Gone(task, -1);
+      break;
     }
-    pending_sig = 0;
-    for (;;) {
-      const pid_t r = waitpid(pid_, &st, __WALL);
-      if (r == pid_) break;
-      if (r < 0 && errno == EINTR) {
-        if (t->stop_.load(std::memory_order_acquire)) {
-          StopWhileRunning();
-          return;
-        }
-        // The tracee runs (e.g. blocked in a syscall); only this thread
-        // writes the area, so draining it now is safe.
-        ServeDrainRequest();
-        continue;
-      }
-      Finish(-1);  // ECHILD: reaped elsewhere; the status is unknown
-      return;
-    }
-    if (WIFEXITED(st) || WIFSIGNALED(st)) {
-      Finish(st);
-      return;
-    }
-    if (!WIFSTOPPED(st)) continue;
-    const int sig = WSTOPSIG(st);
-    const int event = st >> 16;
-    if (event == PTRACE_EVENT_EXEC) {
-      have_prev_ = false;
-      cache_.Clear();
-      RefreshMaps();
-      continue;
-    }
-    if (event == PTRACE_EVENT_STOP) {
-      have_prev_ = false;
-      if (GroupStopSignal(sig)) {
-        // Honour job control: stay stopped until SIGCONT (or Stop()).
-        ptrace(PTRACE_LISTEN, pid_, nullptr, nullptr);
-        for (;;) {
-          const pid_t r = waitpid(pid_, &st, __WALL);
-          if (r == pid_) break;
-          if (r < 0 && errno == EINTR && t->stop_.load()) {
-            StopWhileRunning();
-            return;
-          }
-          if (r < 0 && errno != EINTR) {
-            Finish(-1);
-            return;
-          }
-        }
-        if (WIFEXITED(st) || WIFSIGNALED(st)) {
-          Finish(st);
-          return;
-        }
-        if (WIFSTOPPED(st) && (st >> 16) == 0 && WSTOPSIG(st) != SIGTRAP)
-          pending_sig = WSTOPSIG(st);
-      }
-      continue;
-    }
-    if (event != 0) {
-      have_prev_ = false;
-      continue;
-    }
-    if (sig == SIGTRAP) {
-      OnStepStop();
-      continue;
-    }
-    // Signal-delivery-stop: the instruction at RIP did not complete.
-    have_prev_ = false;
-    if (FatalLooking(sig)) {
-      const uint64_t now = NowNs();
-      Drain(now);
-      t->core_->TaskSignaled(task_, now, sig);
-    }
-    pending_sig = sig;
+    Handle(r, st);
   }
 }
 
@@ -757,10 +1195,22 @@ SoftBtsTracer::Stats SoftBtsTracer::stats() const {
   s.computed = computed_.load(std::memory_order_relaxed);
   s.mispredictions = mispredictions_.load(std::memory_order_relaxed);
   s.resyncs = resyncs_.load(std::memory_order_relaxed);
+  s.tasks = tasks_.load(std::memory_order_relaxed);
+  s.tasks_seen = tasks_seen_.load(std::memory_order_relaxed);
+  s.processes_seen = processes_seen_.load(std::memory_order_relaxed);
+  s.switch_errno = switch_errno_.load(std::memory_order_relaxed);
+  s.switches = switches_.load(std::memory_order_relaxed);
+  s.switch_artifacts = switch_artifacts_.load(std::memory_order_relaxed);
   return s;
 }
 
 std::vector<Mapping> SoftBtsTracer::maps() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = maps_.find(root_);
+  return it == maps_.end() ? std::vector<Mapping>() : it->second;
+}
+
+std::map<pid_t, std::vector<Mapping>> SoftBtsTracer::process_maps() const {
   std::lock_guard<std::mutex> lk(mu_);
   return maps_;
 }

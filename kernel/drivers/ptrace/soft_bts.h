@@ -23,10 +23,31 @@
 // calls come from that thread, one at a time. stats(), maps(), done() and Stop()
 // may be called from any thread.
 //
-// Scope: the thread `pid` names (the main thread of a process) is traced;
-// threads it creates later run untraced (no PTRACE_O_TRACECLONE) — one
-// tracer thread steps one task, which keeps attribution and DS draining
-// per-task exact.
+// Scope: every thread of the process `pid` names, present (attached from
+// /proc/PID/task at Start) and future (PTRACE_O_TRACECLONE), each its own
+// task {pid, tid} with its own DS area (CoreHooks::TaskArea) and step state;
+// with SoftBtsOptions::inherit also the processes they fork/vfork/clone and
+// what those exec, as perf record follows children. Every new task is
+// reported (CoreHooks::TaskCreated) before its first record, every exit
+// (CoreHooks::TaskExit, one per task), every exec (CoreHooks::TaskExec, with
+// the new maps). The tracer is done when its last task is gone. One tracer
+// thread serves all of them: it waits for any of its tracees
+// (waitpid(-1, __WALL | __WNOTHREAD): only this thread's tracees), handles
+// that stop and resumes that task, so the tasks run concurrently and only
+// the tracer's handling is serialised; each task's records stay in that
+// task's order.
+//
+// Switch records: from the kernel where it allows (a PERF_COUNT_SW_DUMMY
+// event with context_switch per traced task, CLOCK_MONOTONIC times): under
+// ptrace every stop is itself a switch-out and every resume a switch-in;
+// those pairs are the tracer's artifacts and are dropped (the switch-in of a
+// resume, and the last switch-out before a stop; a CPU change across them
+// moves the task's later records to the new CPU), and the switches the task
+// made while it ran
+// (blocking, preemption: voluntary vs involuntary from the kernel's
+// OUT_PREEMPT) are reported as they were. Where perf_event_open is refused
+// (perf_event_paranoid, seccomp), switches are inferred from CPU changes
+// (/proc/TID/stat) as before, and Stats::switch_errno says why.
 //
 // Reaping: when the tracer runs in the tracee's parent process (e.g. after
 // SpawnStopped), the tracer thread's wait reaps the tracee, so the caller's
@@ -46,6 +67,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +98,13 @@ struct SoftBtsOptions {
   // count mismatches in Stats::mispredictions and continue from the RIP
   // read. Costs what compute_rip saves.
   bool verify_computed_rip = false;
+  // Also trace the processes the traced ones create (fork, vfork, clone
+  // without CLONE_THREAD) and what they exec. Threads are always traced.
+  bool inherit = false;
+  // Switch records from the kernel (see the top of this file); false: infer
+  // them from CPU changes.
+  bool kernel_switches = true;
+  uint32_t switch_ring_pages = 8;  // per task, a power of two
 };
 
 // The signal Stop() uses to interrupt the tracer thread's waitpid().
@@ -83,12 +112,16 @@ int SoftBtsWakeSignal();
 
 class SoftBtsTracer {
  public:
-  // Starts a tracer thread that attaches to `pid` (PTRACE_SEIZE with
-  // PTRACE_O_TRACEEXEC, then PTRACE_INTERRUPT) and returns once attached (0)
-  // or failed: -EINVAL (bad arguments), -EPERM (not allowed to trace), -ESRCH
-  // (no such process, or it exited while attaching), other ptrace errnos.
-  // On success the tracer has reported Switch(idle -> task) and captured the
-  // executable maps. `core` must outlive the tracer.
+  // Starts a tracer thread that attaches to every thread of `pid`
+  // (PTRACE_SEIZE with PTRACE_O_TRACEEXEC | PTRACE_O_TRACECLONE, plus
+  // TRACEFORK | TRACEVFORK with inherit, then PTRACE_INTERRUPT) and returns
+  // once attached (0) or failed: -EINVAL (bad arguments), -EPERM (not
+  // allowed to trace), -ESRCH (no such process, or it exited while
+  // attaching), other ptrace errnos. A thread that exits while being
+  // attached is skipped; only the failure of `pid` itself fails Start. On
+  // success the tracer has reported TaskCreated and Switch(idle -> task)
+  // for each thread and captured the executable maps. `core` must outlive
+  // the tracer.
   static int Start(pid_t pid, const SoftBtsOptions& opt, CoreHooks* core,
                    std::unique_ptr<SoftBtsTracer>* out, ErrorDetail* d);
 
@@ -120,6 +153,15 @@ class SoftBtsTracer {
     // come from that chain is dropped. 0 unless something the decoder
     // cannot see moved RIP (docs/host_drivers.md, risks).
     uint64_t resyncs = 0;
+    // Tasks traced now, and ever (threads and processes).
+    uint64_t tasks = 0;
+    uint64_t tasks_seen = 0;
+    uint64_t processes_seen = 0;
+    // Switch records: 0 when they come from the kernel, else the negative
+    // errno of the perf_event_open that was refused (inferred instead).
+    int64_t switch_errno = 0;
+    uint64_t switches = 0;           // switch records reported
+    uint64_t switch_artifacts = 0;   // kernel switch records of ptrace stops, dropped
   };
   Stats stats() const;
 
@@ -140,6 +182,9 @@ class SoftBtsTracer {
   // number and protection in its registers — no extra syscall stops). The
   // decode cache is flushed at the same moments.
   std::vector<Mapping> maps() const;
+  // The same for every traced process (the root's included), by pid; a
+  // process leaves the map when its last task is gone.
+  std::map<pid_t, std::vector<Mapping>> process_maps() const;
 
  private:
   SoftBtsTracer(pid_t pid, const SoftBtsOptions& opt, CoreHooks* core);
@@ -162,6 +207,12 @@ class SoftBtsTracer {
   std::atomic<bool> drain_requested_{false};
   std::atomic<uint64_t> drains_served_{0};
   std::atomic<bool> singleblock_{false};
+  std::atomic<uint64_t> tasks_{0};
+  std::atomic<uint64_t> tasks_seen_{0};
+  std::atomic<uint64_t> processes_seen_{0};
+  std::atomic<int64_t> switch_errno_{0};
+  std::atomic<uint64_t> switches_{0};
+  std::atomic<uint64_t> switch_artifacts_{0};
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
@@ -169,7 +220,8 @@ class SoftBtsTracer {
   int start_rc_ = 0;
   ErrorDetail start_detail_;
   bool thread_exited_ = false;
-  std::vector<Mapping> maps_;
+  std::map<pid_t, std::vector<Mapping>> maps_;  // by process
+  pid_t root_ = 0;  // the process whose maps maps() returns
 
   std::mutex stop_mu_;  // serializes Stop()
 

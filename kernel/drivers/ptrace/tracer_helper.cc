@@ -22,6 +22,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -31,6 +33,10 @@ namespace {
 
 using tracer_protocol::Frame;
 using tracer_protocol::MsgHeader;
+using tracer_protocol::WireTask;
+using tracer_protocol::kDrainHead;
+using tracer_protocol::kTaskCreated;
+using tracer_protocol::kTaskExec;
 using tracer_protocol::ReadMsg;
 using tracer_protocol::ToWire;
 using tracer_protocol::WireStats;
@@ -53,56 +59,89 @@ using tracer_protocol::kSwitch;
 // ---------------------------------------------------------------------------
 // The helper process.
 
-// The tracer's core in the helper process: it holds the task's DS area and
+// The tracer's core in the helper process: it holds each task's DS area and
 // forwards everything to pfmd, waiting for pfmd's answer where the tracer
 // needs one (a drain, whether to hold). Only the task-level hooks mean
 // anything here; the per-CPU ones are never called by a soft-BTS tracer.
 class RemoteCore : public CoreHooks {
  public:
-  explicit RemoteCore(int fd)
-      : fd_(fd), area_(0, kHelperDsRecords, kHelperDsRecords, 1, 1) {}
+  explicit RemoteCore(int fd) : fd_(fd) {}
 
   void set_tracer(SoftBtsTracer* t) { tracer_.store(t, std::memory_order_release); }
 
-  // CoreHooks: the task-level part.
-  DsArea* TaskArea(TaskId) override { return &area_; }
-  void TaskDsInterrupt(TaskId, int cpu, uint64_t) override {
+  // CoreHooks: the task-level part. Areas are created on first use and
+  // freed at the task's exit; only the tracer thread calls these.
+  DsArea* TaskArea(TaskId task) override {
+    auto it = areas_.find(task.tid);
+    if (it != areas_.end()) return it->second.get();
+    auto area = std::make_unique<DsArea>(0, kHelperDsRecords, kHelperDsRecords, 1, 1);
+    DsArea* a = area.get();
+    areas_.emplace(task.tid, std::move(area));
+    return a;
+  }
+  void TaskDsInterrupt(TaskId task, int cpu, uint64_t) override {
     MaybeSendMaps();  // names for these records, before them
-    DsArea& area = area_;
+    DsArea& area = *TaskArea(task);
     const uint32_t n = static_cast<uint32_t>(
         std::min<size_t>(area.bts_count(), kHelperDsRecords));
-    std::string p(sizeof(WireStats) + 8 + n * sizeof(pfm_bts_raw), '\0');
+    std::string p(kDrainHead + n * sizeof(pfm_bts_raw), '\0');
     const WireStats ws = ToWire(Stats());
+    const WireTask wt{task.pid, task.tid};
     const int32_t c = cpu;
-    std::memcpy(p.data(), &ws, sizeof(ws));
-    std::memcpy(p.data() + sizeof(ws), &c, 4);
-    std::memcpy(p.data() + sizeof(ws) + 4, &n, 4);
-    std::memcpy(p.data() + sizeof(ws) + 8, area.bts_records(), n * sizeof(pfm_bts_raw));
+    char* at = p.data();
+    std::memcpy(at, &ws, sizeof(ws));
+    std::memcpy(at + sizeof(ws), &wt, sizeof(wt));
+    std::memcpy(at + sizeof(ws) + sizeof(wt), &c, 4);
+    std::memcpy(at + sizeof(ws) + sizeof(wt) + 4, &n, 4);
+    std::memcpy(at + kDrainHead, area.bts_records(), n * sizeof(pfm_bts_raw));
     area.ResetBts();
     Request(kDrain, p);
   }
-  bool TaskHeld(TaskId) override {
+  bool TaskHeld(TaskId task) override {
     // Cheap while not held (asked before every step); while held, ask
-    // pfmd again (the tracer sleeps 1 ms between questions).
+    // pfmd again (the tracer asks again every millisecond).
     if (!held_.load(std::memory_order_acquire)) return false;
-    Request(kHeldQuery, std::string());
+    const WireTask wt{task.pid, task.tid};
+    Request(kHeldQuery, std::string(reinterpret_cast<const char*>(&wt), sizeof(wt)));
     return held_.load(std::memory_order_acquire);
   }
   void ContextSwitch(int cpu, uint64_t, TaskId prev, TaskId next,
                      bool preempt) override {
+    const bool in = next.pid != 0;
+    const TaskId task = in ? next : prev;
     struct {
       int32_t cpu;
-      uint8_t prev_is_task, next_is_task, preempt, pad;
-    } m{cpu, prev.pid != 0, next.pid != 0, preempt, 0};
+      WireTask task;
+      uint8_t in, preempt;
+      uint16_t pad;
+    } m{cpu, {task.pid, task.tid}, in, preempt, 0};
     Send(Frame(kSwitch, &m, sizeof(m)));
   }
-  void TaskExit(TaskId, uint64_t, int64_t wait_status) override {
+  void TaskExit(TaskId task, uint64_t, int64_t wait_status) override {
     SendStats();
-    Send(Frame(kExited, &wait_status, sizeof(wait_status)));
+    struct {
+      WireTask task;
+      int64_t status;
+    } m{{task.pid, task.tid}, wait_status};
+    Send(Frame(kExited, &m, sizeof(m)));
+    areas_.erase(task.tid);
   }
-  void TaskSignaled(TaskId, uint64_t, int signo) override {
-    const int32_t s = signo;
-    Send(Frame(kSignaled, &s, sizeof(s)));
+  void TaskSignaled(TaskId task, uint64_t, int signo) override {
+    struct {
+      WireTask task;
+      int32_t signo;
+    } m{{task.pid, task.tid}, signo};
+    Send(Frame(kSignaled, &m, sizeof(m)));
+  }
+  void TaskCreated(TaskId parent, TaskId child, uint64_t) override {
+    const WireTask m[2] = {{parent.pid, parent.tid}, {child.pid, child.tid}};
+    Send(Frame(kTaskCreated, m, sizeof(m)));
+    MaybeSendMaps();  // a new process's maps, before its records
+  }
+  void TaskExec(TaskId task, uint64_t) override {
+    const WireTask m{task.pid, task.tid};
+    Send(Frame(kTaskExec, &m, sizeof(m)));
+    MaybeSendMaps();  // the new program's, before its records
   }
   // CoreHooks: the per-CPU part, unused by a task-level driver.
   DsArea* Area(int) override { return nullptr; }
@@ -148,20 +187,30 @@ class RemoteCore : public CoreHooks {
     } m{ticket, ToWire(Stats())};
     Send(Frame(kDrainServed, &m, sizeof(m)));
   }
+  // Sends the mappings of every traced process whose list changed since it
+  // was last sent.
   void MaybeSendMaps() {
     SoftBtsTracer* t = tracer_.load(std::memory_order_acquire);
     if (t == nullptr) return;
-    std::vector<Mapping> m = t->maps();
+    std::map<pid_t, std::vector<Mapping>> now = t->process_maps();
     std::lock_guard<std::mutex> lk(maps_mu_);
-    if (sent_maps_ && m == last_maps_) return;
-    // The mappings that fit in one message, in address order: pfmd refuses
-    // longer ones. Only a process with thousands of executable mappings
-    // loses its highest ones.
-    std::string p;
-    EncodeMappings(m, kMaxMsgBytes, &p);
-    Send(Frame(kMaps, p.data(), static_cast<uint32_t>(p.size())));
-    last_maps_ = std::move(m);
-    sent_maps_ = true;
+    for (auto& [pid, m] : now) {
+      auto it = sent_maps_.find(pid);
+      if (it != sent_maps_.end() && it->second == m) continue;
+      // The mappings that fit in one message, in address order: pfmd
+      // refuses longer ones. Only a process with thousands of executable
+      // mappings loses its highest ones.
+      std::string p(8, '\0');
+      const int32_t pid32 = pid;
+      std::memcpy(p.data(), &pid32, 4);
+      std::string enc;
+      EncodeMappings(m, kMaxMsgBytes - 8, &enc);
+      p += enc;
+      Send(Frame(kMaps, p.data(), static_cast<uint32_t>(p.size())));
+      sent_maps_[pid] = std::move(m);
+    }
+    for (auto it = sent_maps_.begin(); it != sent_maps_.end();)
+      it = now.count(it->first) ? std::next(it) : sent_maps_.erase(it);
   }
 
  private:
@@ -194,7 +243,8 @@ class RemoteCore : public CoreHooks {
   }
 
   const int fd_;
-  DsArea area_;  // the task's, written by the tracer thread only
+  // Each task's area, by tid; the tracer thread's only.
+  std::map<int32_t, std::unique_ptr<DsArea>> areas_;
   std::atomic<SoftBtsTracer*> tracer_{nullptr};
   std::atomic<bool> held_{false};
   std::mutex send_mu_;
@@ -206,8 +256,7 @@ class RemoteCore : public CoreHooks {
   uint64_t replies_ = 0;
   bool gone_ = false;
   std::mutex maps_mu_;
-  std::vector<Mapping> last_maps_;
-  bool sent_maps_ = false;
+  std::map<pid_t, std::vector<Mapping>> sent_maps_;  // guarded by maps_mu_
 };
 
 // Waits for a helper told to leave (kStop, or its socket closed) to exit;
@@ -228,11 +277,13 @@ bool ParseGroups(const char* s, std::vector<gid_t>* out) {
 }
 
 int RunHelper(int argc, char** argv) {
-  // argv: exe FLAG FD PID [UID GID GROUPS]
-  if (argc != 4 && argc != 7) return 2;
+  // argv: exe FLAG FD PID OPTIONS [UID GID GROUPS]; OPTIONS "inherit" or "-".
+  if (argc != 5 && argc != 8) return 2;
   const int fd = std::atoi(argv[2]);
   const pid_t pid = static_cast<pid_t>(std::atol(argv[3]));
   if (fd < 3 || pid <= 0) return 2;
+  SoftBtsOptions opt;
+  opt.inherit = std::strcmp(argv[4], "inherit") == 0;
   // pfmd's stop signals are not ours: the helper follows pfmd's socket, so a
   // SIGTERM/SIGINT to pfmd's cgroup or terminal does not cut a trace short
   // or leave a trap flag behind.
@@ -246,12 +297,12 @@ int RunHelper(int argc, char** argv) {
     std::fputs("-1000", f);
     std::fclose(f);
   }
-  if (argc == 7) {
+  if (argc == 8) {
     Credentials c;
-    c.uid = static_cast<uid_t>(std::strtoul(argv[4], nullptr, 10));
-    c.gid = static_cast<gid_t>(std::strtoul(argv[5], nullptr, 10));
+    c.uid = static_cast<uid_t>(std::strtoul(argv[5], nullptr, 10));
+    c.gid = static_cast<gid_t>(std::strtoul(argv[6], nullptr, 10));
     ErrorDetail d;
-    int rc = ParseGroups(argv[6], &c.groups) ? AssumeCredentials(c, &d)
+    int rc = ParseGroups(argv[7], &c.groups) ? AssumeCredentials(c, &d)
                                               : d.Set(-EINVAL, "bad group list");
     if (rc < 0) {
       struct {
@@ -306,7 +357,7 @@ int RunHelper(int argc, char** argv) {
 
   std::unique_ptr<SoftBtsTracer> t;
   ErrorDetail d;
-  const int rc = SoftBtsTracer::Start(pid, SoftBtsOptions{}, &sink, &t, &d);
+  const int rc = SoftBtsTracer::Start(pid, opt, &sink, &t, &d);
   {
     struct {
       int32_t rc;

@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <string_view>
 #include <string>
 #include <utility>
 
@@ -27,6 +29,10 @@ namespace pfm {
 using tracer_protocol::Frame;
 using tracer_protocol::FromWire;
 using tracer_protocol::MsgHeader;
+using tracer_protocol::WireTask;
+using tracer_protocol::kDrainHead;
+using tracer_protocol::kTaskCreated;
+using tracer_protocol::kTaskExec;
 using tracer_protocol::ReadMsg;
 using tracer_protocol::ReapHelper;
 using tracer_protocol::WireStats;
@@ -51,7 +57,8 @@ using tracer_protocol::kSwitch;
 
 int TracerProcess::Start(pid_t pid, const std::optional<Credentials>& creds,
                          Host host, std::unique_ptr<TracerProcess>* out,
-                         ErrorDetail* d, const std::string& exe) {
+                         ErrorDetail* d, const std::string& exe,
+                         Options options) {
   if (pid <= 0 || pid == ::getpid())
     return SetError(d, -EINVAL, "soft BTS needs another process's pid, got %d", pid);
   if (host.core == nullptr || host.lock == nullptr || out == nullptr)
@@ -60,7 +67,8 @@ int TracerProcess::Start(pid_t pid, const std::optional<Credentials>& creds,
   // only async-signal-safe calls.
   // argv[0] names the helper for ps; the program is `exe`.
   std::vector<std::string> args = {"pfm-tracer", kTracerHelperFlag, "3",
-                                    std::to_string(pid)};
+                                    std::to_string(pid),
+                                    options.inherit ? "inherit" : "-"};
   if (creds.has_value()) {
     std::string groups;
     for (gid_t g : creds->groups)
@@ -122,14 +130,15 @@ int TracerProcess::Start(pid_t pid, const std::optional<Credentials>& creds,
     std::string detail(payload.data() + 4, strnlen(payload.data() + 4, 256));
     return fail(rc, detail.empty() ? "attach failed" : detail);
   }
-  std::unique_ptr<TracerProcess> t(new TracerProcess(pid, child, fd, std::move(host)));
+  std::unique_ptr<TracerProcess> t(new TracerProcess(pid, child, fd, std::move(host), options));
   t->reader_ = std::thread(&TracerProcess::ReadLoop, t.get());
   *out = std::move(t);
   return 0;
 }
 
-TracerProcess::TracerProcess(pid_t pid, pid_t helper, int fd, Host host)
-    : pid_(pid), helper_(helper), fd_(fd), host_(std::move(host)) {}
+TracerProcess::TracerProcess(pid_t pid, pid_t helper, int fd, Host host,
+                             Options options)
+    : pid_(pid), helper_(helper), fd_(fd), host_(std::move(host)), options_(options) {}
 
 TracerProcess::~TracerProcess() { Stop(); }
 
@@ -147,30 +156,64 @@ void TracerProcess::MarkDone() {
   cv_.notify_all();
 }
 
-// Validates and carries out what the helper reports. Task identity and time
-// are pfmd's own; a malformed message ends the conversation (the helper sees
-// EOF and detaches cleanly).
+namespace {
+
+// The TracerPid of /proc/TID/status: -1 when the task is gone (or the file
+// unreadable).
+pid_t TracerOf(int32_t tid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/status", tid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[4096];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  const char* at = std::strstr(buf, "\nTracerPid:");
+  return at == nullptr ? -1 : static_cast<pid_t>(std::atol(at + 11));
+}
+
+}  // namespace
+
+// Validates and carries out what the helper reports (see "Trust" in the
+// header). Time is pfmd's own; a malformed message, or one naming a task
+// that was not announced, ends the conversation (the helper sees EOF and
+// detaches cleanly).
 void TracerProcess::ReadLoop() {
-  const TaskId task{pid_, pid_};
+  const TaskId root{pid_, pid_};
   CoreHooks* const core = host_.core;
   auto cpu_of = [&](int32_t cpu) { return cpu >= 0 && cpu < host_.cpus ? cpu : 0; };
+  // The live tasks, by tid.
+  std::map<int32_t, TaskId> live = {{pid_, root}};
+  int64_t root_status = -1;
+  bool ended = false;
+  // The task a message names, if it is live.
+  auto known = [&](const WireTask& w, TaskId* out) {
+    auto it = live.find(w.tid);
+    if (it == live.end() || it->second.pid != w.pid) return false;
+    *out = it->second;
+    return true;
+  };
   MsgHeader h;
   std::string p;
-  bool exited = false;
   while (ReadMsg(fd_, &h, &p)) {
     const uint64_t now = MonotonicNs();
     bool ok = true;
+    TaskId task;
     switch (h.type) {
       case kDrain: {
-        constexpr size_t kHead = sizeof(WireStats) + 8;
         uint32_t n = 0;
         int32_t cpu = 0;
-        if (p.size() >= kHead) {
-          std::memcpy(&cpu, p.data() + sizeof(WireStats), 4);
-          std::memcpy(&n, p.data() + sizeof(WireStats) + 4, 4);
+        WireTask wt{};
+        if (p.size() >= kDrainHead) {
+          std::memcpy(&wt, p.data() + sizeof(WireStats), sizeof(wt));
+          std::memcpy(&cpu, p.data() + sizeof(WireStats) + sizeof(wt), 4);
+          std::memcpy(&n, p.data() + sizeof(WireStats) + sizeof(wt) + 4, 4);
         }
-        if (p.size() < kHead || n > kHelperDsRecords ||
-            p.size() != kHead + size_t{n} * sizeof(pfm_bts_raw)) {
+        if (p.size() < kDrainHead || n > kHelperDsRecords ||
+            p.size() != kDrainHead + size_t{n} * sizeof(pfm_bts_raw) ||
+            !known(wt, &task)) {
           ok = false;
           break;
         }
@@ -190,7 +233,7 @@ void TracerProcess::ReadLoop() {
           DsArea* const area = core->TaskArea(task);
           for (uint32_t i = 0; area != nullptr && i < n; ++i) {
             pfm_bts_raw r;
-            std::memcpy(&r, p.data() + kHead + i * sizeof(r), sizeof(r));
+            std::memcpy(&r, p.data() + kDrainHead + i * sizeof(r), sizeof(r));
             // Soft BTS sees user mode only: a kernel address is not a
             // branch this tracer can have seen.
             if (PFM_ADDR_IS_KERNEL(r.from) || PFM_ADDR_IS_KERNEL(r.to)) continue;
@@ -205,6 +248,16 @@ void TracerProcess::ReadLoop() {
         break;
       }
       case kHeldQuery: {
+        WireTask wt{};
+        if (p.size() != sizeof(wt)) {
+          ok = false;
+          break;
+        }
+        std::memcpy(&wt, p.data(), sizeof(wt));
+        if (!known(wt, &task)) {
+          ok = false;
+          break;
+        }
         uint8_t held;
         {
           KernelLockGuard l(host_.lock);
@@ -216,57 +269,146 @@ void TracerProcess::ReadLoop() {
       case kSwitch: {
         struct {
           int32_t cpu;
-          uint8_t prev_is_task, next_is_task, preempt, pad;
+          WireTask task;
+          uint8_t in, preempt;
+          uint16_t pad;
         } m;
         if (p.size() != sizeof(m)) {
           ok = false;
           break;
         }
         std::memcpy(&m, p.data(), sizeof(m));
+        if (!known(m.task, &task)) {
+          ok = false;
+          break;
+        }
         KernelLockGuard l(host_.lock);
-        core->ContextSwitch(cpu_of(m.cpu), now, m.prev_is_task ? task : TaskId{},
-                            m.next_is_task ? task : TaskId{}, m.preempt != 0);
+        core->ContextSwitch(cpu_of(m.cpu), now, m.in ? TaskId{} : task,
+                            m.in ? task : TaskId{}, m.preempt != 0);
+        break;
+      }
+      case kTaskCreated: {
+        WireTask m[2];
+        if (p.size() != sizeof(m)) {
+          ok = false;
+          break;
+        }
+        std::memcpy(m, p.data(), sizeof(m));
+        TaskId parent;
+        const TaskId child{m[1].pid, m[1].tid};
+        const bool thread = child.pid == m[0].pid;
+        if (!known(m[0], &parent) || child.tid <= 0 || child.pid <= 0 ||
+            live.count(child.tid) != 0 ||
+            !(thread || (options_.inherit && child.pid == child.tid))) {
+          ok = false;
+          break;
+        }
+        // Gone already (short-lived) is fine: it cannot be anyone else's
+        // now. Alive, it must be the helper's tracee: TracerPid names the
+        // tracer *thread*, which must be one of the helper's.
+        const pid_t tracer = TracerOf(child.tid);
+        char helper_task[64];
+        std::snprintf(helper_task, sizeof(helper_task), "/proc/%d/task/%d", helper_, tracer);
+        if (tracer >= 0 && tracer != helper_ && ::access(helper_task, F_OK) != 0) {
+          ok = false;
+          break;
+        }
+        live[child.tid] = child;
+        KernelLockGuard l(host_.lock);
+        core->TaskCreated(parent, child, now);
+        break;
+      }
+      case kTaskExec: {
+        WireTask wt{};
+        if (p.size() != sizeof(wt)) {
+          ok = false;
+          break;
+        }
+        std::memcpy(&wt, p.data(), sizeof(wt));
+        if (!known(wt, &task)) {
+          ok = false;
+          break;
+        }
+        KernelLockGuard l(host_.lock);
+        core->TaskExec(task, now);
         break;
       }
       case kExited: {
-        int64_t status;
-        if (p.size() != sizeof(status) || exited) {
+        struct {
+          WireTask task;
+          int64_t status;
+        } m;
+        if (p.size() != sizeof(m)) {
           ok = false;
           break;
         }
-        std::memcpy(&status, p.data(), sizeof(status));
-        exited = true;
+        std::memcpy(&m, p.data(), sizeof(m));
+        if (!known(m.task, &task)) {
+          ok = false;
+          break;
+        }
+        live.erase(task.tid);
+        if (task == root) root_status = m.status;
         {
           KernelLockGuard l(host_.lock);
-          core->TaskExit(task, now, status);
-          if (host_.exited) host_.exited(status);
+          core->TaskExit(task, now, m.status);
+          if (live.empty() && host_.exited) host_.exited(root_status);
         }
-        MarkDone();
+        if (live.empty()) {
+          ended = true;
+          MarkDone();
+        }
         break;
       }
       case kSignaled: {
-        int32_t signo;
-        if (p.size() != sizeof(signo)) {
+        struct {
+          WireTask task;
+          int32_t signo;
+        } m;
+        if (p.size() != sizeof(m)) {
           ok = false;
           break;
         }
-        std::memcpy(&signo, p.data(), sizeof(signo));
-        if (signo > 0 && signo < 65) {
+        std::memcpy(&m, p.data(), sizeof(m));
+        if (!known(m.task, &task)) {
+          ok = false;
+          break;
+        }
+        if (m.signo > 0 && m.signo < 65) {
           KernelLockGuard l(host_.lock);
-          core->TaskSignaled(task, now, signo);
-          if (host_.signaled) host_.signaled(signo);
+          core->TaskSignaled(task, now, m.signo);
+          if (host_.signaled) host_.signaled(m.signo);
         }
         break;
       }
       case kMaps: {
+        int32_t pid = 0;
+        uint32_t reserved = 1;
         std::vector<Mapping> m;
-        if (DecodeMappings(p, &m, nullptr) != 0) {
+        if (p.size() >= 8) {
+          std::memcpy(&pid, p.data(), 4);
+          std::memcpy(&reserved, p.data() + 4, 4);
+        }
+        bool traced = false;
+        for (const auto& [tid, t] : live) traced |= t.pid == pid;
+        if (p.size() < 8 || reserved != 0 || !traced ||
+            DecodeMappings(std::string_view(p).substr(8), &m, nullptr) != 0) {
           ok = false;
           break;
         }
         std::lock_guard<std::mutex> lk(mu_);
-        maps_.mappings = std::move(m);
-        maps_.time_ns = now;  // pfmd's clock, as for the records
+        ProcessMaps pm;
+        pm.pid = pid;
+        pm.time_ns = now;  // pfmd's clock, as for the records
+        pm.mappings = std::move(m);
+        if (maps_.size() >= kMaxMapsHistory) {
+          // The oldest list of another process goes first; the root's
+          // newest stays whatever happens.
+          auto victim = std::find_if(maps_.begin(), maps_.end(),
+                                     [&](const ProcessMaps& x) { return x.pid != pid_; });
+          maps_.erase(victim != maps_.end() ? victim : maps_.begin());
+        }
+        maps_.push_back(std::move(pm));
         break;
       }
       case kStats:
@@ -295,8 +437,13 @@ void TracerProcess::ReadLoop() {
     if (!ok) break;
   }
   // EOF (the helper exited or detached), or a message pfmd does not accept:
-  // closing our side makes a live helper detach and exit.
+  // closing our side makes a live helper detach and exit. Tasks it did not
+  // report gone were detached and run on untraced: they are not exits.
   ::shutdown(fd_, SHUT_RDWR);
+  if (!ended) {
+    KernelLockGuard l(host_.lock);
+    for (const auto& [tid, t] : live) core->TaskDetached(t, MonotonicNs());
+  }
   MarkDone();
   std::lock_guard<std::mutex> lk(mu_);
   stopped_ = true;  // the reader is finished
@@ -310,9 +457,16 @@ SoftBtsTracer::Stats TracerProcess::stats() const {
 
 ProcessMaps TracerProcess::maps() const {
   std::lock_guard<std::mutex> lk(mu_);
-  ProcessMaps out = maps_;
+  for (auto it = maps_.rbegin(); it != maps_.rend(); ++it)
+    if (it->pid == pid_) return *it;
+  ProcessMaps out;
   out.pid = pid_;
   return out;
+}
+
+std::vector<ProcessMaps> TracerProcess::maps_history() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return maps_;
 }
 
 uint64_t TracerProcess::RequestDrain() {

@@ -25,8 +25,15 @@
 //
 // Trust: pfmd trusts nothing the helper sends. The helper runs as the
 // client, who may signal it; it can only misreport the branches of a task
-// the client may trace anyway. Messages are bounded and validated, task
-// identity and time come from pfmd, never from the message.
+// the client may trace anyway. Messages are bounded and validated; time
+// comes from pfmd, never from the message. Task identity does come from the
+// helper, within bounds pfmd checks: the first task is the pid pfmd asked
+// for; every other one must be announced (kTaskCreated) by a live parent,
+// as a thread of the parent's process or, only when inheriting, a process
+// of its own (pid == tid), and must have the helper as its tracer
+// (/proc/TID/status TracerPid) when pfmd looks; a message naming any other
+// task ends the conversation. So records only ever land in the context of
+// the pid the session asked for.
 //
 // Reports reach the kernel core through its CoreHooks like any driver's: the
 // reader thread takes the kernel lock per report, writes the branches it
@@ -65,6 +72,11 @@ inline constexpr char kTracerHelperFlag[] = "--pfm-tracer-helper";
 // helper and returns its exit code (>= 0); otherwise returns -1 at once.
 int MaybeRunTracerHelper(int argc, char** argv);
 
+struct TracerProcessOptions {
+  // Follow the processes the traced ones create (SoftBtsOptions::inherit).
+  bool inherit = false;
+};
+
 class TracerProcess {
  public:
   // Where a tracer's reports go, in pfmd.
@@ -73,9 +85,13 @@ class TracerProcess {
     KernelLock* lock = nullptr;  // taken around every report
     int cpus = 1;                // a CPU number outside [0, cpus) reports as 0
     // Called with the lock held, after the core was told (may be empty).
+    // `exited`: the last traced task is gone, with the wait status of the
+    // process traced first (its main thread's). `signaled`: a fatal-looking
+    // signal is about to be delivered to one of the traced tasks.
     std::function<void(int64_t wait_status)> exited;
     std::function<void(int signo)> signaled;
   };
+  using Options = TracerProcessOptions;
   // Starts a helper that takes `creds` (nullopt: keeps the caller's) and
   // attaches a SoftBtsTracer with default options to `pid`; returns once it
   // is attached (0) or failed (the helper's errno, e.g. -EPERM with the
@@ -83,7 +99,8 @@ class TracerProcess {
   // (default: this program). `host.core` must outlive the TracerProcess.
   static int Start(pid_t pid, const std::optional<Credentials>& creds,
                    Host host, std::unique_ptr<TracerProcess>* out,
-                   ErrorDetail* d, const std::string& exe = "/proc/self/exe");
+                   ErrorDetail* d, const std::string& exe = "/proc/self/exe",
+                   Options options = Options());
 
   ~TracerProcess();
   TracerProcess(const TracerProcess&) = delete;
@@ -99,11 +116,18 @@ class TracerProcess {
 
   // As last reported by the helper (at every drain and a few times a second).
   SoftBtsTracer::Stats stats() const;
+  bool inherit() const { return options_.inherit; }
   // The tracee's executable mappings as last reported by the helper (at
   // attach and whenever they changed, before the records taken with them),
   // stamped with the time pfmd received them; time_ns 0 and no mappings
   // before the first report.
   ProcessMaps maps() const;
+  // Every mapping list the helper reported, of every traced process, in the
+  // order received (each stamped with pfmd's time): what names the records
+  // of children and of programs before an exec. Bounded: at most
+  // kMaxMapsHistory lists (the oldest of other processes go first).
+  std::vector<ProcessMaps> maps_history() const;
+  static constexpr size_t kMaxMapsHistory = 256;
 
   // Asks the helper to drain its DS area now; DrainServed(ticket) turns true
   // once it did (or the helper is gone). WaitDrain blocks until then or
@@ -115,7 +139,7 @@ class TracerProcess {
   static constexpr std::chrono::milliseconds kStopTimeout{5000};
 
  private:
-  TracerProcess(pid_t pid, pid_t helper, int fd, Host host);
+  TracerProcess(pid_t pid, pid_t helper, int fd, Host host, Options options);
   void ReadLoop();
   bool Send(uint32_t type, const void* payload, uint32_t len, bool wait);
   void MarkDone();
@@ -124,6 +148,7 @@ class TracerProcess {
   const pid_t helper_;  // the helper process (our child)
   const int fd_;        // our end of the socket pair
   const Host host_;
+  const Options options_;
   std::thread reader_;
   std::atomic<bool> done_{false};
   std::atomic<uint64_t> next_ticket_{1};
@@ -134,7 +159,7 @@ class TracerProcess {
   bool stopped_ = false;
   bool reaped_ = false;
   SoftBtsTracer::Stats stats_;
-  ProcessMaps maps_;  // pid is filled in by maps()
+  std::vector<ProcessMaps> maps_;  // the history, oldest first
   std::mutex send_mu_;
   std::mutex stop_mu_;  // serializes Stop()
 };

@@ -49,9 +49,11 @@ std::string Frame(uint32_t type, const void* payload, uint32_t len) {
 }
 
 WireStats ToWire(const SoftBtsTracer::Stats& s) {
-  return WireStats{s.steps,    s.branches,       s.singleblock_honoured ? 1u : 0u,
-                   s.reg_reads, s.computed, s.mispredictions,
-                   s.resyncs};
+  return WireStats{s.steps,      s.branches,       s.singleblock_honoured ? 1u : 0u,
+                   s.reg_reads,  s.computed,       s.mispredictions,
+                   s.resyncs,    s.tasks,          s.tasks_seen,
+                   s.processes_seen, s.switches,   s.switch_artifacts,
+                   s.switch_errno};
 }
 
 SoftBtsTracer::Stats FromWire(const WireStats& w) {
@@ -63,6 +65,12 @@ SoftBtsTracer::Stats FromWire(const WireStats& w) {
   s.computed = w.computed;
   s.mispredictions = w.mispredictions;
   s.resyncs = w.resyncs;
+  s.tasks = w.tasks;
+  s.tasks_seen = w.tasks_seen;
+  s.processes_seen = w.processes_seen;
+  s.switches = w.switches;
+  s.switch_artifacts = w.switch_artifacts;
+  s.switch_errno = w.switch_errno;
   return s;
 }
 

@@ -20,20 +20,29 @@ namespace pfm::tracer_protocol {
 // header {type, len} followed by `len` bytes of payload. Fixed-size fields
 // are host-endian (both ends are the same binary on the same machine).
 enum MsgType : uint32_t {
-  // helper -> pfmd
+  // helper -> pfmd. A task is {i32 pid, i32 tid}; every task but the root
+  // thread is announced by kTaskCreated before anything else names it.
   kStarted = 1,       // i32 rc, char detail[256]
-  kDrain = 2,         // WireStats, i32 cpu, u32 n, pfm_bts_raw[n]; reply kHeld
-  kHeldQuery = 3,     // (empty); reply kHeld
-  kSwitch = 4,        // i32 cpu, u8 prev_is_task, u8 next_is_task, u8 preempt
-  kExited = 5,        // i64 wait status
-  kSignaled = 6,      // i32 signo
-  kMaps = 7,          // the tracee's mappings, kernel/uapi/proc_maps.h's encoding
+  kDrain = 2,         // WireStats, task, i32 cpu, u32 n, pfm_bts_raw[n]; reply kHeld
+  kHeldQuery = 3,     // task; reply kHeld
+  kSwitch = 4,        // i32 cpu, task, u8 in, u8 preempt, u16 pad
+  kExited = 5,        // task, i64 wait status (one per task)
+  kSignaled = 6,      // task, i32 signo
+  kMaps = 7,          // i32 pid, u32 0, the process's mappings
+                      // (kernel/uapi/proc_maps.h's encoding)
   kStats = 8,         // WireStats
   kDrainServed = 9,   // u64 ticket, WireStats
+  kTaskCreated = 10,  // parent task, child task
+  kTaskExec = 11,     // task
   // pfmd -> helper
   kHeld = 100,        // u8 held
   kRequestDrain = 101,  // u64 ticket
   kStop = 102,        // (empty)
+};
+
+struct WireTask {
+  int32_t pid;
+  int32_t tid;
 };
 
 struct MsgHeader {
@@ -43,14 +52,18 @@ struct MsgHeader {
 
 struct WireStats {
   uint64_t steps, branches, singleblock, reg_reads, computed, mispredictions,
-      resyncs;
+      resyncs, tasks, tasks_seen, processes_seen, switches, switch_artifacts;
+  int64_t switch_errno;
 };
+
+// Bytes of a kDrain before its records.
+inline constexpr size_t kDrainHead = sizeof(WireStats) + sizeof(WireTask) + 8;
 
 // The DS area of a helper's tracer, in records (SoftBtsOptions' default),
 // and the largest message either side accepts.
 inline constexpr uint32_t kHelperDsRecords = SoftBtsOptions{}.ds_records;
 inline constexpr uint32_t kMaxMsgBytes =
-    sizeof(WireStats) + 8 + kHelperDsRecords * sizeof(pfm_bts_raw);
+    kDrainHead + kHelperDsRecords * sizeof(pfm_bts_raw);
 // A helper that has not attached within this long is given up on.
 inline constexpr int kStartTimeoutMs = 15000;
 

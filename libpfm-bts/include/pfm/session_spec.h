@@ -20,7 +20,17 @@ struct BreakpointSpec {
   uint64_t addr = 0;
   uint32_t len = 1;           // 1, 2, 4, 8
   std::string access = "x";   // r | w | rw | x
-  std::string ToString() const;  // "0x401000:1:x"
+  // The name it was given by (--breakpoint main, prog.c:42, write+0x10,
+  // counter:8:w), empty for an address. A named breakpoint has no address
+  // (0) until pfmctl resolves it against the target's maps
+  // (pfm/symbolizer.h ResolveLocation); pfmd refuses one without.
+  std::string name;
+
+  bool resolved() const { return name.empty() || addr != 0; }
+  // "0x401000:1:x"; resolved from a name: "0x5555555551b9:1:x (main)";
+  // not yet resolved: "main", "counter:8:w". ParseBreakpoint reads each
+  // back.
+  std::string ToString() const;
 };
 
 struct SessionSpec {
@@ -38,9 +48,18 @@ struct SessionSpec {
   std::vector<BreakpointSpec> breakpoints;
   bool pinned = false;
   bool detached = false;
+  // Host tracing of a pid: also trace the processes it creates (threads
+  // are always traced).
+  bool inherit = false;
 
   boost::json::object ToJson() const;
-  static absl::StatusOr<SessionSpec> FromJson(const boost::json::object& o);
+  // pfmd parses with kRefuse: it has no way to resolve a name. pfmctl
+  // checks a spec's shape with kAllow before it resolves the names.
+  enum class UnresolvedNames { kRefuse, kAllow };
+  static absl::StatusOr<SessionSpec> FromJson(
+      const boost::json::object& o, UnresolvedNames names = UnresolvedNames::kRefuse);
+
+  bool HasUnresolvedBreakpoints() const;
 };
 
 // Sizes and limits of the spec (named so a refusal can quote them).
@@ -52,7 +71,13 @@ inline constexpr uint64_t kDefaultPebsPeriod = 100003;
 inline constexpr size_t kMaxCountersPerSession = 64;
 inline constexpr size_t kMaxBreakpointsPerSession = 32;
 
-// "ADDR:LEN:r|w|rw|x"; ADDR in hex (0x...) or decimal.
+inline constexpr size_t kMaxBreakpointNameBytes = 512;
+
+// "ADDR:LEN:r|w|rw|x" (ADDR in hex 0x... or decimal), a bare "ADDR"
+// (1:x), "ADDR:LEN:ACCESS (NAME)" (ToString of a resolved name), or a name
+// "LOCATION[:LEN:ACCESS]" (LOCATION not starting with a digit, at most
+// kMaxBreakpointNameBytes, no spaces or control characters; LEN:ACCESS
+// default to 1:x). Which names exist is for the resolver to say.
 absl::StatusOr<BreakpointSpec> ParseBreakpoint(const std::string& text);
 // "EVENT[:period]"; the event name itself is checked by libpfm4 later.
 absl::Status ParsePebs(const std::string& text, std::string* event,

@@ -14,8 +14,9 @@
 //                      (u32 count, then per mapping u64 start, u64 end,
 //                      u64 offset, u32 flags, u32 path_len, path bytes)
 // MAPS blocks may come anywhere after the header, each a whole list as of
-// time_ns (ProcessMaps); `report` symbolizes with the last one that has
-// any mappings.
+// time_ns (ProcessMaps); `report` and `script` name a record with the first
+// one with mappings taken at or after its time, else the last one
+// (userspace/pfmctl/report.h).
 // Version 1 carried the mappings as hex strings in the trailer's JSON; this
 // version refuses it (re-record).
 // Every block is written with one write() and flushed to the file as it
@@ -25,10 +26,12 @@
 // cut loses at most the one partial record, not the block (up to 64 Ki
 // records).
 //
-// TraceWriter is not thread-safe; ReadTrace is (it shares nothing).
+// TraceWriter and TraceReader are not thread-safe; ReadTrace is (it shares
+// nothing).
 #ifndef PFM_LIBPFM_BTS_INCLUDE_PFM_TRACE_FILE_H_
 #define PFM_LIBPFM_BTS_INCLUDE_PFM_TRACE_FILE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -59,13 +62,106 @@ class TraceWriter {
   absl::Status AppendMaps(const ProcessMaps& maps);
   absl::Status Finish(const boost::json::object& trailer);
   uint64_t records() const { return records_; }
+  // Bytes written to the file so far (magic and block headers included).
+  uint64_t bytes() const { return bytes_; }
 
  private:
   explicit TraceWriter(UniqueFd fd) : fd_(std::move(fd)) {}
   absl::Status WriteBlock(uint32_t kind, const void* data, size_t len);
   UniqueFd fd_;
   uint64_t records_ = 0;
+  uint64_t bytes_ = 0;
 };
+
+// Reads a trace file block by block, holding at most one piece at a time:
+// up to kTraceReaderChunk records of a RECORDS block (a block is handed out
+// in pieces, whatever its size), or one MAPS or JSON block. For readers that
+// must not hold the whole file (`pfmctl report`, `pfmctl script`).
+//
+// Open's errors are ReadTrace's: INVALID_ARGUMENT for a file that is not a
+// trace, of another version, or not a regular file (a directory, a device,
+// a FIFO: never read), NOT_FOUND, PERMISSION_DENIED. The HEADER must be the
+// file's first block (TraceWriter writes it so); without it, or cut inside
+// it, INVALID_ARGUMENT "trace has no header".
+//
+// Next() then walks the file. A truncated or damaged tail is not an error:
+// Next() returns kEnd with complete() false and cut_reason() saying where
+// the reading stopped, after handing out what was readable (the whole
+// records of a RECORDS block cut by the end of the file included). Only a
+// failing read() is an error (INVALID_ARGUMENT "cannot read ..."). The file
+// is read to its end as it is at the time: a file still being written is
+// read as far as it goes.
+class TraceReader {
+ public:
+  enum class Event {
+    kRecords,  // records() holds the next piece of a RECORDS block
+    kMaps,     // maps() holds a MAPS block
+    kTrailer,  // trailer() holds the TRAILER: the trace is complete
+    kEnd,      // nothing more (after kTrailer, or cut: see cut_reason())
+  };
+
+  struct Options {
+    // RECORDS blocks are skipped with lseek instead of read (records() stays
+    // empty, kRecords is not returned): a cheap pass over a big file for its
+    // MAPS blocks and trailer. The cut is detected as when reading (from
+    // the file's size), so the same blocks are handed out.
+    bool skip_records = false;
+  };
+
+  static absl::StatusOr<TraceReader> Open(const std::string& path, Options options);
+  static absl::StatusOr<TraceReader> Open(const std::string& path) {
+    return Open(path, Options());
+  }
+
+  absl::StatusOr<Event> Next();
+
+  const boost::json::object& header() const { return header_; }
+  // Valid until the next Next().
+  const std::vector<pfm_record>& records() const { return records_; }
+  const ProcessMaps& maps() const { return maps_; }
+  const boost::json::object& trailer() const { return trailer_; }
+  bool complete() const { return complete_; }
+  // Why the reading stopped short, once Next() returned kEnd without a
+  // trailer ("truncated block at byte N", "no trailer: ..."), without a "cut
+  // short" of its own (the caller says that).
+  const std::string& cut_reason() const { return cut_reason_; }
+  // Records handed out (or skipped) so far.
+  uint64_t records_read() const { return records_read_; }
+  // The file's size when it was opened (for a reserve).
+  uint64_t file_size() const { return file_size_; }
+
+ private:
+  TraceReader(UniqueFd fd, std::string path, Options options)
+      : fd_(std::move(fd)), path_(std::move(path)), options_(options) {}
+  // Reads up to n bytes at the current offset; fewer only at the end of
+  // the file.
+  absl::StatusOr<size_t> ReadUpTo(char* dst, size_t n);
+  // Ends the reading with `why` as the cut reason.
+  Event Cut(std::string why);
+  absl::StatusOr<Event> NextRecords();
+
+  UniqueFd fd_;
+  std::string path_;
+  Options options_;
+  uint64_t off_ = 0;        // bytes consumed
+  uint64_t file_size_ = 0;
+  bool done_ = false;
+  boost::json::object header_;
+  std::vector<pfm_record> records_;
+  ProcessMaps maps_;
+  boost::json::object trailer_;
+  bool complete_ = false;
+  std::string cut_reason_;
+  uint64_t records_read_ = 0;
+  // The RECORDS block being handed out: where it starts, its records, and
+  // how many are left.
+  uint64_t block_off_ = 0;
+  uint64_t block_records_ = 0;
+  uint64_t block_left_ = 0;
+};
+
+// Records per kRecords piece of TraceReader: 256 KiB.
+inline constexpr size_t kTraceReaderChunk = 4096;
 
 struct Trace {
   boost::json::object header;
@@ -79,7 +175,8 @@ struct Trace {
   std::string cut_reason;
 };
 
-// Reads a whole trace. A truncated or damaged tail is not an error: what was
+// Reads a whole trace (through TraceReader: the same errors and cuts). A
+// truncated or damaged tail is not an error: what was
 // readable is returned with complete=false and the reason; a damaged block
 // (a RECORDS length that is not whole records, JSON that is not an object,
 // a MAPS block that does not decode) ends the reading the same way. A file

@@ -1,0 +1,162 @@
+// End to end, issue 13: `pfmctl record` of whole programs on the host, through
+// the real pfmd and its tracer process: every thread of a pthreads program as
+// its own task, a shell's children followed across fork and exec (and not
+// with --no-inherit), and the kernel's own switch records (voluntary for a
+// program that sleeps). The trace files are read with the client library.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "pfm/symbolizer.h"
+#include "pfm/trace_file.h"
+#include "tests/testing/e2e.h"
+
+namespace pfm {
+namespace {
+
+using testing::Pfmctl;
+
+class HostTasksE2e : public testing::DaemonTest {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root: ptrace of the programs it starts";
+    ASSERT_NO_FATAL_FAILURE(StartDaemon({"--driver", "host"}));
+    dir_ = testing::MakeTempDir("tasks");
+  }
+  Trace Record(const std::vector<std::string>& flags_and_cmd) {
+    const std::string file = dir_ + "/t" + std::to_string(++n_) + ".trace";
+    std::vector<std::string> args = {"record", "-o", file};
+    args.insert(args.end(), flags_and_cmd.begin(), flags_and_cmd.end());
+    testing::Result r = Pfmctl(socket(), args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    absl::StatusOr<Trace> t = ReadTrace(file);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *t : Trace();
+  }
+  std::string dir_;
+  int n_ = 0;
+};
+
+TEST_F(HostTasksE2e, FourThreadsAreFourTasksWithBranchesInTheirOwnFunctions) {
+  const std::string out = dir_ + "/threads.out";
+  Trace t = Record({"--", testing::Runfile("kernel/drivers/ptrace/testdata_threads_bin"), out});
+  ASSERT_TRUE(t.complete) << t.cut_reason;
+  std::ifstream in(out);
+  std::string line;
+  std::vector<std::vector<uint64_t>> workers;  // tid, lo, hi
+  uint64_t fib_lo = 0, fib_hi = 0;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string first;
+    ls >> first;
+    uint64_t lo = 0, hi = 0;
+    ls >> std::hex >> lo >> hi;
+    if (first == "fib") {
+      fib_lo = lo;
+      fib_hi = hi;
+    } else {
+      workers.push_back({std::stoull(first), lo, hi});
+    }
+  }
+  ASSERT_EQ(workers.size(), 4u);
+  std::set<uint32_t> pids, tids;
+  std::map<uint32_t, uint64_t> exits;
+  for (const pfm_record& r : t.records) {
+    if (r.type == PFM_REC_BRANCH) {
+      pids.insert(r.pid);
+      tids.insert(r.tid);
+    }
+    if (r.type == PFM_REC_EXIT) ++exits[r.tid];
+  }
+  EXPECT_EQ(pids.size(), 1u);
+  EXPECT_EQ(tids.size(), 5u);  // main and four workers
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const uint32_t tid = static_cast<uint32_t>(workers[i][0]);
+    uint64_t own = 0, foreign = 0;
+    for (const pfm_record& r : t.records) {
+      if (r.type != PFM_REC_BRANCH) continue;
+      const uint64_t from = r.u.branch.from;
+      const bool in_fn = (from >= workers[i][1] && from < workers[i][2]) ||
+                         (i == 2 && from >= fib_lo && from < fib_hi);
+      if (in_fn) (r.tid == tid ? own : foreign) += 1;
+    }
+    EXPECT_GT(own, 100u) << "worker " << i;
+    EXPECT_EQ(foreign, 0u) << "worker " << i;
+    EXPECT_EQ(exits[tid], 1u) << "worker " << i << ": one EXIT record";
+  }
+}
+
+// The names of a branch source in the maps the trace carries for its
+// process (the last MAPS block of that pid before the record).
+std::string NameOf(const Trace& t, const pfm_record& r) {
+  const ProcessMaps* best = nullptr;
+  for (const ProcessMaps& m : t.maps)
+    if (static_cast<uint32_t>(m.pid) == r.pid && !m.mappings.empty() &&
+        (best == nullptr || m.time_ns <= r.time || best->time_ns > r.time))
+      best = &m;
+  if (best == nullptr) return "";
+  for (const Mapping& m : best->mappings)
+    if (r.u.branch.from >= m.start && r.u.branch.from < m.end) return m.path;
+  return "";
+}
+
+TEST_F(HostTasksE2e, ShellChildrenAreFollowedAcrossForkAndExecUnlessNoInherit) {
+  // dash forks for the first command and execs the last in place.
+  Trace t = Record({"--", "/bin/sh", "-c", "/bin/true; /bin/echo followed"});
+  ASSERT_TRUE(t.complete) << t.cut_reason;
+  std::set<uint32_t> pids;
+  std::map<std::string, uint64_t> by_binary;
+  for (const pfm_record& r : t.records) {
+    if (r.type != PFM_REC_BRANCH) continue;
+    pids.insert(r.pid);
+    const std::string path = NameOf(t, r);
+    if (path == "/usr/bin/true" || path == "/usr/bin/echo" || path == "/usr/bin/dash")
+      ++by_binary[path];
+  }
+  EXPECT_GE(pids.size(), 2u);  // the shell and the forked /bin/true
+  EXPECT_GT(by_binary["/usr/bin/dash"], 100u);
+  EXPECT_GT(by_binary["/usr/bin/true"], 10u);
+  EXPECT_GT(by_binary["/usr/bin/echo"], 10u);
+  // Every process's maps are in the file, under its own pid.
+  std::set<int32_t> mapped;
+  for (const ProcessMaps& m : t.maps) mapped.insert(m.pid);
+  for (uint32_t pid : pids) EXPECT_TRUE(mapped.count(static_cast<int32_t>(pid))) << pid;
+
+  Trace only = Record({"--no-inherit", "--", "/bin/sh", "-c", "/bin/true; /bin/echo not"});
+  ASSERT_TRUE(only.complete) << only.cut_reason;
+  std::set<uint32_t> only_pids;
+  for (const pfm_record& r : only.records)
+    if (r.type == PFM_REC_BRANCH) only_pids.insert(r.pid);
+  EXPECT_EQ(only_pids.size(), 1u);
+}
+
+TEST_F(HostTasksE2e, SleepingProgramSwitchesOutVoluntarilyInTheKernelsRecords) {
+  Trace t = Record({"--", "/bin/sleep", "0.3"});
+  ASSERT_TRUE(t.complete) << t.cut_reason;
+  uint64_t out = 0, voluntary = 0, branches = 0;
+  for (const pfm_record& r : t.records) {
+    branches += r.type == PFM_REC_BRANCH;
+    if (r.type != PFM_REC_SWITCH_OUT) continue;
+    ++out;
+    voluntary += (r.misc & PFM_MISC_SWITCH_PREEMPT) == 0;
+  }
+  const boost::json::value* src = t.trailer.contains("soft_bts")
+                                      ? t.trailer.at("soft_bts").as_object().if_contains("switch_source")
+                                      : nullptr;
+  ASSERT_NE(src, nullptr);
+  if (src->as_string() != "kernel") GTEST_SKIP() << "switch records inferred here";
+  EXPECT_GE(voluntary, 1u);
+  // The tracer's own stops (two kernel records per step) are not in it.
+  EXPECT_LT(out, branches / 10);
+}
+
+}  // namespace
+}  // namespace pfm

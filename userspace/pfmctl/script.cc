@@ -1,0 +1,153 @@
+#include "userspace/pfmctl/script.h"
+
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <csignal>
+
+#include <ostream>
+
+#include <boost/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "libpfm-bts/units.h"
+#include "pfm/record_json.h"
+#include "userspace/pfmctl/flags.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+
+// Output is written in pieces of about this size: one write per piece, and
+// a closed stdout noticed within a piece.
+constexpr size_t kFlushBytes = 64 << 10;
+
+const std::string& SymOrUnknown(const std::string& sym) {
+  static const std::string kUnknown = "[unknown]";
+  return sym.empty() ? kUnknown : sym;
+}
+
+std::string WaitStatusText(int64_t status) {
+  const int ws = static_cast<int>(status);
+  if (status < 0 || status > 0xffff) return "";
+  if (WIFEXITED(ws)) return absl::StrCat(" (exit ", WEXITSTATUS(ws), ")");
+  if (WIFSIGNALED(ws)) return absl::StrCat(" (killed by signal ", WTERMSIG(ws), ")");
+  return "";
+}
+
+}  // namespace
+
+absl::Status FlushOutput(std::ostream& out, std::string* buf, uint64_t written) {
+  errno = 0;
+  out.write(buf->data(), static_cast<std::streamsize>(buf->size()));
+  if (!out.fail()) out.flush();
+  buf->clear();
+  if (!out) {
+    if (errno == EPIPE) return absl::CancelledError("output pipe closed");
+    return absl::UnavailableError(absl::StrCat(
+        "cannot write the output (closed or full); stopped after ", written, " records"));
+  }
+  return absl::OkStatus();
+}
+
+void AppendScriptLine(const ReportRecord& rr, std::string* out) {
+  const pfm_record& r = rr.record;
+  absl::StrAppendFormat(out, "%u.%09u [%03u] %u/%u %s: ", r.time / 1000000000,
+                        r.time % 1000000000, r.cpu, r.pid, r.tid, RecordTypeName(r.type));
+  switch (r.type) {
+    case PFM_REC_BRANCH:
+      absl::StrAppendFormat(out, "%x %s => %x %s%s", r.u.branch.from,
+                            SymOrUnknown(rr.from_sym), r.u.branch.to,
+                            SymOrUnknown(rr.to_sym),
+                            (r.misc & PFM_MISC_BRANCH_KERNEL_FROM) ? " (from kernel)" : "");
+      break;
+    case PFM_REC_PEBS:
+      absl::StrAppendFormat(out, "ip %x %s addr %#x latency %u data_src %#x request %u",
+                            r.u.pebs.ip, SymOrUnknown(rr.ip_sym), r.u.pebs.addr,
+                            r.u.pebs.latency, r.u.pebs.data_src, r.u.pebs.event);
+      break;
+    case PFM_REC_SWITCH_OUT:
+    case PFM_REC_SWITCH_IN:
+      absl::StrAppendFormat(out, "%s %u/%u %s", r.type == PFM_REC_SWITCH_OUT ? "->" : "<-",
+                            r.u.sw.other_pid, r.u.sw.other_tid,
+                            (r.misc & PFM_MISC_SWITCH_PREEMPT) ? "preempted" : "voluntary");
+      break;
+    case PFM_REC_LOST:
+      absl::StrAppendFormat(out, "%u records lost", r.u.lost.count);
+      break;
+    case PFM_REC_COUNTER:
+      absl::StrAppendFormat(out, "request %u value %u enabled %u running %u",
+                            r.u.counter.request, r.u.counter.value,
+                            r.u.counter.time_enabled, r.u.counter.time_running);
+      break;
+    case PFM_REC_RESIZED:
+      absl::StrAppend(out, FormatSize(r.u.resized.old_bytes), " -> ",
+                      FormatSize(r.u.resized.new_bytes));
+      break;
+    case PFM_REC_EXIT:
+      absl::StrAppendFormat(out, "status %d%s", r.u.exit.status,
+                            WaitStatusText(r.u.exit.status));
+      break;
+    case PFM_REC_SCHEDULE:
+      absl::StrAppendFormat(out, "request %u %s slot %u", r.u.sched.request,
+                            (r.misc & PFM_MISC_SCHED_ON) ? "on" : "off", r.u.sched.slot);
+      break;
+    default:
+      break;
+  }
+  // Types without fields leave "type: " with a trailing space: trim it.
+  if (!out->empty() && out->back() == ' ') out->pop_back();
+  out->push_back('\n');
+}
+
+absl::StatusOr<int> ScriptCommand(const CliContext& ctx, const CommandArgs& args) {
+  CommandFlags f(args, 1);
+  absl::StatusOr<std::vector<std::string>> pos = f.Positional("script");
+  if (!pos.ok()) return pos.status();
+  if (pos->size() != 1) return UsageError("usage: script TRACE");
+  const std::string& file = pos->front();
+  std::ostream& out = *ctx.out;
+  std::string buf;
+  uint64_t written = 0;
+  ReportOptions options;
+  options.limit = 0;
+  if (ctx.json) {
+    // One document, its records streamed: the summary fields come after
+    // the array (a JSON object's members have no order).
+    buf = absl::StrCat("{\"trace\":", json::serialize(json::value(file)), ",\"records\":[");
+    options.each_record = [&](const ReportRecord& rr) {
+      if (written > 0) buf.push_back(',');
+      buf += json::serialize(RecordJson(rr));
+      ++written;
+      return buf.size() >= kFlushBytes ? FlushOutput(out, &buf, written) : absl::OkStatus();
+    };
+  } else {
+    options.each_record = [&](const ReportRecord& rr) {
+      AppendScriptLine(rr, &buf);
+      ++written;
+      return buf.size() >= kFlushBytes ? FlushOutput(out, &buf, written) : absl::OkStatus();
+    };
+  }
+  absl::StatusOr<TraceReport> rep = BuildReport(file, options);
+  if (rep.status().code() == absl::StatusCode::kCancelled) return 128 + SIGPIPE;
+  if (!rep.ok()) {
+    // Nothing half-written on stdout for a file that is not a trace (the
+    // error comes before any record); a failure mid-way keeps what was
+    // printed, as a cut trace does.
+    if (written > 0) (void)FlushOutput(out, &buf, written);
+    return rep.status();
+  }
+  if (ctx.json)
+    absl::StrAppend(&buf, "],\"complete\":", rep->complete ? "true" : "false",
+                    ",\"cut_reason\":", json::serialize(json::value(rep->cut_reason)), "}\n");
+  if (absl::Status s = FlushOutput(out, &buf, written); !s.ok())
+    return s.code() == absl::StatusCode::kCancelled ? absl::StatusOr<int>(128 + SIGPIPE) : s;
+  if (!rep->complete)
+    return absl::DataLossError(absl::StrCat(file, ": trace cut short: ", rep->cut_reason,
+                                            "; printed ", written, " records"));
+  return 0;
+}
+
+}  // namespace pfm

@@ -1,0 +1,163 @@
+#include "userspace/pfmctl/script.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "pfm/trace_file.h"
+
+namespace pfm {
+namespace {
+
+namespace json = boost::json;
+
+std::string TempPath(const char* name) {
+  const char* d = std::getenv("TEST_TMPDIR");
+  return std::string(d ? d : "/tmp") + "/" + name;
+}
+
+pfm_record Rec(uint16_t type, uint64_t time) {
+  pfm_record r{};
+  r.type = type;
+  r.time = time;
+  r.cpu = 3;
+  r.pid = 42;
+  r.tid = 43;
+  return r;
+}
+
+std::string Line(const ReportRecord& r) {
+  std::string s;
+  AppendScriptLine(r, &s);
+  return s;
+}
+
+TEST(ScriptTest, LinesShowTimeCpuTaskTypeAndFields) {
+  pfm_record b = Rec(PFM_REC_BRANCH, 12'000'000'345);
+  b.u.branch.from = 0x401000;
+  b.u.branch.to = 0x7f0010;
+  EXPECT_EQ(Line({b, "main+0x10", "", ""}),
+            "12.000000345 [003] 42/43 branch: 401000 main+0x10 => 7f0010 [unknown]\n");
+  pfm_record sw = Rec(PFM_REC_SWITCH_OUT, 5);
+  sw.misc = PFM_MISC_SWITCH_PREEMPT;
+  sw.u.sw.other_pid = 7;
+  sw.u.sw.other_tid = 8;
+  EXPECT_EQ(Line({sw, "", "", ""}), "0.000000005 [003] 42/43 switch_out: -> 7/8 preempted\n");
+  pfm_record lost = Rec(PFM_REC_LOST, 0);
+  lost.u.lost.count = 17;
+  EXPECT_EQ(Line({lost, "", "", ""}), "0.000000000 [003] 42/43 lost: 17 records lost\n");
+  pfm_record exit = Rec(PFM_REC_EXIT, 0);
+  exit.u.exit.status = 3 << 8;
+  EXPECT_EQ(Line({exit, "", "", ""}), "0.000000000 [003] 42/43 exit: status 768 (exit 3)\n");
+  EXPECT_EQ(Line({Rec(PFM_REC_THROTTLE, 0), "", "", ""}), "0.000000000 [003] 42/43 throttle:\n");
+  EXPECT_EQ(Line({Rec(99, 0), "", "", ""}), "0.000000000 [003] 42/43 type_99:\n");
+}
+
+std::string WriteTrace(const char* name, bool finish) {
+  const std::string path = TempPath(name);
+  auto w = TraceWriter::Create(path, {{"command", "prog"}});
+  EXPECT_TRUE(w.ok()) << w.status();
+  std::vector<pfm_record> recs;
+  for (uint64_t i = 0; i < 5000; ++i) {
+    pfm_record r = Rec(PFM_REC_BRANCH, i);
+    r.u.branch.from = 0x1000 + i % 16;
+    r.u.branch.to = 0x2000;
+    recs.push_back(r);
+  }
+  recs.push_back(Rec(PFM_REC_EXIT, 5001));
+  EXPECT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  EXPECT_TRUE(w->AppendMaps(ProcessMaps{1, 42, {Mapping{0x1000, 0x3000, 0, "/nonexistent/p"}}})
+                  .ok());
+  if (finish) {
+    EXPECT_TRUE(w->Finish({}).ok());
+  }
+  return path;
+}
+
+struct ScriptRun {
+  absl::StatusOr<int> rc;
+  std::string out, err;
+};
+
+ScriptRun Script(const std::vector<std::string>& args, bool json) {
+  std::ostringstream out, err;
+  CliContext ctx;
+  ctx.json = json;
+  ctx.out = &out;
+  ctx.err = &err;
+  CommandArgs a = {"script"};
+  a.insert(a.end(), args.begin(), args.end());
+  ScriptRun r{ScriptCommand(ctx, a), "", ""};
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+size_t Count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(ScriptTest, PrintsEveryRecordNamedWithTheTracesMaps) {
+  const std::string path = WriteTrace("script.trace", true);
+  ScriptRun r = Script({path}, false);
+  ASSERT_TRUE(r.rc.ok()) << r.rc.status();
+  EXPECT_EQ(*r.rc, 0);
+  EXPECT_EQ(Count(r.out, "\n"), 5001u);
+  EXPECT_EQ(Count(r.out, " branch: "), 5000u);
+  // The MAPS block comes after the records: read first, by the pre-pass.
+  EXPECT_NE(r.out.find("1000 [/nonexistent/p+0x0] => 2000 [/nonexistent/p+0x1000]\n"),
+            std::string::npos)
+      << r.out.substr(0, 200);
+  const std::string last = "0.000005001 [003] 42/43 exit: status 0 (exit 0)\n";
+  ASSERT_GE(r.out.size(), last.size());
+  EXPECT_EQ(r.out.substr(r.out.size() - last.size()), last);
+
+  ScriptRun j = Script({path}, true);
+  ASSERT_TRUE(j.rc.ok()) << j.rc.status();
+  const json::value doc = json::parse(j.out);
+  EXPECT_EQ(doc.at("records").as_array().size(), 5001u);
+  EXPECT_EQ(doc.at("records").at(0).at("from_sym").as_string(), "[/nonexistent/p+0x0]");
+  EXPECT_TRUE(doc.at("complete").as_bool());
+  EXPECT_EQ(doc.at("trace").as_string(), path);
+}
+
+TEST(ScriptTest, CutTraceIsPrintedAsFarAsItReadsThenDataLoss) {
+  const std::string path = WriteTrace("script_cut.trace", false);
+  ScriptRun r = Script({path}, false);
+  ASSERT_FALSE(r.rc.ok());
+  EXPECT_EQ(r.rc.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.rc.status().message().find("no trailer"), std::string::npos) << r.rc.status();
+  EXPECT_NE(r.rc.status().message().find("printed 5001 records"), std::string::npos);
+  EXPECT_EQ(Count(r.out, "\n"), 5001u);
+  ScriptRun j = Script({path}, true);
+  ASSERT_FALSE(j.rc.ok());
+  const json::value doc = json::parse(j.out);  // still one whole document
+  EXPECT_FALSE(doc.at("complete").as_bool());
+}
+
+TEST(ScriptTest, NotATraceIsRefusedWithNothingOnStdout) {
+  const std::string path = TempPath("script_not.trace");
+  std::ofstream(path) << "PFMTRACE but not really";
+  for (bool json : {false, true}) {
+    ScriptRun r = Script({path}, json);
+    ASSERT_FALSE(r.rc.ok());
+    EXPECT_EQ(r.rc.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.out, "");
+  }
+  ScriptRun usage = Script({}, false);
+  EXPECT_EQ(usage.rc.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pfm
