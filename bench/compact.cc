@@ -65,7 +65,7 @@ FieldCost Attribute(const std::vector<pfm_record>& recs) {
   auto zz = [](uint64_t delta) { return VarintBytes(ZigZag(delta)); };
   FieldCost f;
   CodecState st;
-  uint8_t buf[kMaxCompactRecordBytes];
+  uint8_t buf[kMaxCompactUnitBytes];  // PlaceCompactRecord's bound
   uint64_t head = 0;
   for (const pfm_record& r : recs) {
     const CodecState prev = st;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -39,26 +40,57 @@ void DecodeRun(const uint8_t* in, size_t avail) {
       return;
     }
     Check(static_cast<size_t>(n) <= avail - off);
-    Check(static_cast<size_t>(n) <= kMaxCompactRecordBytes);
+    // A record is at most kMaxCompactRecordBytes; a reset marker before it
+    // makes it one more and means it was decoded from a reset state.
+    const bool marker = in[off] == kResetMarker;
+    Check(static_cast<size_t>(n) <=
+          (marker ? kMaxCompactUnitBytes : kMaxCompactRecordBytes));
     Check(IsRecordType(r.type));
     // Decoded records are normalized and round-trip through the encoder
     // from the same state.
     pfm_record norm = r;
     NormalizeRecord(&norm);
     Check(memcmp(&norm, &r, sizeof(r)) == 0);
-    CodecState enc = before;
+    const CodecState from = marker ? CodecState() : before;
+    CodecState enc = from;
     uint8_t buf[kMaxCompactRecordBytes + 1];
-    const size_t want = EncodedSize(r, before);
+    const size_t want = EncodedSize(r, from);
     const size_t m = EncodeRecord(r, &enc, buf);
     Check(m > 0 && m == want && m <= kMaxCompactRecordBytes);
     Check(SameState(enc, st));
-    CodecState dec = before;
+    CodecState dec = from;
     pfm_record again;
     Check(DecodeRecord(buf, m, &dec, &again) == static_cast<int>(m));
     Check(memcmp(&again, &r, sizeof(r)) == 0);
     Check(SameState(dec, st));
     off += static_cast<size_t>(n);
   }
+}
+
+// DecodeRecords (the batch decoder) over the input gives what DecodeRecord
+// gives one by one: the same records, state, stopping point and verdict.
+void BatchRun(const uint8_t* in, size_t avail) {
+  CodecState one;
+  std::vector<pfm_record> want;
+  size_t off = 0;
+  int last = 1;
+  while (off < avail) {
+    pfm_record r;
+    last = DecodeRecord(in + off, avail - off, &one, &r);
+    if (last <= 0) break;
+    want.push_back(r);
+    off += static_cast<size_t>(last);
+  }
+  std::vector<pfm_record> got(want.size() + 1);
+  CodecState batch;
+  size_t used = 0;
+  bool malformed = false;
+  const size_t k = DecodeRecords(in, avail, &batch, got.data(), got.size(),
+                                 &used, &malformed);
+  Check(k == want.size() && used == off && SameState(batch, one));
+  Check(malformed == (off < avail && last < 0));
+  for (size_t i = 0; i < k; ++i)
+    Check(memcmp(&got[i], &want[i], sizeof(pfm_record)) == 0);
 }
 
 // Walks the input laid out as a ring data area, as RingReader does.
@@ -98,12 +130,55 @@ void CursorRun(const uint8_t* data, size_t size, pfm_format format) {
   }
 }
 
+// The reader's batch path over the same area: NextBatch gives the records
+// Next gives, then the same end or error at the same position.
+void CursorBatchRun(const uint8_t* data, size_t size, pfm_format format) {
+  constexpr uint64_t kDataBytes = 2 * PFM_RING_CHUNK;
+  std::vector<uint8_t> area(kDataBytes, 0);
+  if (size < 2) return;
+  const uint64_t start = (uint64_t{data[0]} * 97) % kDataBytes;
+  const uint64_t window = (uint64_t{data[1]} * 131) % (kDataBytes + 1);
+  memcpy(area.data(), data + 2, size - 2 < kDataBytes ? size - 2 : kDataBytes);
+  const uint64_t base = 5 * kDataBytes;
+  RingCursor one, batch;
+  one.pos = batch.pos =
+      base + (format == PFM_FORMAT_COMPACT
+                  ? start / PFM_RING_CHUNK * PFM_RING_CHUNK
+                  : start / sizeof(pfm_record) * sizeof(pfm_record));
+  const uint64_t end = one.pos + window;
+  std::vector<pfm_record> want;
+  int last;
+  for (;;) {
+    pfm_record r;
+    uint64_t at;
+    last = one.Next(area.data(), kDataBytes, format, end, &r, &at);
+    if (last <= 0) break;
+    want.push_back(r);
+  }
+  std::vector<pfm_record> got(want.size() + 8);
+  size_t k = 0;
+  int n;
+  do {
+    Check(k < got.size());
+    const size_t max = std::min<size_t>(1 + k % 5, got.size() - k);
+    n = batch.NextBatch(area.data(), kDataBytes, format, end, got.data() + k,
+                        max);
+    if (n > 0) k += static_cast<size_t>(n);
+  } while (n > 0);
+  Check(n == last && k == want.size() && batch.pos == one.pos);
+  for (size_t i = 0; i < k; ++i)
+    Check(memcmp(&got[i], &want[i], sizeof(pfm_record)) == 0);
+}
+
 }  // namespace
 
 int FuzzCompactDecoder(const uint8_t* data, size_t size) {
   DecodeRun(data, size);
+  BatchRun(data, size);
   CursorRun(data, size, PFM_FORMAT_COMPACT);
   CursorRun(data, size, PFM_FORMAT_FIXED);
+  CursorBatchRun(data, size, PFM_FORMAT_COMPACT);
+  CursorBatchRun(data, size, PFM_FORMAT_FIXED);
   return 0;
 }
 

@@ -57,6 +57,10 @@ TEST(FuzzRegression, CompactDecoderSurvivesEveryStoredInput) {
   EXPECT_GT(ReplayAll("compact", FuzzCompactDecoder), 0u);
 }
 
+TEST(FuzzRegression, CompactBatchKeepsItsContractOnEveryStoredInput) {
+  EXPECT_GT(ReplayAll("compact_batch", FuzzCompactBatch), 0u);
+}
+
 // Includes the two hostile ring headers whose positions near 2^64 made
 // Snapshot loop (practically) forever before the wrap fixes.
 TEST(FuzzRegression, RingReaderSurvivesEveryStoredInput) {
@@ -70,7 +74,8 @@ TEST(FuzzRegression, MapsSurviveEveryStoredInput) {
 // Entries must not crash on the degenerate inputs either.
 TEST(FuzzRegression, EmptyAndOneByteInputsAreHarmless) {
   const uint8_t b[1] = {0xff};
-  for (auto* entry : {FuzzWireDecoder, FuzzCompactDecoder, FuzzRingReader, FuzzMaps}) {
+  for (auto* entry : {FuzzWireDecoder, FuzzCompactDecoder, FuzzCompactBatch,
+                      FuzzRingReader, FuzzMaps}) {
     EXPECT_EQ(entry(b, 0), 0);
     EXPECT_EQ(entry(b, 1), 0);
   }

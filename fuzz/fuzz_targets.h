@@ -25,9 +25,20 @@ int FuzzWireDecoder(const uint8_t* data, size_t size);
 
 // The compact codec: DecodeRecord over the input (its contract: consumed
 // bytes within avail, state untouched on failure, decoded records re-encode
-// and decode to the same record), then RingCursor over the input laid out as
-// a two-chunk data area in both formats.
+// and decode to the same record; reset markers included) and DecodeRecords
+// against it, then RingCursor over the input laid out as a two-chunk data
+// area in both formats, Next and NextBatch alike.
 int FuzzCompactDecoder(const uint8_t* data, size_t size);
+
+// Encode once, copy to every ring (kernel/uapi/ring_format.h CompactBatch):
+// records and up to six rings at chunk offsets and decoder states of their
+// own, all from the input. Each ring's copy of the shared encoding must be
+// exactly the bytes its own record-by-record writer produces with resets at
+// the batch's reset points (with one ring, or rings in step, exactly a lone
+// writer's bytes), and must decode (RingCursor Next and NextBatch) to the
+// records; EncodeRun and DecodeRecords must agree with EncodeRecord and
+// DecodeRecord one by one.
+int FuzzCompactBatch(const uint8_t* data, size_t size);
 
 // A hostile writer: a ring memfd whose header and data come from the input
 // (first byte chooses verbatim header or a valid template with fuzzed

@@ -131,20 +131,36 @@ size_t RingReader::Consume(std::vector<pfm_record>* out, size_t max) {
     return 0;
   }
   size_t n = 0;
-  pfm_record rec;
-  uint64_t at = 0;
-  while (n < max) {
-    const int r =
-        cursor_.Next(data_, data_bytes_, format_, head, &rec, &at);
-    if (r == 0) break;
-    if (r < 0) {
-      status_ = absl::DataLossError(
-          absl::StrCat("malformed record at ring position ", cursor_.pos));
+  auto malformed = [&] {
+    status_ = absl::DataLossError(
+        absl::StrCat("malformed record at ring position ", cursor_.pos));
+  };
+  // Below a tail inherited at Map (mid-chunk), records are decoded for the
+  // codec state only, one at a time.
+  while (n < max && cursor_.pos < tail_) {
+    pfm_record rec;
+    uint64_t at = 0;
+    const int r = cursor_.Next(data_, data_bytes_, format_, head, &rec, &at);
+    if (r <= 0) {
+      if (r < 0) malformed();
       break;
     }
-    if (at < tail_) continue;  // below a tail inherited at Map
+    if (at < tail_) continue;
     out->push_back(rec);
     ++n;
+  }
+  // Then a chunk's run at a time through a buffer that stays in L1.
+  constexpr size_t kRun = 128;
+  pfm_record run[kRun];
+  while (n < max && status_.ok()) {
+    const size_t want = max - n < kRun ? max - n : kRun;
+    const int r = cursor_.NextBatch(data_, data_bytes_, format_, head, run, want);
+    if (r <= 0) {
+      if (r < 0) malformed();
+      break;
+    }
+    out->insert(out->end(), run, run + r);
+    n += static_cast<size_t>(r);
   }
   if (cursor_.pos > tail_) {
     tail_ = cursor_.pos;

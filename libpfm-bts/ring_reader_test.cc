@@ -132,6 +132,73 @@ TEST_P(EachFormat, ConsumesInOrderAndFreesSpaceForTheWriter) {
   EXPECT_EQ(rd.header().tail, rd.header().head);
 }
 
+// Compact rings that shared one encoding of each batch (the DS allocator's
+// fan-out): the ring whose chunks end elsewhere than the encoder's other
+// ring carries reset markers. The reader consumes both (in random batch
+// sizes, through its batch decoder), a second reader mapped mid-chunk
+// resumes, and snapshots agree.
+TEST(RingReader, ConsumesRingsThatSharedOneEncoding) {
+  std::unique_ptr<Ring> rings[2] = {
+      MakeRing(PFM_RING_LOSSLESS, PFM_FORMAT_COMPACT, 1 << 20),
+      MakeRing(PFM_RING_LOSSLESS, PFM_FORMAT_COMPACT, 1 << 20)};
+  // Ring 1 starts with records of its own: its chunk ends differ.
+  std::vector<uint64_t> want[2];
+  for (uint64_t id = 0; id < 37; ++id) {
+    ASSERT_EQ(rings[1]->Write(Mixed(1'000'000 + id)), Ring::kWritten);
+    want[1].push_back(1'000'000 + id);
+  }
+  CompactBatch batch(512);
+  std::mt19937 rng(8);
+  uint64_t id = 0;
+  size_t markers = 0;
+  for (int round = 0; round < 100; ++round) {
+    std::vector<pfm_record> recs;
+    const size_t n = 1 + rng() % 512;
+    for (size_t i = 0; i < n; ++i, ++id) {
+      recs.push_back(Mixed(id));
+      NormalizeRecord(&recs.back());
+      want[0].push_back(id);
+      want[1].push_back(id);
+    }
+    CodecState st;
+    bool reset = !rings[0]->DecoderState(&st);
+    reset = reset || !rings[1]->DecoderAt(st);
+    const uint32_t offsets[2] = {rings[0]->ChunkOffset(),
+                                 rings[1]->ChunkOffset()};
+    batch.Encode(recs.data(), n, offsets, 2, reset, &st);
+    for (size_t g = 0; g < batch.segment_count(); ++g)
+      markers += batch.segments()[g].reset && batch.segments()[g].pad != 3;
+    for (int m = 0; m < 2; ++m)
+      ASSERT_EQ(rings[m]->WriteCompactBatch(batch, m, recs.data()), n);
+  }
+  ASSERT_GT(markers, 10u);
+  for (int m = 0; m < 2; ++m) {
+    SCOPED_TRACE(m);
+    RingReader rd = MapOrDie(*rings[m]);
+    // Non-consuming first: the snapshot is every record, as the writer's.
+    std::vector<pfm_record> snap;
+    ASSERT_TRUE(rd.Snapshot(&snap).ok());
+    ASSERT_EQ(snap.size(), want[m].size());
+    for (size_t i = 0; i < snap.size(); ++i) ExpectIs(snap[i], want[m][i]);
+    std::vector<pfm_record> got;
+    // Part of it, then a second reader takes over at the mid-chunk tail.
+    while (got.size() < want[m].size() / 3) rd.Consume(&got, 1 + rng() % 700);
+    RingReader second = MapOrDie(*rings[m]);
+    while (second.Consume(&got, 1 + rng() % 700) > 0) {
+    }
+    ASSERT_TRUE(rd.status().ok());
+    ASSERT_TRUE(second.status().ok()) << second.status();
+    ASSERT_EQ(got.size(), want[m].size());
+    for (size_t i = 0; i < got.size(); ++i) ExpectIs(got[i], want[m][i]);
+    // Consumed: nothing is left, for the reader as for the writer.
+    std::vector<pfm_record> writer_snap;
+    ASSERT_TRUE(second.Snapshot(&snap).ok());
+    rings[m]->Snapshot(&writer_snap);
+    EXPECT_TRUE(snap.empty());
+    EXPECT_TRUE(writer_snap.empty());
+  }
+}
+
 TEST_P(EachFormat, SecondReaderResumesAtAMidChunkTail) {
   auto ring = MakeRing(PFM_RING_LOSSLESS, GetParam(), 16384);
   for (uint64_t id = 0; id < 150; ++id) ring->Write(Mixed(id));

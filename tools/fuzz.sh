@@ -4,7 +4,7 @@
 #
 #   tools/fuzz.sh [SECONDS] [TARGET...]     default: 60 s each, all targets
 #
-# Targets: wire, compact, ring, maps. Each run starts from the checked-in seeds in
+# Targets: wire, compact, compact_batch, ring, maps. Each run starts from the checked-in seeds in
 # fuzz/corpus/NAME plus a working corpus in $PFM_FUZZ_WORK/NAME (default
 # /tmp/pfm-fuzz; kept between runs). A crash, leak, timeout (>10 s per
 # input) or out-of-memory fails the script; libFuzzer writes the input to
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(wire compact ring maps)
+[ ${#targets[@]} -eq 0 ] && targets=(wire compact compact_batch ring maps)
 work=${PFM_FUZZ_WORK:-/tmp/pfm-fuzz}
 CXX=${CXX_FUZZ:-clang++}
 mkdir -p "$work/bin"
@@ -45,9 +45,10 @@ for t in "${targets[@]}"; do
   case "$t" in
     wire) build wire fuzz/wire_fuzz.cc libpfm-bts/wire.cc libpfm-bts/session_spec.cc -lboost_json ;;
     compact) build compact fuzz/compact_fuzz.cc kernel/uapi/compact_codec.cc kernel/uapi/ring_format.cc ;;
+    compact_batch) build compact_batch fuzz/compact_batch_fuzz.cc kernel/uapi/compact_codec.cc kernel/uapi/ring_format.cc ;;
     ring) build ring fuzz/ring_fuzz.cc libpfm-bts/ring_reader.cc kernel/uapi/compact_codec.cc kernel/uapi/ring_format.cc ;;
     maps) build maps fuzz/maps_fuzz.cc kernel/uapi/proc_maps.cc ;;
-    *) echo "fuzz: unknown target $t (wire, compact, ring, maps)" >&2; exit 2 ;;
+    *) echo "fuzz: unknown target $t (wire, compact, compact_batch, ring, maps)" >&2; exit 2 ;;
   esac
 done
 

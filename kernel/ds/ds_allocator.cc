@@ -107,6 +107,7 @@ DsAllocator::DsAllocator(const RunningTasks* running, const DsLimits& limits,
   }
   dummy_ = std::make_unique<DsArea>(-1, 256, 256, 8, 8);
   batch_.reset(new pfm_record[kFanOutBatch]);
+  compact_batch_ = std::make_unique<CompactBatch>(kFanOutBatch);
 }
 
 DsAllocator::~DsAllocator() = default;
@@ -491,8 +492,11 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
         continue;
       }
       // Kernel branches in the batch: filtered per consumer, from out[].
+      // Else (no lossless fixed ring to translate into) the scan told
+      // whether they are user branches only, which FanOut need not redo.
       if (dst != nullptr) std::memcpy(out, dst, run * sizeof(pfm_record));
-      FanOut(task_ctx, cpu, out, run);
+      FanOut(task_ctx, cpu, out, run, nullptr,
+             !(kernel_from & PFM_MISC_BRANCH_KERNEL_FROM));
     }
   }
   while (i < nb || j < np) {
@@ -538,12 +542,41 @@ void DsAllocator::Deliver(Consumer* c, const pfm_record& rec) {
 
 void DsAllocator::DeliverRun(Consumer* c, const pfm_record* recs, size_t n) {
   if (c->frozen || n == 0) return;
-  c->block_refused += n - c->ring->WriteValidBatch(recs, n);
+  c->block_refused +=
+      n - c->ring->WriteValidBatch(recs, n, compact_batch_.get());
+}
+
+// The encoder starts from the first ring's decoder state; rings that are
+// elsewhere (one got a record the others did not, or lost some) make the
+// batch start from a reset state, which costs every ring one reset marker
+// and a record encoded from scratch, once.
+void DsAllocator::DeliverShared(Consumer* const* cs, size_t k,
+                                const pfm_record* recs, size_t n) {
+  CompactBatch& b = *compact_batch_;
+  if (n > b.max_records()) {  // FanOut's batches are never larger
+    for (size_t m = 0; m < k; ++m) DeliverRun(cs[m], recs, n);
+    return;
+  }
+  CodecState st;
+  bool reset = !cs[0]->ring->DecoderState(&st);
+  uint32_t offsets[kMaxSharedRings];
+  for (size_t m = 0; m < k; ++m) {
+    offsets[m] = cs[m]->ring->ChunkOffset();
+    if (!reset && m > 0) reset = !cs[m]->ring->DecoderAt(st);
+  }
+  b.Encode(recs, n, offsets, k, reset, &st);
+  for (size_t m = 0; m < k; ++m)
+    cs[m]->block_refused += n - cs[m]->ring->WriteCompactBatch(b, m, recs);
 }
 
 DsAllocator::Consumer* DsAllocator::DirectConsumer(Context* task_ctx,
                                                    int cpu) const {
-  auto ok = [](Consumer* c) { return !c->frozen && c->bts() && c->user(); };
+  // Only a lossless fixed ring can lend its slots (Ring::ReserveFixed).
+  auto ok = [](Consumer* c) {
+    return !c->frozen && c->bts() && c->user() &&
+           c->p.req.format == PFM_FORMAT_FIXED &&
+           c->p.req.bts == PFM_BTS_LOSSLESS;
+  };
   if (task_ctx != nullptr)
     for (Consumer* c : task_ctx->consumers)
       if (ok(c)) return c;
@@ -582,30 +615,51 @@ void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record* recs,
         return true;
     }
   };
+  // Compact consumers that take the whole batch share one encoding.
+  Consumer* shared[kMaxSharedRings];
+  size_t nshared = 0;
+  auto whole = [&](Consumer* c) {
+    if (!c->frozen && c->ring->CompactBatchReady() &&
+        nshared < kMaxSharedRings) {
+      shared[nshared++] = c;
+      return;
+    }
+    DeliverRun(c, recs, n);
+  };
   auto deliver = [&](Consumer* c) {
     if (user_branches && c->bts() && c->user()) {
-      DeliverRun(c, recs, n);
+      whole(c);
       return;
     }
     // accept() is called once per record: it counts what it filters.
     size_t start = 0;
-    bool in_run = false;
+    bool in_run = false, cut = false;
     for (size_t i = 0; i < n; ++i) {
       if (accept(c, recs[i])) {
         if (!in_run) start = i;
         in_run = true;
-      } else if (in_run) {
-        DeliverRun(c, recs + start, i - start);
+      } else {
+        cut = true;
+        if (in_run) DeliverRun(c, recs + start, i - start);
         in_run = false;
       }
     }
-    if (in_run) DeliverRun(c, recs + start, n - start);
+    if (!cut) {
+      whole(c);
+    } else if (in_run) {
+      DeliverRun(c, recs + start, n - start);
+    }
   };
   if (task_ctx != nullptr)
     for (Consumer* c : task_ctx->consumers)
       if (c != skip) deliver(c);
   for (Consumer* c : cpus_[cpu]->consumers)
     if (c != skip) deliver(c);
+  if (nshared == 1) {
+    DeliverRun(shared[0], recs, n);
+  } else if (nshared > 1) {
+    DeliverShared(shared, nshared, recs, n);
+  }
 }
 
 void DsAllocator::Switch(int cpu, uint64_t now, TaskId prev, TaskId next,

@@ -25,7 +25,9 @@
 //   (resolution = drain interval). PEBS records carry their TSC. BTS and
 //   PEBS are merged by time, translated once to pfm_record (cpu, pid, tid of
 //   the context's task) and copied to every consumer whose filter accepts
-//   them. The drain allocates nothing.
+//   them. The drain allocates nothing. Compact consumers that take a whole
+//   batch get it encoded once and copy the bytes (kernel/uapi/ring_format.h,
+//   CompactBatch; docs/rings.md).
 //
 // Block mode
 //   A lossless `block` consumer never loses: Held(task) turns true while its
@@ -49,6 +51,7 @@
 #include "kernel/ds/ring.h"
 #include "kernel/uapi/pfm_error.h"
 #include "kernel/uapi/pfm_uapi.h"
+#include "kernel/uapi/ring_format.h"
 
 namespace pfm {
 
@@ -195,6 +198,10 @@ class DsAllocator {
                  uint64_t now, uint64_t* last_drain_ns);
   void Deliver(Consumer* c, const pfm_record& rec);
   void DeliverRun(Consumer* c, const pfm_record* recs, size_t n);
+  // Gives recs[0..n) to k >= 2 compact consumers that take all of them:
+  // encoded once (compact_batch_), copied to each ring.
+  void DeliverShared(Consumer* const* cs, size_t k, const pfm_record* recs,
+                     size_t n);
   // Copies recs[0..n) (translated, normalized) to every consumer of the
   // task context and of `cpu`'s catch-all whose filter accepts them: each
   // consumer takes maximal runs of accepted records with one WriteBatch.
@@ -238,6 +245,9 @@ class DsAllocator {
   // small enough to stay in L1/L2 while it is copied to every consumer.
   static constexpr size_t kFanOutBatch = 512;
   std::unique_ptr<pfm_record[]> batch_;
+  // Compact consumers' encodings of a batch (kFanOutBatch records): shared
+  // by those taking all of it, else each consumer's own.
+  std::unique_ptr<CompactBatch> compact_batch_;
 };
 
 }  // namespace pfm

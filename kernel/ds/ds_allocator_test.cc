@@ -243,6 +243,112 @@ TEST(DsAllocator, DirectTranslationGivesEveryConsumerTheSameRecords) {
     ASSERT_EQ(memcmp(&d[i], &a[i], sizeof(a[i])), 0) << i;
 }
 
+// The data area of a consumer's ring, as a reader maps it.
+std::vector<uint8_t> RingData(DsAllocator& ds, int id) {
+  Ring* ring = ds.ring(id);
+  const size_t bytes = PFM_RING_HEADER_BYTES + ring->config().data_bytes;
+  void* m = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, ring->fd(), 0);
+  EXPECT_NE(m, MAP_FAILED);
+  const uint8_t* d = static_cast<const uint8_t*>(m) + PFM_RING_HEADER_BYTES;
+  std::vector<uint8_t> out(d, d + ring->config().data_bytes);
+  munmap(m, bytes);
+  return out;
+}
+
+ConsumerParams CompactTask(pfm_bts_mode mode, uint64_t bytes) {
+  ConsumerParams p = Task(1000, mode, bytes);
+  p.req.format = PFM_FORMAT_COMPACT;
+  p.req.flags = PFM_CONSUMER_SWITCHES;
+  p.history_records = 3000;
+  return p;
+}
+
+// One time slice of task 1000 on CPU 0: switched in, 3000 branches in short
+// blocks inside 64 KiB of text with now and then a far call, switched out.
+void RunSlice(DsAllocator* ds, uint64_t now) {
+  ds->Switch(0, now, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  Driver drv(ds);
+  uint64_t pc = kUser;
+  for (uint64_t i = 0; i < 3000; ++i) {
+    const uint64_t to = i % 97 == 0 ? 0x7f0000001000 + i
+                                    : kUser + (i * 2654435761u) % 65536;
+    drv.Branch(0, pc + 2 + i % 40, to, now + i);
+    pc = to;
+  }
+  ds->Switch(0, now + 3000, TaskId{1000, 1000}, TaskId{0, 0}, true);
+}
+
+// Compact consumers that take the same records share one encoding of each
+// batch (encode once, copy to every ring): consumers attached together get
+// byte for byte what a lone compact consumer of the same stream gets, in
+// both modes, with switches between drains.
+TEST(DsAllocator, CompactConsumersSharingAnEncodingGetALoneConsumersBytes) {
+  DsAllocator shared(1, DsLimits{}), alone(1, DsLimits{}),
+      alone_history(1, DsLimits{});
+  const int a = shared.Attach(CompactTask(PFM_BTS_LOSSLESS, 1 << 22), 0, nullptr);
+  const int b = shared.Attach(CompactTask(PFM_BTS_LOSSLESS, 1 << 22), 0, nullptr);
+  const int h = shared.Attach(CompactTask(PFM_BTS_HISTORY, 0), 0, nullptr);
+  const int ref = alone.Attach(CompactTask(PFM_BTS_LOSSLESS, 1 << 22), 0, nullptr);
+  const int ref_h =
+      alone_history.Attach(CompactTask(PFM_BTS_HISTORY, 0), 0, nullptr);
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+  ASSERT_GT(h, 0);
+  ASSERT_GT(ref, 0);
+  ASSERT_GT(ref_h, 0);
+  for (int slice = 0; slice < 40; ++slice)
+    for (DsAllocator* ds : {&shared, &alone, &alone_history})
+      RunSlice(ds, 1 + 5000 * static_cast<uint64_t>(slice));
+  const std::vector<uint8_t> want = RingData(alone, ref);
+  EXPECT_EQ(RingData(shared, a), want);
+  EXPECT_EQ(RingData(shared, b), want);
+  EXPECT_EQ(RingData(shared, h), RingData(alone_history, ref_h));
+  ConsumerStats st;
+  ASSERT_EQ(shared.Stats(a, &st), 0);
+  EXPECT_EQ(st.lost, 0u);
+  EXPECT_EQ(st.records, 40u * (3000 + 2));
+  ASSERT_EQ(shared.Stats(h, &st), 0);
+  EXPECT_GT(st.overwritten, 0u);  // the history ring wrapped
+}
+
+// A compact consumer attached later has its chunks end elsewhere: the
+// shared encoding then carries reset markers, and every consumer still
+// decodes to exactly the records a fixed consumer attached with it gets.
+TEST(DsAllocator, LateCompactConsumerSharesTheEncodingAndDecodesTheSame) {
+  DsAllocator ds(1, DsLimits{});
+  ConsumerParams fixed = Task(1000, PFM_BTS_LOSSLESS, 1 << 24);
+  fixed.req.flags = PFM_CONSUMER_SWITCHES;
+  const int early = ds.Attach(CompactTask(PFM_BTS_LOSSLESS, 1 << 22), 0, nullptr);
+  const int early_fixed = ds.Attach(fixed, 0, nullptr);
+  ASSERT_GT(early, 0);
+  ASSERT_GT(early_fixed, 0);
+  int late = 0, late_fixed = 0, late_history = 0;
+  for (int slice = 0; slice < 30; ++slice) {
+    const uint64_t now = 1 + 5000 * static_cast<uint64_t>(slice);
+    if (slice == 7) {
+      late = ds.Attach(CompactTask(PFM_BTS_LOSSLESS, 1 << 22), now, nullptr);
+      late_fixed = ds.Attach(fixed, now, nullptr);
+      late_history = ds.Attach(CompactTask(PFM_BTS_HISTORY, 0), now, nullptr);
+      ASSERT_GT(late, 0);
+      ASSERT_GT(late_fixed, 0);
+      ASSERT_GT(late_history, 0);
+    }
+    RunSlice(&ds, now);
+  }
+  auto expect_same = [&](int compact, int fixed_id, size_t keep) {
+    std::vector<pfm_record> got = Records(ds, compact);
+    std::vector<pfm_record> want = Records(ds, fixed_id);
+    if (keep != 0) want.erase(want.begin(), want.end() - keep);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(memcmp(&got[i], &want[i], sizeof(pfm_record)), 0) << i;
+  };
+  expect_same(early, early_fixed, 0);
+  expect_same(late, late_fixed, 0);
+  expect_same(late_history, late_fixed, 3000);
+  EXPECT_GT(Records(ds, late).size(), 60000u);
+}
+
 TEST(DsAllocator, CatchAllSeesEveryTaskWithSwitchesBetween) {
   DsAllocator ds(2, DsLimits{});
   ConsumerParams p;

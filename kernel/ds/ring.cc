@@ -29,8 +29,12 @@ struct Placement {
   CodecState st;
   uint8_t bytes[PFM_RECORD_FIXED_SIZE];
 };
+static_assert(kMaxCompactUnitBytes <= PFM_RECORD_FIXED_SIZE,
+              "a placed compact record fits Placement::bytes");
 
-void Plan(pfm_format format, uint64_t head, const CodecState& st,
+// `reset`: compact, the decoder's state at head is not known (see
+// PlaceCompactRecord).
+void Plan(pfm_format format, uint64_t head, const CodecState& st, bool reset,
           const pfm_record& rec, Placement* p) {
   if (format == PFM_FORMAT_FIXED) {
     pfm_record copy = rec;
@@ -40,7 +44,8 @@ void Plan(pfm_format format, uint64_t head, const CodecState& st,
     p->start = head;
   } else {
     p->st = st;
-    p->size = PlaceCompactRecord(head, rec, &p->st, p->bytes, &p->start);
+    p->size =
+        PlaceCompactRecord(head, rec, &p->st, p->bytes, &p->start, reset);
   }
   assert(p->size > 0 && p->size <= sizeof(p->bytes));
   p->end = p->start + p->size;
@@ -67,6 +72,9 @@ struct Ring::State {
   uint8_t* data = nullptr;
   RingConfig config;
   CodecState codec;
+  // False after a shared batch stopped part-way: `codec` is not the
+  // decoder's state at head, and the next record starts with a reset marker.
+  bool codec_known = true;
   uint64_t head = 0;
   uint64_t tail = 0;  // history only: the writer owns it
   uint64_t pending_lost = 0;
@@ -335,7 +343,10 @@ void Ring::State::Commit(const Placement& p) {
   uint32_t& n = s.chunk_records[(p.start / kRingChunk) & (s.nchunks - 1)];
   if (p.start % kRingChunk == 0) n = 0;
   ++n;
-  if (config.format == PFM_FORMAT_COMPACT) s.codec = p.st;
+  if (config.format == PFM_FORMAT_COMPACT) {
+    s.codec = p.st;
+    s.codec_known = true;
+  }
   s.head = p.end;
   ++s.records;
   __atomic_store_n(&hdr->records, s.records, __ATOMIC_RELEASE);
@@ -372,7 +383,8 @@ Ring::Result Ring::Write(const pfm_record& rec) {
     return s.WriteFixed(rec);
   Placement p;
   if (s.pending_lost > 0) {
-    Plan(config_.format, s.head, s.codec, LostRecord(rec, s.pending_lost), &p);
+    Plan(config_.format, s.head, s.codec, !s.codec_known,
+         LostRecord(rec, s.pending_lost), &p);
     if (!s.Fits(p.end)) {
       ++s.pending_lost;
       s.CountLost();
@@ -381,7 +393,7 @@ Ring::Result Ring::Write(const pfm_record& rec) {
     s.Commit(p);
     s.pending_lost = 0;
   }
-  Plan(config_.format, s.head, s.codec, rec, &p);
+  Plan(config_.format, s.head, s.codec, !s.codec_known, rec, &p);
   if (!s.Fits(p.end)) {
     if (config_.block) return kWouldBlock;
     // If the LOST record just went in, this record opens the next count.
@@ -393,10 +405,30 @@ Ring::Result Ring::Write(const pfm_record& rec) {
   return kWritten;
 }
 
-size_t Ring::WriteValidBatch(const pfm_record* recs, size_t n) {
+size_t Ring::WriteValidBatch(const pfm_record* recs, size_t n,
+                             CompactBatch* scratch) {
   State& s = *st_;
   AssertValidAndNormalized(recs, n);
   size_t i = 0;
+  if (config_.format == PFM_FORMAT_COMPACT && scratch != nullptr) {
+    while (i < n) {
+      if (s.pending_lost != 0) {
+        // The LOST record goes first: the per-record path writes it.
+        if (Write(recs[i]) == kWouldBlock) return i;
+        ++i;
+        continue;
+      }
+      const size_t k = std::min(n - i, scratch->max_records());
+      CodecState st;
+      const bool known = DecoderState(&st);
+      const uint32_t off = ChunkOffset();
+      scratch->Encode(recs + i, k, &off, 1, !known, &st);
+      const size_t took = WriteCompactBatch(*scratch, 0, recs + i);
+      if (took < k) return i + took;
+      i += k;
+    }
+    return n;
+  }
   while (i < n) {
     if (config_.format == PFM_FORMAT_FIXED && s.pending_lost == 0) {
       const size_t k = s.WriteFixedRun(recs + i, n - i);
@@ -408,6 +440,101 @@ size_t Ring::WriteValidBatch(const pfm_record* recs, size_t n) {
     if (Write(recs[i]) == kWouldBlock) return i;
     ++i;
   }
+  return n;
+}
+
+bool Ring::CompactBatchReady() const {
+  return config_.format == PFM_FORMAT_COMPACT && st_->pending_lost == 0;
+}
+
+uint32_t Ring::ChunkOffset() const {
+  return static_cast<uint32_t>(st_->head % kRingChunk);
+}
+
+bool Ring::DecoderState(CodecState* st) const {
+  if (st_->head % kRingChunk == 0) {
+    *st = CodecState();
+    return true;
+  }
+  if (!st_->codec_known) return false;
+  *st = st_->codec;
+  return true;
+}
+
+bool Ring::DecoderAt(const CodecState& st) const {
+  // A chunk start is a sync point: the reader resets there.
+  if (st_->head % kRingChunk == 0) return st == CodecState();
+  return st_->codec_known && st_->codec == st;
+}
+
+size_t Ring::WriteCompactBatch(const CompactBatch& batch, size_t member,
+                               const pfm_record* recs) {
+  State& s = *st_;
+  const size_t n = batch.records();
+  assert(config_.format == PFM_FORMAT_COMPACT && s.pending_lost == 0);
+  assert(member < kMaxSharedRings);
+  AssertValidAndNormalized(recs, n);
+  const uint64_t mask = config_.data_bytes - 1;
+  const uint8_t* const bytes = batch.bytes();
+  // The decoder's state where the batch starts (a chunk start resets it).
+  const bool started_at_chunk = s.head % kRingChunk == 0;
+  size_t taken = 0;
+  for (size_t g = 0; g < batch.segment_count(); ++g) {
+    const CompactSegment& seg = batch.segments()[g];
+    const uint64_t off = s.head % kRingChunk;
+    uint64_t start = s.head;
+    size_t marker = 0;
+    if (seg.pad >> member & 1) {
+      assert(off != 0);
+      start = ChunkFloor(s.head) + kRingChunk;
+    } else if (seg.reset && off != 0) {
+      marker = 1;
+    } else {
+      assert(seg.reset || g == 0);  // later segments always start reset
+    }
+    const uint64_t len = seg.end - seg.begin;
+    const uint64_t end = start + marker + len;
+    // The encoder cut the segment to fit this ring's chunk.
+    assert(start % kRingChunk + marker + len <= kRingChunk);
+    if (!s.Fits(end)) {
+      // Lossless, not drained: the rest one by one from this segment's
+      // first record, with the decoder's state where the copies stopped, so
+      // that the records go on as Write one by one would have put them (the
+      // first segment: the ring's state is still its own).
+      if (g > 0) {
+        const CompactSegment& prev = batch.segments()[g - 1];
+        CodecState st;
+        if (!prev.reset && !started_at_chunk) st = s.codec;
+        for (size_t i = taken - prev.records; i < taken; ++i)
+          AdvanceState(recs[i], &st);
+        s.codec = st;
+        s.codec_known = true;
+      }
+      break;
+    }
+    s.MakeRoom(end);
+    if (start != s.head) s.data[s.head & mask] = PFM_REC_PAD;
+    uint8_t* dst = s.data + (start & mask);
+    if (marker) *dst++ = kResetMarker;
+    memcpy(dst, bytes + seg.begin, len);
+    uint32_t& in_chunk = s.chunk_records[(start / kRingChunk) & (s.nchunks - 1)];
+    if (start % kRingChunk == 0) in_chunk = 0;
+    in_chunk += seg.records;
+    s.head = end;
+    s.records += seg.records;
+    taken += seg.records;
+    // Per segment, not per batch: a history ring's tail (published by
+    // MakeRoom) must never pass the head a reader sees.
+    __atomic_store_n(&hdr_->records, s.records, __ATOMIC_RELEASE);
+    __atomic_store_n(&hdr_->head, s.head, __ATOMIC_RELEASE);
+  }
+  if (taken == n) {
+    s.codec = batch.end_state();
+    s.codec_known = true;
+    return n;
+  }
+  for (size_t i = taken; i < n; ++i)
+    if (Write(recs[i]) == kWouldBlock) return i;
   return n;
 }
 

@@ -22,6 +22,9 @@
 //              and counts nothing: the caller holds the traced task and
 //              retries after the reader drained.
 //
+// Compact rings also take batches encoded once for several rings
+// (WriteCompactBatch; docs/rings.md, "Encode once, copy to every consumer").
+//
 // Write allocates nothing and never blocks. Not thread-safe: one writer
 // (the DS allocator, under its lock); any number of readers in other
 // processes map the same memfd (libpfm-bts/include/pfm/ring_reader.h).
@@ -35,6 +38,7 @@
 
 #include "kernel/uapi/pfm_error.h"
 #include "kernel/uapi/pfm_uapi.h"
+#include "kernel/uapi/ring_format.h"
 
 namespace pfm {
 
@@ -76,7 +80,10 @@ class Ring {
   // assert only. A fixed ring copies runs of records with one memcpy per
   // chunk and publishes head once per chunk; compact rings encode record by
   // record.
-  size_t WriteValidBatch(const pfm_record* recs, size_t n);
+  // `scratch` (compact rings): encode with the batch encoder, in pieces of
+  // scratch->max_records(), instead of record by record (the same bytes).
+  size_t WriteValidBatch(const pfm_record* recs, size_t n,
+                         CompactBatch* scratch = nullptr);
   // Zero-copy writing, for a lossless fixed ring with nothing pending: the
   // slots of the next records, contiguous, for the caller to fill, or null
   // when fewer than n fit there (then use WriteValidBatch). Nothing is
@@ -87,6 +94,34 @@ class Ring {
   // Publishes the n records written into the last ReserveFixed(n) slots
   // (normalized, valid types).
   void CommitFixed(size_t n);
+  // Shared compact encoding (kernel/uapi/ring_format.h, CompactBatch): the
+  // DS allocator encodes a batch once for every compact ring that takes all
+  // of it and each ring copies the bytes. What the encoder needs to know:
+  // whether this ring can take such a batch now (compact, no LOST record
+  // waiting to go first),
+  bool CompactBatchReady() const;
+  // where its head lies in its chunk (CompactBatch::Encode's offsets),
+  uint32_t ChunkOffset() const;
+  // and the state of its decoder at head: false when not known (after a
+  // shared batch that stopped part-way), else true with *st (a chunk start
+  // is a reset state);
+  bool DecoderState(CodecState* st) const;
+  // DecoderState(&x) && x == st, without the copy.
+  bool DecoderAt(const CodecState& st) const;
+  // Appends the records `batch` encoded (recs[0, batch.records()), valid
+  // and normalized as for WriteValidBatch) as its ring `member`, copying its
+  // segments, and returns how many were taken before a kWouldBlock (all
+  // when none). The ring must be CompactBatchReady and have been at
+  // batch.Encode's offsets[member], and, unless the batch started with a
+  // reset, DecoderAt its starting state. From the first segment that does
+  // not fit (a lossless ring the reader has not drained) the records go one
+  // by one through Write. For a batch encoded for this ring alone (or for
+  // rings at its chunk offset whose decoders were where its was) the result
+  // is exactly Write one by one's: bytes, counts, LOST records, kWouldBlock.
+  // Otherwise the bytes differ by reset markers and the records they reset,
+  // and so, in a full lossless ring, may the record where losses start.
+  size_t WriteCompactBatch(const CompactBatch& batch, size_t member,
+                           const pfm_record* recs);
   // Bytes free for the writer now (lossless: the reader's tail counts;
   // history: always data_bytes minus what one chunk may hold back).
   uint64_t FreeBytes() const {

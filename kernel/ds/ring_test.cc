@@ -476,6 +476,13 @@ TEST_P(EachFormat, WriteValidBatchIsWriteOneByOne) {
     SCOPED_TRACE(k.name);
     std::unique_ptr<Ring> one = MakeRing(k.cfg), batch = MakeRing(k.cfg);
     TestReader rd_one(one->fd()), rd_batch(batch->fd());
+    // Compact: a third ring takes the batches through the batch encoder
+    // (pieces of an odd size, so pieces end mid-chunk) and must come out
+    // byte for byte the same, losses, LOST records and blocks included.
+    std::unique_ptr<Ring> enc = MakeRing(k.cfg);
+    TestReader rd_enc(enc->fd());
+    CompactBatch scratch(97);
+    const bool compact = GetParam() == PFM_FORMAT_COMPACT;
     std::mt19937_64 rng(7);
     uint64_t id = 0;
     std::vector<pfm_record> recs;
@@ -496,6 +503,22 @@ TEST_P(EachFormat, WriteValidBatchIsWriteOneByOne) {
       }
       const size_t taken_batch = batch->WriteValidBatch(recs.data(), n);
       ASSERT_EQ(taken_batch, taken_one) << "round " << round;
+      if (compact) {
+        ASSERT_EQ(enc->WriteValidBatch(recs.data(), n, &scratch), taken_one)
+            << "round " << round;
+        const pfm_ring_header& e = rd_enc.hdr();
+        ASSERT_EQ(e.head, rd_one.hdr().head) << "round " << round;
+        ASSERT_EQ(e.records, rd_one.hdr().records);
+        ASSERT_EQ(e.lost, rd_one.hdr().lost);
+        ASSERT_EQ(e.overwritten, rd_one.hdr().overwritten);
+        ASSERT_EQ(memcmp(reinterpret_cast<const uint8_t*>(&e) +
+                             PFM_RING_HEADER_BYTES,
+                         reinterpret_cast<const uint8_t*>(&rd_one.hdr()) +
+                             PFM_RING_HEADER_BYTES,
+                         k.cfg.data_bytes),
+                  0)
+            << "round " << round;
+      }
       const pfm_ring_header& a = rd_one.hdr();
       const pfm_ring_header& b = rd_batch.hdr();
       ASSERT_EQ(a.head, b.head) << "round " << round;
@@ -515,6 +538,9 @@ TEST_P(EachFormat, WriteValidBatchIsWriteOneByOne) {
       const size_t eat = rng() % 3 == 0 ? 0 : rng() % 300;
       const std::vector<pfm_record> got_one = rd_one.Consume(eat);
       const std::vector<pfm_record> got_batch = rd_batch.Consume(eat);
+      if (compact) {
+        ASSERT_EQ(rd_enc.Consume(eat).size(), got_one.size());
+      }
       ASSERT_EQ(got_one.size(), got_batch.size());
       for (size_t i = 0; i < got_one.size(); ++i)
         ASSERT_TRUE(Same(got_one[i], got_batch[i])) << "round " << round;
@@ -527,6 +553,183 @@ TEST_P(EachFormat, WriteValidBatchIsWriteOneByOne) {
     } else {
       EXPECT_GT(batch->lost(), 100u);
     }
+  }
+}
+
+// The records of a compact stream as the DS allocator makes them: runs of
+// user branches (times stepping by a drain's interpolation), now and then a
+// switch, a PEBS record that escapes, a branch that jumps far.
+std::vector<pfm_record> SharedStream(uint64_t* id, size_t n,
+                                     std::mt19937_64& rng) {
+  std::vector<pfm_record> out;
+  for (size_t i = 0; i < n; ++i, ++*id) {
+    pfm_record r = rng() % 40 == 0 ? Mixed(*id) : Branch(*id);
+    if (r.type == PFM_REC_BRANCH) {
+      r.time = 1000 + 13 * *id + *id / 3;  // steps of 13 or 14
+      r.u.branch.to = 0x402000 + (rng() % 64) * 16;
+      if (rng() % 50 == 0) r.u.branch.to = 0x7f0000000000 + *id;
+    }
+    NormalizeRecord(&r);
+    out.push_back(r);
+  }
+  return out;
+}
+
+const uint8_t* DataOf(const TestReader& rd) {
+  return reinterpret_cast<const uint8_t*>(&rd.hdr()) + PFM_RING_HEADER_BYTES;
+}
+
+// Encode once, copy to every ring: rings whose heads are at the same chunk
+// offset get exactly the bytes a lone writer (Write one by one) produces,
+// round after round, across chunk ends and wraps.
+TEST(Ring, SharedBatchGivesRingsInStepTheBytesOfALoneWriter) {
+  constexpr size_t kRings = 3;
+  const RingConfig cfg = Lossless(PFM_FORMAT_COMPACT, 4 * PFM_RING_CHUNK);
+  std::unique_ptr<Ring> lone = MakeRing(cfg);
+  TestReader rd_lone(lone->fd());
+  std::vector<std::unique_ptr<Ring>> rings;
+  std::vector<std::unique_ptr<TestReader>> readers;
+  for (size_t m = 0; m < kRings; ++m) {
+    rings.push_back(MakeRing(cfg));
+    readers.push_back(std::make_unique<TestReader>(rings.back()->fd()));
+  }
+  CompactBatch batch(512);
+  std::mt19937_64 rng(3);
+  uint64_t id = 0;
+  size_t reset_segments = 0, segments = 0;
+  for (int round = 0; round < 200; ++round) {
+    const std::vector<pfm_record> recs = SharedStream(&id, 1 + rng() % 512, rng);
+    for (const pfm_record& r : recs) ASSERT_EQ(lone->Write(r), Ring::kWritten);
+    CodecState st;
+    bool reset = !rings[0]->DecoderState(&st);
+    uint32_t offsets[kRings];
+    for (size_t m = 0; m < kRings; ++m) {
+      ASSERT_TRUE(rings[m]->CompactBatchReady());
+      offsets[m] = rings[m]->ChunkOffset();
+      reset = reset || !rings[m]->DecoderAt(st);
+    }
+    EXPECT_FALSE(reset) << "rings in step stay at one decoder state";
+    batch.Encode(recs.data(), recs.size(), offsets, kRings, reset, &st);
+    segments += batch.segment_count();
+    for (size_t g = 0; g < batch.segment_count(); ++g)
+      reset_segments += batch.segments()[g].reset;
+    for (size_t m = 0; m < kRings; ++m) {
+      ASSERT_EQ(rings[m]->WriteCompactBatch(batch, m, recs.data()),
+                recs.size());
+      ASSERT_EQ(readers[m]->hdr().head, rd_lone.hdr().head) << round;
+      ASSERT_EQ(memcmp(DataOf(*readers[m]), DataOf(rd_lone), cfg.data_bytes),
+                0)
+          << "ring " << m << " round " << round;
+    }
+    const size_t got = rd_lone.Consume().size();
+    for (auto& rd : readers) ASSERT_EQ(rd->Consume().size(), got);
+  }
+  // Chunks ended inside batches: the encoder cut and reset there.
+  EXPECT_GT(reset_segments, 10u);
+  EXPECT_GT(segments, 200u);
+}
+
+// Rings at different chunk offsets and in both modes share one encoding:
+// each decodes to exactly the records it was given (history rings: the
+// newest history_records, the sizing guarantee with markers in the
+// chunks), and a lossless ring whose reader stalls counts its gaps exactly.
+TEST(Ring, SharedBatchAcrossChunkOffsetsDecodesToTheRecordsInEveryRing) {
+  struct Member {
+    RingConfig cfg;
+    uint64_t prefix;  // records written alone first: a chunk offset of its own
+    bool stall;       // its reader stops consuming for a while
+  };
+  const Member members[] = {
+      {Lossless(PFM_FORMAT_COMPACT, 16 * PFM_RING_CHUNK), 0, false},
+      {Lossless(PFM_FORMAT_COMPACT, 16 * PFM_RING_CHUNK), 7, false},
+      {Lossless(PFM_FORMAT_COMPACT, 4 * PFM_RING_CHUNK), 300, true},
+      {History(PFM_FORMAT_COMPACT, 200), 41, false},
+      {History(PFM_FORMAT_COMPACT, 64), 1000, false},
+  };
+  constexpr size_t kRings = sizeof(members) / sizeof(members[0]);
+  std::vector<std::unique_ptr<Ring>> rings;
+  std::vector<std::unique_ptr<TestReader>> readers;
+  std::vector<std::vector<pfm_record>> want(kRings), got(kRings);
+  std::mt19937_64 rng(11);
+  uint64_t id = 1u << 20;
+  for (size_t m = 0; m < kRings; ++m) {
+    rings.push_back(MakeRing(members[m].cfg));
+    readers.push_back(std::make_unique<TestReader>(rings.back()->fd()));
+    for (const pfm_record& r : SharedStream(&id, members[m].prefix, rng)) {
+      ASSERT_EQ(rings[m]->Write(r), Ring::kWritten);
+      want[m].push_back(r);
+    }
+  }
+  CompactBatch batch(300);
+  size_t markers = 0;
+  for (int round = 0; round < 300; ++round) {
+    const std::vector<pfm_record> recs = SharedStream(&id, 1 + rng() % 300, rng);
+    CodecState st;
+    bool reset = !rings[0]->DecoderState(&st);
+    uint32_t offsets[kRings];
+    for (size_t m = 0; m < kRings; ++m) {
+      offsets[m] = rings[m]->ChunkOffset();
+      reset = reset || !rings[m]->DecoderAt(st);
+    }
+    batch.Encode(recs.data(), recs.size(), offsets, kRings, reset, &st);
+    for (size_t g = 0; g < batch.segment_count(); ++g) {
+      const CompactSegment& seg = batch.segments()[g];
+      if (seg.reset && seg.pad != (uint64_t{1} << kRings) - 1) ++markers;
+    }
+    for (size_t m = 0; m < kRings; ++m) {
+      ASSERT_TRUE(rings[m]->CompactBatchReady() || members[m].stall);
+      if (rings[m]->CompactBatchReady()) {
+        ASSERT_EQ(rings[m]->WriteCompactBatch(batch, m, recs.data()),
+                  recs.size());
+      } else {
+        // A LOST record waits: the ring takes the batch the old way.
+        ASSERT_EQ(rings[m]->WriteValidBatch(recs.data(), recs.size()),
+                  recs.size());
+      }
+      want[m].insert(want[m].end(), recs.begin(), recs.end());
+      if (members[m].cfg.mode == PFM_RING_LOSSLESS &&
+          !(members[m].stall && round % 50 < 25)) {
+        for (const pfm_record& r : readers[m]->Consume()) got[m].push_back(r);
+      }
+    }
+  }
+  EXPECT_GT(markers, 50u) << "the rings' chunks end at different places";
+  for (size_t m = 0; m < kRings; ++m) {
+    SCOPED_TRACE(m);
+    if (members[m].cfg.mode == PFM_RING_HISTORY) {
+      std::vector<pfm_record> snap;
+      rings[m]->Snapshot(&snap);
+      const uint64_t keep = members[m].cfg.history_records;
+      ASSERT_EQ(snap.size(), keep);
+      for (size_t i = 0; i < keep; ++i)
+        ASSERT_TRUE(Same(snap[i], want[m][want[m].size() - keep + i])) << i;
+      EXPECT_GT(rings[m]->overwritten(), 0u);
+      continue;
+    }
+    for (const pfm_record& r : readers[m]->Consume()) got[m].push_back(r);
+    if (!members[m].stall) {
+      ASSERT_EQ(got[m].size(), want[m].size());
+      for (size_t i = 0; i < got[m].size(); ++i)
+        ASSERT_TRUE(Same(got[m][i], want[m][i])) << i;
+      continue;
+    }
+    // The stalled ring: what it kept is in order, and every gap is exactly
+    // the count of the LOST record in it.
+    ASSERT_GT(rings[m]->lost(), 0u);
+    size_t w = 0;
+    uint64_t lost_written = 0;
+    for (const pfm_record& r : got[m]) {
+      if (r.type == PFM_REC_LOST) {
+        w += r.u.lost.count;
+        lost_written += r.u.lost.count;
+        continue;
+      }
+      ASSERT_LT(w, want[m].size());
+      ASSERT_TRUE(Same(r, want[m][w])) << w;
+      ++w;
+    }
+    EXPECT_LE(lost_written, rings[m]->lost());
+    EXPECT_EQ(w + (rings[m]->lost() - lost_written), want[m].size());
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 namespace pfm {
@@ -37,6 +38,11 @@ static_assert(kMaxCompactRecordBytes <= 64, "at most the fixed size");
 static_assert(PFM_REC_TYPE_MAX <= kEscape, "types fit the lead nibble");
 static_assert(PFM_REC_TYPE_MAX <= kShortBranch && kShortBranch != kEscape,
               "the short-branch nibble is no record type");
+static_assert(PFM_REC_TYPE_MAX <= kResetMarker &&
+                  kResetMarker != kShortBranch && kResetMarker != kEscape,
+              "the reset marker's nibble is no record type or form");
+static_assert(kMaxCompactUnitBytes <= PFM_RECORD_FIXED_SIZE,
+              "a record and its marker fit the fixed size (history sizing)");
 
 // Delta form worst case (PEBS): lead, time, cpu, pid, tid, misc, then
 // ip/addr/latency/data_src and event/counter. The scratch buffer holds it.
@@ -64,6 +70,9 @@ size_t UnionBytes(uint32_t type) {
 
 uint64_t UnZigZag(uint64_t z) { return (z >> 1) ^ (0 - (z & 1)); }
 
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the word-at-a-time varint code assumes little-endian words");
+
 // Writer into a buffer the caller sized for the worst case.
 struct Out {
   uint8_t* p;
@@ -75,6 +84,31 @@ struct Out {
     *p++ = static_cast<uint8_t>(v);
   }
 };
+
+// Writes `v` as a varint of `n` = VarintBytes(v) bytes at p by storing a
+// whole 8-byte word (p must have 8 writable bytes; those past the varint are
+// scribbled on): no loop, and for values below 2^21 (every branch delta
+// inside 1 MiB, i.e. nearly all) no data-dependent branch either.
+inline uint8_t* PutVarintWord(uint8_t* p, uint64_t v, size_t n) {
+  uint64_t w;
+  if (__builtin_expect(v < (uint64_t{1} << 21), 1)) {
+    w = (v & 0x7full) | ((v << 1) & 0x7f00ull) | ((v << 2) & 0x7f0000ull);
+  } else if (n <= 8) {
+    // Spread the 7-bit groups one per byte.
+    w = (v & 0x7full) | ((v << 1) & 0x7f00ull) | ((v << 2) & 0x7f0000ull) |
+        ((v << 3) & 0x7f000000ull) | ((v << 4) & 0x7f00000000ull) |
+        ((v << 5) & 0x7f0000000000ull) | ((v << 6) & 0x7f000000000000ull) |
+        ((v << 7) & 0x7f00000000000000ull);
+  } else {
+    Out o{p};
+    o.Varint(v);
+    return o.p;
+  }
+  // The continuation bit on every byte but the last.
+  w |= 0x8080808080808080ull & ((uint64_t{1} << (8 * (n - 1))) - 1);
+  memcpy(p, &w, sizeof(w));
+  return p + n;
+}
 
 // Bounds-checked reader: every failure is sticky, so callers check once.
 struct In {
@@ -106,38 +140,6 @@ struct In {
     return static_cast<uint16_t>(v);
   }
 };
-
-// The short branch form (see the header), or 0 when `r` is not eligible.
-size_t EncodeShortBranch(const pfm_record& r, const CodecState& st,
-                         uint8_t* buf) {
-  if (r.type != PFM_REC_BRANCH || r.cpu != st.cpu || r.pid != st.pid ||
-      r.tid != st.tid)
-    return 0;
-  uint8_t lead = kShortBranch;
-  if (r.misc != st.branch_misc || r.u.branch.flags != st.branch_flags) {
-    // Only the predicted bit may differ, in both misc and flags.
-    if (r.misc != (st.branch_misc ^ PFM_MISC_BRANCH_PREDICTED) ||
-        r.u.branch.flags != (st.branch_flags ^ PFM_BTS_RAW_PREDICTED))
-      return 0;
-    lead |= kPredFlipBit;
-  }
-  const uint64_t delta = r.time - st.time;
-  if (delta == st.time_delta) {
-    lead |= kTimeSameBit;
-  } else if (delta == st.time_delta + 1) {
-    lead |= kTimeSameBit | kTimeAdjBit;
-  } else if (delta == st.time_delta - 1) {
-    lead |= kTimeAdjBit;
-  }
-  if (r.u.branch.to == st.to_cache[ToSlot(r.u.branch.from)]) lead |= kToCachedBit;
-  Out o{buf};
-  *o.p++ = lead;
-  if (!(lead & (kTimeSameBit | kTimeAdjBit)))
-    o.Varint(ZigZag(delta - st.time_delta));
-  o.Varint(ZigZag(r.u.branch.from - st.branch_to));
-  if (!(lead & kToCachedBit)) o.Varint(ZigZag(r.u.branch.to - r.u.branch.from));
-  return static_cast<size_t>(o.p - buf);
-}
 
 // Encodes the long delta form into `buf` (kMaxDeltaBytes) and returns its
 // size.
@@ -204,17 +206,82 @@ size_t EncodeLong(const pfm_record& r, const CodecState& st, uint8_t* buf) {
   return n;
 }
 
-// The shorter of the two delta forms.
-size_t EncodeDelta(const pfm_record& r, const CodecState& st, uint8_t* buf) {
-  const size_t n = EncodeLong(r, st, buf);
-  uint8_t shorter[kMaxDeltaBytes];
-  const size_t m = EncodeShortBranch(r, st, shorter);
-  if (m == 0 || m >= n) return n;
-  memcpy(buf, shorter, m);
-  return m;
+// The escape form: lead byte, then the normalized fixed record minus its
+// 2-byte type.
+size_t EncodeEscape(const pfm_record& r, uint8_t* out) {
+  pfm_record copy = r;
+  NormalizeRecord(&copy);
+  out[0] = static_cast<uint8_t>(r.type << 4 | kEscape);
+  memcpy(out + 1, reinterpret_cast<const uint8_t*>(&copy) + 2,
+         sizeof(copy) - 2);
+  return kEscapeBytes;
 }
 
-void Advance(const pfm_record& r, CodecState* st) {
+// A branch with the previous record's cpu/pid/tid and the previous branch's
+// misc/flags, or those with the predicted bit flipped: the records a BTS
+// stream is made of. Writes the short form when it is shorter than the long
+// one (the format's rule; a tie goes to the long form) and returns its size,
+// or returns 0 for the general path. EncodeRun has this logic inlined in
+// its loop for the common case (time predicted); this is the whole rule.
+inline size_t EncodeBranchFast(const pfm_record& r, const CodecState& st,
+                               uint8_t* out) {
+  if (r.type != PFM_REC_BRANCH || r.cpu != st.cpu || r.pid != st.pid ||
+      r.tid != st.tid)
+    return 0;
+  const uint32_t misc_x = r.misc ^ st.branch_misc;
+  const uint64_t flags_x = r.u.branch.flags ^ st.branch_flags;
+  const bool flip = misc_x == PFM_MISC_BRANCH_PREDICTED &&
+                    flags_x == PFM_BTS_RAW_PREDICTED;
+  if ((misc_x | flags_x) != 0 && !flip) return 0;
+  const uint64_t from = r.u.branch.from, to = r.u.branch.to;
+  const uint64_t delta = r.time - st.time;
+  const uint64_t dd = delta - st.time_delta;
+  const uint64_t from_z = ZigZag(from - st.branch_to);
+  const uint64_t to_z = ZigZag(to - from);
+  const size_t from_n = VarintBytes(from_z);
+  const size_t to_n = VarintBytes(to_z);
+  const bool hit = st.to_cache[ToSlot(from)] == to;
+  uint8_t lead = static_cast<uint8_t>(kShortBranch | (flip ? kPredFlipBit : 0) |
+                                      (hit ? kToCachedBit : 0));
+  uint8_t* p = out + 1;
+  size_t short_n = 1 + from_n + (hit ? 0 : to_n);
+  // dd in {-1, 0, 1}: lead bits 4/6 say which (see the header). Then the
+  // short form is always shorter: the long one spends a byte or more on
+  // zz(delta) and as much on the rest.
+  static constexpr uint8_t kTimeBits[3] = {kTimeAdjBit, kTimeSameBit,
+                                           kTimeSameBit | kTimeAdjBit};
+  const uint64_t dd1 = dd + 1;
+  if (__builtin_expect(dd1 < 3, 1)) {
+    lead |= kTimeBits[dd1];
+  } else {
+    const uint64_t dd_z = ZigZag(dd);
+    const size_t dd_n = VarintBytes(dd_z);
+    short_n += dd_n;
+    const size_t long_n =
+        1 + VarintBytes(ZigZag(delta)) +
+        (flip ? VarintBytes(r.misc) + VarintBytes(r.u.branch.flags) : 0) +
+        from_n + to_n;
+    if (short_n >= long_n) return 0;
+    p = PutVarintWord(p, dd_z, dd_n);
+  }
+  out[0] = lead;
+  p = PutVarintWord(p, from_z, from_n);
+  if (!hit) PutVarintWord(p, to_z, to_n);
+  return short_n;
+}
+
+}  // namespace
+
+bool operator==(const CodecState& a, const CodecState& b) {
+  if (a.time != b.time || a.time_delta != b.time_delta ||
+      a.branch_to != b.branch_to || a.branch_flags != b.branch_flags ||
+      a.branch_misc != b.branch_misc || a.pid != b.pid || a.tid != b.tid ||
+      a.cpu != b.cpu)
+    return false;
+  return memcmp(a.to_cache, b.to_cache, sizeof(a.to_cache)) == 0;
+}
+
+void AdvanceState(const pfm_record& r, CodecState* st) {
   st->time_delta = r.time - st->time;
   st->time = r.time;
   st->cpu = r.cpu;
@@ -228,7 +295,158 @@ void Advance(const pfm_record& r, CodecState* st) {
   }
 }
 
+namespace {
+
+// EncodeInto without the fast path.
+size_t EncodeGeneral(const pfm_record& r, const CodecState& st, uint8_t* out) {
+  uint8_t buf[kMaxDeltaBytes];
+  const size_t n = EncodeLong(r, st, buf);
+  if (n > kMaxCompactRecordBytes) return EncodeEscape(r, out);
+  memcpy(out, buf, n);
+  return n;
+}
+
 }  // namespace
+
+size_t EncodeInto(const pfm_record& r, const CodecState& st, uint8_t* out) {
+  assert(IsRecordType(r.type));
+  if (const size_t n = EncodeBranchFast(r, st, out); n != 0) return n;
+  return EncodeGeneral(r, st, out);
+}
+
+namespace {
+
+// Varint length and continuation bits of a value < 2^21 by its bit length
+// (floor(log2(v | 1))): table lookups instead of arithmetic on the hot path.
+constexpr uint8_t kVarint3Bytes[21] = {1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                       2, 2, 2, 3, 3, 3, 3, 3, 3, 3};
+constexpr uint32_t kVarint3Cont[4] = {0, 0, 0x80, 0x8080};
+
+inline size_t Log2(uint64_t v) {
+  return static_cast<size_t>(63 - __builtin_clzll(v | 1));
+}
+
+// A varint of at most 3 bytes (v < 2^21) as the low bytes of a word, with
+// its continuation bits; `n` is VarintBytes(v).
+inline uint64_t Varint3Word(uint64_t v, size_t n) {
+  return (v & 0x7full) | ((v << 1) & 0x7f00ull) | ((v << 2) & 0x7f0000ull) |
+         kVarint3Cont[n];
+}
+
+}  // namespace
+
+size_t EncodeRun(const pfm_record* recs, size_t n, CodecState* st,
+                 uint8_t* out, size_t limit, size_t* used) {
+  static_assert(offsetof(pfm_record, pid) + 4 == offsetof(pfm_record, tid),
+                "pid and tid are one word");
+  static_assert(offsetof(pfm_record, misc) == 4, "type, cpu, misc: one word");
+  // A local copy: the byte stores through `out` may alias anything reached
+  // through a pointer, so the state would be reloaded after each of them.
+  CodecState s = *st;
+  const pfm_record* r = recs;
+  const pfm_record* const rend = recs + n;
+  uint8_t* p = out;
+  size_t room = limit;  // bytes the run may still take
+  static constexpr uint8_t kTimeBits[3] = {kTimeAdjBit, kTimeSameBit,
+                                           kTimeSameBit | kTimeAdjBit};
+  while (r != rend) {
+    // The loop a BTS stream lives in: branches whose cpu/pid/tid repeat,
+    // misc/flags repeat or flip the predicted bit and whose time delta is
+    // the previous one +-1 (interpolated stamps): the short form with the
+    // time predicted, which is then always the shorter form. The state
+    // stays in registers, as few as possible (the previous branch's first
+    // word stands for type, cpu and misc); anything else leaves the loop for
+    // the general path below, one record, and comes back.
+    uint64_t time = s.time, time_delta = s.time_delta, branch_to = s.branch_to;
+    uint64_t branch_flags = s.branch_flags;
+    uint64_t head = PFM_REC_BRANCH | uint64_t{s.cpu} << 16 |
+                    uint64_t{s.branch_misc} << 32;
+    const uint64_t ids = s.pid | uint64_t{s.tid} << 32;
+    bool full = false;
+    for (; r != rend; ++r) {
+      uint64_t rhead, rids;
+      memcpy(&rhead, r, sizeof(rhead));
+      memcpy(&rids, &r->pid, sizeof(rids));
+      const uint64_t flags = r->u.branch.flags;
+      const uint64_t hx = rhead ^ head, fx = flags ^ branch_flags;
+      // Repeated: hx == fx == 0. Flipped: hx is the misc predicted bit (bit
+      // 32 of the word) and fx the raw predicted bit (bit 4), so then
+      // fx << 28 == hx. Checked bitwise, without a branch on the flip,
+      // which is random.
+      static_assert(PFM_MISC_BRANCH_PREDICTED == 1 &&
+                        PFM_BTS_RAW_PREDICTED == uint64_t{1} << 4,
+                    "the flip test below");
+      const uint64_t delta = r->time - time;
+      const uint64_t dd1 = delta - time_delta + 1;  // 0, 1, 2: -1, 0, +1
+      const bool ok = (rids == ids) & ((hx ^ (fx << 28)) == 0) &
+                      ((fx & ~uint64_t{PFM_BTS_RAW_PREDICTED}) == 0) &
+                      (dd1 < 3);
+      if (!ok) break;
+      const uint64_t from = r->u.branch.from, to = r->u.branch.to;
+      const uint64_t from_z = ZigZag(from - branch_to);
+      const uint64_t to_z = ZigZag(to - from);
+      const size_t slot = ToSlot(from);
+      const bool hit = s.to_cache[slot] == to;
+      static_assert(kPredFlipBit == PFM_BTS_RAW_PREDICTED << 3, "fx << 3");
+      const uint8_t lead = static_cast<uint8_t>(
+          kShortBranch | (fx << 3) | kTimeBits[dd1] |
+          (hit ? kToCachedBit : 0));
+      size_t size;
+      if (__builtin_expect((from_z | to_z) < (uint64_t{1} << 21), 1)) {
+        // Lead and both varints in one store. Whether `to` was predicted
+        // is close to a coin toss in real code: masks, not a branch.
+        const uint64_t miss = uint64_t{hit} - 1;  // all ones when not hit
+        const size_t from_n = kVarint3Bytes[Log2(from_z)];
+        const size_t to_bytes = kVarint3Bytes[Log2(to_z)];
+        const size_t to_n = to_bytes & miss;
+        size = 1 + from_n + to_n;
+        if (size > room) {
+          full = true;
+          break;
+        }
+        const uint64_t to_w = Varint3Word(to_z, to_bytes) & miss;
+        const uint64_t w = lead | Varint3Word(from_z, from_n) << 8 |
+                           to_w << (8 * (1 + from_n));
+        memcpy(p, &w, sizeof(w));
+      } else {
+        const size_t from_n = VarintBytes(from_z);
+        const size_t to_n = hit ? 0 : VarintBytes(to_z);
+        size = 1 + from_n + to_n;
+        if (size > room) {
+          full = true;
+          break;
+        }
+        *p = lead;
+        uint8_t* q = PutVarintWord(p + 1, from_z, from_n);
+        if (!hit) PutVarintWord(q, to_z, to_n);
+      }
+      p += size;
+      room -= size;
+      time_delta = delta;
+      time = r->time;
+      branch_to = to;
+      branch_flags = flags;
+      head = rhead;
+      s.to_cache[slot] = to;
+    }
+    s.time = time;
+    s.time_delta = time_delta;
+    s.branch_to = branch_to;
+    s.branch_flags = branch_flags;
+    s.branch_misc = static_cast<uint32_t>(head >> 32);
+    if (r == rend || full) break;
+    // Any other record: the general encoder.
+    const size_t size = EncodeInto(*r, s, p);
+    if (size > room) break;
+    AdvanceState(*r, &s);
+    p += size;
+    room -= size;
+    ++r;
+  }
+  *st = s;
+  *used = static_cast<size_t>(p - out);
+  return static_cast<size_t>(r - recs);
+}
 
 void NormalizeRecord(pfm_record* r) {
   const size_t used = UnionBytes(r->type);
@@ -237,31 +455,26 @@ void NormalizeRecord(pfm_record* r) {
 
 size_t EncodedSize(const pfm_record& r, const CodecState& st) {
   if (!IsRecordType(r.type)) return 0;
-  uint8_t buf[kMaxDeltaBytes];
-  const size_t n = EncodeDelta(r, st, buf);
-  return n > kMaxCompactRecordBytes ? kEscapeBytes : n;
+  uint8_t buf[kMaxCompactRecordBytes + 8];
+  return EncodeInto(r, st, buf);
 }
 
 size_t EncodeRecord(const pfm_record& r, CodecState* st, uint8_t* out) {
   if (!IsRecordType(r.type)) return 0;
-  uint8_t buf[kMaxDeltaBytes];
-  size_t n = EncodeDelta(r, *st, buf);
-  if (n <= kMaxCompactRecordBytes) {
-    memcpy(out, buf, n);
-  } else {
-    pfm_record copy = r;
-    NormalizeRecord(&copy);
-    out[0] = static_cast<uint8_t>(r.type << 4 | kEscape);
-    memcpy(out + 1, reinterpret_cast<const uint8_t*>(&copy) + 2,
-           sizeof(copy) - 2);
-    n = kEscapeBytes;
-  }
-  Advance(r, st);
+  // EncodeInto may write 8 bytes past the record; `out` promises 63.
+  uint8_t buf[kMaxCompactRecordBytes + 8];
+  const size_t n = EncodeInto(r, *st, buf);
+  memcpy(out, buf, n);
+  AdvanceState(r, st);
   return n;
 }
 
-int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
-                 pfm_record* out) {
+namespace {
+
+// One record without a marker: DecodeRecord's contract, except that a lead
+// byte kResetMarker is malformed here.
+int DecodeOne(const uint8_t* in, size_t avail, CodecState* st,
+              pfm_record* out) {
   if (avail == 0) return -EINVAL;
   const uint8_t lead = in[0];
   if (lead == PFM_REC_PAD) return 0;
@@ -273,7 +486,7 @@ int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
     if (!IsRecordType(r.type) || avail < kEscapeBytes) return -EINVAL;
     memcpy(reinterpret_cast<uint8_t*>(&r) + 2, in + 1, sizeof(r) - 2);
     NormalizeRecord(&r);
-    Advance(r, st);
+    AdvanceState(r, st);
     *out = r;
     return static_cast<int>(kEscapeBytes);
   }
@@ -301,7 +514,7 @@ int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
     r.u.branch.flags =
         st->branch_flags ^ (flip ? uint64_t{PFM_BTS_RAW_PREDICTED} : 0);
     if (!i.ok) return -EINVAL;
-    Advance(r, st);
+    AdvanceState(r, st);
     *out = r;
     return static_cast<int>(i.p - in);
   }
@@ -361,9 +574,147 @@ int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
       break;
   }
   if (!i.ok) return -EINVAL;
-  Advance(r, st);
+  AdvanceState(r, st);
   *out = r;
   return static_cast<int>(i.p - in);
+}
+
+
+}  // namespace
+
+int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
+                 pfm_record* out) {
+  // A writer never makes a record longer than the escape form (a delta form
+  // of up to 79 bytes would decode, but no encoder emits one): decoding sees
+  // at most kMaxCompactRecordBytes, so a longer one is refused as cut.
+  const auto cap = [](size_t n) {
+    return n < kMaxCompactRecordBytes ? n : kMaxCompactRecordBytes;
+  };
+  if (avail == 0 || in[0] != kResetMarker)
+    return DecodeOne(in, cap(avail), st, out);
+  // A marker: the record after it is decoded from a reset state; a PAD,
+  // another marker or nothing after it is malformed.
+  if (avail < 2 || in[1] == PFM_REC_PAD) return -EINVAL;
+  CodecState fresh;
+  const int n = DecodeOne(in + 1, cap(avail - 1), &fresh, out);
+  if (n <= 0) return -EINVAL;
+  *st = fresh;
+  return n + 1;
+}
+
+size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
+                     pfm_record* out, size_t max, size_t* used,
+                     bool* malformed) {
+  // As in EncodeRun: a local copy, the scalar state in registers for the
+  // loop that short branches with predicted times (a BTS stream) stay in.
+  CodecState s = *st;
+  const uint8_t* p = in;
+  const uint8_t* const end = in + avail;
+  pfm_record* o = out;
+  pfm_record* const oend = out + max;
+  // Time delta change by lead bits 4 (same) and 6 (adjacent), as an index
+  // bit 0 / bit 1: 1 = same, 3 = +1, 2 = -1; 0 (a delta follows) is not for
+  // this loop.
+  static constexpr uint64_t kDeltaStep[4] = {0, 0, ~uint64_t{0}, 1};
+  // Per lead byte: 0 unless a short branch with a predicted time, else the
+  // kDeltaStep index (bits 0-1, never 0) and the `to` predicted bit (2).
+  struct LeadTable {
+    uint8_t v[256];
+    constexpr LeadTable() : v() {
+      for (int b = 0; b < 256; ++b) {
+        const int step = (b >> 4 & 1) | (b >> 5 & 2);
+        if ((b & kTypeMask) == kShortBranch && step != 0)
+          v[b] = static_cast<uint8_t>(step | ((b & kToCachedBit) ? 4 : 0));
+      }
+    }
+  };
+  static constexpr LeadTable kLead;
+  // Masks of the value bits of a 1..3-byte varint after gathering.
+  static constexpr uint32_t kValueMask[4] = {0, 0x7f, 0x3fff, 0x1fffff};
+  *malformed = false;
+  while (o != oend && p != end) {
+    uint64_t time = s.time, time_delta = s.time_delta, branch_to = s.branch_to;
+    uint64_t branch_flags = s.branch_flags;
+    uint64_t head = PFM_REC_BRANCH | uint64_t{s.cpu} << 16 |
+                    uint64_t{s.branch_misc} << 32;
+    const uint64_t ids = s.pid | uint64_t{s.tid} << 32;
+    // A short branch is at most 1 + 3 + 3 bytes here: one 8-byte load from
+    // the lead covers it, and must stay inside the input. The record's
+    // length is the loop's critical path (the next record starts there), so
+    // it comes straight from the stop bits of that word: the first stop ends
+    // `from`, the second `to` (when not predicted), without waiting for the
+    // values.
+    const uint8_t* const fast_end = avail >= 8 ? end - 7 : in;
+    while (o != oend && p < fast_end) {
+      uint64_t w;
+      memcpy(&w, p, sizeof(w));
+      const uint8_t lead = static_cast<uint8_t>(w);
+      const uint8_t info = kLead.v[lead];
+      const uint64_t stops = ~w & 0x8080808080808000ull;  // bytes 1..7
+      const uint64_t stops_after = stops & (stops - 1);
+      // Byte index of the last byte of `from` (1..3) and of `to`.
+      const size_t end1 = static_cast<size_t>(__builtin_ctzll(stops | (1ull << 63))) >> 3;
+      const size_t end2 =
+          static_cast<size_t>(__builtin_ctzll(stops_after | (1ull << 63))) >> 3;
+      const bool hit = (info & 4) != 0;
+      const size_t n1 = end1;
+      const size_t n2 = end2 - end1;
+      if (info == 0 || n1 > 3 || (!hit && n2 > 3)) break;
+      const uint64_t x = w >> 8;
+      const uint64_t v1 = ((x & 0x7full) | ((x >> 1) & 0x3f80ull) |
+                           ((x >> 2) & 0x1fc000ull)) &
+                          kValueMask[n1];
+      const uint64_t from = branch_to + UnZigZag(v1);
+      const size_t slot = ToSlot(from);
+      uint64_t to = s.to_cache[slot];
+      if (!hit) {
+        const uint64_t x2 = w >> (8 * end1 + 8);
+        const uint64_t v2 = ((x2 & 0x7full) | ((x2 >> 1) & 0x3f80ull) |
+                             ((x2 >> 2) & 0x1fc000ull)) &
+                            kValueMask[n2];
+        to = from + UnZigZag(v2);
+      }
+      p += 1 + (hit ? end1 : end2);
+      const uint64_t flip = lead >> 7;  // kPredFlipBit
+      head ^= (flip * uint64_t{PFM_MISC_BRANCH_PREDICTED}) << 32;
+      branch_flags ^= flip * uint64_t{PFM_BTS_RAW_PREDICTED};
+      time_delta += kDeltaStep[info & 3];
+      time += time_delta;
+      // Every byte of the record stored once, a word at a time, straight
+      // into place (assembling it on the stack first stalls on store
+      // forwarding).
+      uint8_t* const q = reinterpret_cast<uint8_t*>(o);
+      const uint64_t zero = 0;
+      memcpy(q, &head, 8);
+      memcpy(q + 8, &time, 8);
+      memcpy(q + 16, &ids, 8);
+      memcpy(q + 24, &from, 8);
+      memcpy(q + 32, &to, 8);
+      memcpy(q + 40, &branch_flags, 8);
+      memcpy(q + 48, &zero, 8);
+      memcpy(q + 56, &zero, 8);
+      s.to_cache[slot] = to;
+      branch_to = to;
+      ++o;
+    }
+    s.time = time;
+    s.time_delta = time_delta;
+    s.branch_to = branch_to;
+    s.branch_flags = branch_flags;
+    s.branch_misc = static_cast<uint32_t>(head >> 32);
+    if (o == oend || p == end) break;
+    // Anything else: one record the checked way.
+    const int n = DecodeRecord(p, static_cast<size_t>(end - p), &s, o);
+    if (n <= 0) {
+      *malformed = n < 0;
+      break;
+    }
+    p += n;
+    ++o;
+  }
+  *st = s;
+  *used = static_cast<size_t>(p - in);
+  return static_cast<size_t>(o - out);
 }
 
 }  // namespace pfm

@@ -52,9 +52,23 @@
 // pfm_record (cpu, misc, time, pid, tid, union), i.e. 63 bytes. That bounds
 // every record at kMaxCompactRecordBytes whatever its values.
 //
+// Reset marker (uapi version 3): a lead byte 0x0D (kResetMarker) before a
+// record resets the codec state, as a chunk start does, and the record that
+// follows it in the same chunk is encoded from that reset state. It carries no
+// record of its own and is never followed by PAD, another marker or the end of
+// the chunk. A writer that encodes a batch once for several rings (shared
+// encoding, ring_format.h CompactBatch) puts one wherever any of those rings
+// starts a new chunk, so that every ring can copy the same bytes; a record and
+// its marker are at most kMaxCompactUnitBytes (64) bytes.
+//
 // Decoded records have the union bytes that do not belong to their type
 // zeroed (COUNTER's _pad included); encoders ignore those bytes, so garbage
 // there is tolerated and does not round-trip.
+//
+// Encoded bytes are the same whichever entry point produced them: EncodeRecord
+// one record at a time, or EncodeInto (the batch encoder's inner step, see
+// ring_format.h). DecodeRecord and DecodeRecords likewise accept the same
+// bytes and produce the same records.
 //
 // All functions are pure: no allocation, no globals, thread-compatible.
 #ifndef PFM_KERNEL_UAPI_COMPACT_CODEC_H_
@@ -69,6 +83,13 @@ namespace pfm {
 
 // Upper bound of one encoded compact record (the escape form's size).
 inline constexpr size_t kMaxCompactRecordBytes = 63;
+// Upper bound of a record with the reset marker before it: what the history
+// sizing (HistoryRingBytes) counts per record. Equal to the fixed size, so
+// that a chunk holds at least 64 records in either format.
+inline constexpr size_t kMaxCompactUnitBytes = kMaxCompactRecordBytes + 1;
+// The lead byte of a reset marker (see above): low nibble 0xD, which no type
+// and neither special form uses.
+inline constexpr uint8_t kResetMarker = 0x0d;
 
 // The lead byte's layout (see above), named once for the codec and for tools
 // that inspect encoded bytes (bench/compact.cc attributes bytes to fields).
@@ -93,11 +114,10 @@ inline constexpr uint8_t kPredFlipBit = 1u << 7;
 inline constexpr uint64_t ZigZag(uint64_t delta) {
   return (delta << 1) ^ (0 - (delta >> 63));
 }
-// Bytes of `v` as an unsigned LEB128 varint (1..10).
+// Bytes of `v` as an unsigned LEB128 varint (1..10), without a loop:
+// (floor(log2 v) * 9 + 73) / 64 is 1 below 2^7, 2 below 2^14, ... 10 at 2^63.
 inline constexpr size_t VarintBytes(uint64_t v) {
-  size_t n = 1;
-  for (; v >= 0x80; v >>= 7) ++n;
-  return n;
+  return (static_cast<size_t>(63 - __builtin_clzll(v | 1)) * 9 + 73) / 64;
 }
 
 // Entries of the per-chunk `to` predictor (direct-mapped by `from`).
@@ -119,6 +139,13 @@ struct CodecState {
   void Reset() { *this = CodecState(); }
 };
 
+// Field-wise equality (the struct has padding): a writer asks it to know
+// whether a ring's decoder is where a shared encoder is.
+bool operator==(const CodecState& a, const CodecState& b);
+inline bool operator!=(const CodecState& a, const CodecState& b) {
+  return !(a == b);
+}
+
 // True for the types a ring carries (BRANCH..EXIT; not PAD).
 inline bool IsRecordType(uint32_t type) {
   return type > PFM_REC_PAD && type < PFM_REC_TYPE_MAX;
@@ -138,14 +165,46 @@ size_t EncodeRecord(const pfm_record& r, CodecState* st, uint8_t* out);
 // The size EncodeRecord would return now; does not touch the state.
 size_t EncodedSize(const pfm_record& r, const CodecState& st);
 
-// Decodes one record from in[0, avail). Returns the bytes consumed (> 0) and
+// The batch encoder's step: encodes `r` (a ring record type, normalized or
+// not) against `st` into out[0, kMaxCompactRecordBytes + 8) — up to 8 bytes
+// past the record may be scribbled on — and returns its size, without
+// advancing the state: the caller decides whether the bytes fit, then calls
+// AdvanceState. EncodeRecord is EncodeInto + AdvanceState with an exact
+// output bound.
+size_t EncodeInto(const pfm_record& r, const CodecState& st, uint8_t* out);
+// The state after `r` (a ring record type) was encoded or decoded.
+void AdvanceState(const pfm_record& r, CodecState* st);
+// Encodes recs[0, n) (ring record types) back to back into out, advancing
+// *st, for as long as the total stays within `limit` bytes: returns the
+// records encoded and their bytes in *used. out must be writable for those
+// bytes plus kMaxCompactRecordBytes + 8 (the record that did not fit is
+// written there too, and a word store may pass a record's end). The same
+// bytes as EncodeRecord one by one. The batch encoder's inner loop (a fast
+// path for BTS-like branches, the general encoder for anything else).
+size_t EncodeRun(const pfm_record* recs, size_t n, CodecState* st,
+                 uint8_t* out, size_t limit, size_t* used);
+
+// Decodes one record from in[0, avail), with the reset marker before it if
+// there is one. Returns the bytes consumed (at most kMaxCompactUnitBytes) and
 // fills *out, advancing *st; 0 when in[0] is PFM_REC_PAD (rest of the chunk
 // is padding); -EINVAL when the bytes are malformed, the type unknown, a
-// field overflows its width or the record is cut by `avail` (including
-// avail == 0). Never reads in[avail] or beyond. On failure neither *st nor
-// *out is modified.
+// field overflows its width, the record is longer than a writer may make it
+// (kMaxCompactUnitBytes with its marker), a marker is not followed by a
+// record, or the record is cut by `avail` (including avail == 0). Never
+// reads in[avail] or beyond. On failure neither *st nor *out is modified.
 int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
                  pfm_record* out);
+
+// Decodes records back to back from in[0, avail) into out[0, max), as
+// repeated DecodeRecord calls would, with a fast path for short branches.
+// Stops before a PAD byte, at the end of the input, after `max` records, or
+// before malformed bytes (then *malformed = true; the bad bytes start at
+// in[*used]). Returns the records decoded; *used is the bytes they took.
+// *st is advanced past the decoded records only. Never reads in[avail] or
+// beyond.
+size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
+                     pfm_record* out, size_t max, size_t* used,
+                     bool* malformed);
 
 }  // namespace pfm
 

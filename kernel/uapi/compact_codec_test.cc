@@ -463,5 +463,207 @@ TEST(CompactCodecShortBranch, PredictedFlipsStayShort) {
   EXPECT_LE(bytes(in), bytes(plain) + 2);
 }
 
+// A stream of everything the batch paths must treat like the record-by-
+// record ones: runs of short branches with predicted and unpredicted times,
+// predicted-bit flips, misc changes, far jumps (varints over 3 and over 8
+// bytes), cpu/pid changes and every other type now and then.
+std::vector<pfm_record> BatchTestStream(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<pfm_record> out;
+  uint64_t time = 1'000'000, step = 13, to = 0x400000;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned pick = rng() % 100;
+    if (pick < 3) {
+      std::vector<pfm_record> any = OneOfEachType(
+          rng(), static_cast<uint32_t>(rng() % 5), 3, time);
+      pfm_record r = any[rng() % any.size()];
+      NormalizeRecord(&r);
+      out.push_back(r);
+      continue;
+    }
+    if (pick < 6) step = rng() % 3 == 0 ? rng() : rng() % 1000;
+    time += step + rng() % 2;
+    const uint64_t from = to + 2 + rng() % 200;
+    uint64_t target = 0x400000 + (rng() % 64) * 16;
+    if (pick >= 90) target = rng() % 2 ? kKernelAddr + rng() % 4096 : rng();
+    pfm_record r = Branch(time, from, target);
+    if (pick == 50) r.pid = 99;
+    if (pick == 51) r.cpu = 7;
+    const bool predicted = rng() % 10 != 0;
+    r.misc = predicted ? PFM_MISC_BRANCH_PREDICTED : 0;
+    if (pick == 52) r.misc |= PFM_MISC_BRANCH_KERNEL_FROM;
+    r.u.branch.flags = predicted ? PFM_BTS_RAW_PREDICTED : 0;
+    if (pick == 53) r.u.branch.flags |= 1;
+    out.push_back(r);
+    to = target;
+  }
+  return out;
+}
+
+// EncodeRun (the batch encoder's loop) writes the bytes EncodeRecord writes
+// one by one, stops exactly where the next record would pass `limit`, and
+// leaves the same state.
+TEST(CompactCodecBatch, EncodeRunIsEncodeRecordOneByOne) {
+  const std::vector<pfm_record> in = BatchTestStream(20000, 5);
+  std::vector<uint8_t> want;
+  std::vector<size_t> ends;
+  std::vector<CodecState> states;
+  CodecState st;
+  for (const pfm_record& r : in) {
+    uint8_t buf[kMaxCompactRecordBytes];
+    const size_t n = EncodeRecord(r, &st, buf);
+    ASSERT_EQ(n, EncodedSize(r, states.empty() ? CodecState() : states.back()));
+    want.insert(want.end(), buf, buf + n);
+    ends.push_back(want.size());
+    states.push_back(st);
+  }
+  std::mt19937_64 rng(9);
+  std::vector<uint8_t> got(want.size() + kMaxCompactRecordBytes + 8);
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t first = rng() % in.size();
+    const size_t count = rng() % (in.size() - first) + 1;
+    const size_t base = first == 0 ? 0 : ends[first - 1];
+    const size_t limit = trial % 2 ? SIZE_MAX / 2 : rng() % 4096;
+    CodecState run = first == 0 ? CodecState() : states[first - 1];
+    size_t used = 0;
+    const size_t k =
+        EncodeRun(in.data() + first, count, &run, got.data(), limit, &used);
+    // k records fit, the next would not.
+    ASSERT_LE(k, count);
+    ASSERT_EQ(used, (k == 0 ? base : ends[first + k - 1]) - base);
+    ASSERT_LE(used, limit);
+    if (k < count) {
+      ASSERT_GT(ends[first + k] - base, limit);
+    }
+    ASSERT_EQ(memcmp(got.data(), want.data() + base, used), 0) << trial;
+    ASSERT_TRUE(run == (k == 0 ? (first == 0 ? CodecState() : states[first - 1])
+                               : states[first + k - 1]));
+  }
+}
+
+// DecodeRecords (the reader's batch decoder) returns what DecodeRecord does
+// one by one: the records, the state, and where it stops (PAD, malformed
+// bytes, the end of the input, `max`), reset markers included.
+TEST(CompactCodecBatch, DecodeRecordsIsDecodeRecordOneByOne) {
+  const std::vector<pfm_record> in = BatchTestStream(5000, 6);
+  std::vector<uint8_t> bytes;
+  CodecState st;
+  std::mt19937_64 rng(4);
+  for (const pfm_record& r : in) {
+    uint8_t buf[kMaxCompactUnitBytes];
+    size_t n;
+    if (rng() % 50 == 0) {  // a reset marker, as a shared batch puts them
+      st.Reset();
+      buf[0] = kResetMarker;
+      n = 1 + EncodeRecord(r, &st, buf + 1);
+    } else {
+      n = EncodeRecord(r, &st, buf);
+    }
+    bytes.insert(bytes.end(), buf, buf + n);
+  }
+  const size_t full = bytes.size();
+  bytes.push_back(PFM_REC_PAD);
+  std::vector<pfm_record> got(in.size() + 1);
+  for (int trial = 0; trial < 60; ++trial) {
+    // Cut anywhere (mid-record too), or stop at the PAD, or at `max`.
+    const size_t avail = trial == 0 ? full + 1 : rng() % (full + 2);
+    const size_t max = trial % 3 == 0 ? rng() % in.size() : got.size();
+    CodecState one, batch;
+    size_t off = 0, k1 = 0;
+    int last = 1;
+    while (k1 < max && off < avail) {
+      pfm_record r;
+      last = DecodeRecord(bytes.data() + off, avail - off, &one, &r);
+      if (last <= 0) break;
+      ASSERT_EQ(memcmp(&r, &in[k1], sizeof(r)), 0) << k1;
+      off += static_cast<size_t>(last);
+      ++k1;
+    }
+    size_t used = 0;
+    bool malformed = true;
+    const size_t k2 = DecodeRecords(bytes.data(), avail, &batch, got.data(),
+                                    max, &used, &malformed);
+    ASSERT_EQ(k2, k1) << trial;
+    ASSERT_EQ(used, off);
+    ASSERT_EQ(malformed, k1 < max && off < avail && last < 0);
+    ASSERT_TRUE(batch == one);
+    for (size_t i = 0; i < k2; ++i)
+      ASSERT_EQ(memcmp(&got[i], &in[i], sizeof(pfm_record)), 0) << i;
+  }
+}
+
+// The reset marker: the record after it decodes from a reset state; it is
+// never alone, before a PAD, before another marker or cut; a refusal leaves
+// state and output alone.
+TEST(CompactCodecBatch, ResetMarkerResetsTheStateForTheRecordAfterIt) {
+  const pfm_record a = Branch(1000, 0x401000, 0x401100);
+  const pfm_record b = Branch(1013, 0x401120, 0x401000);
+  CodecState enc;
+  uint8_t buf[2 * kMaxCompactUnitBytes];
+  size_t n = EncodeRecord(a, &enc, buf);
+  buf[n] = kResetMarker;
+  CodecState fresh;
+  const size_t m = EncodeRecord(b, &fresh, buf + n + 1);
+  CodecState dec;
+  pfm_record got;
+  ASSERT_EQ(DecodeRecord(buf, n + 1 + m, &dec, &got), static_cast<int>(n));
+  const CodecState before = dec;
+  ASSERT_EQ(DecodeRecord(buf + n, 1 + m, &dec, &got), static_cast<int>(1 + m));
+  EXPECT_EQ(memcmp(&got, &b, sizeof(got)), 0);
+  EXPECT_TRUE(dec == fresh);
+  // Without the marker, the same bytes decode to something else.
+  CodecState wrong = before;
+  ASSERT_GT(DecodeRecord(buf + n + 1, m, &wrong, &got), 0);
+  EXPECT_NE(memcmp(&got, &b, sizeof(got)), 0);
+  // Malformed uses of the marker.
+  const uint8_t alone[] = {kResetMarker};
+  const uint8_t then_pad[] = {kResetMarker, PFM_REC_PAD, 0};
+  const uint8_t twice[] = {kResetMarker, kResetMarker, buf[n + 1], 0, 0, 0};
+  for (auto [p, len] : {std::pair<const uint8_t*, size_t>{alone, 1},
+                        {then_pad, 3}, {twice, 6}, {buf + n, m}}) {
+    CodecState s = before;
+    pfm_record untouched;
+    memset(&untouched, 0x5a, sizeof(untouched));
+    pfm_record out = untouched;
+    EXPECT_EQ(DecodeRecord(p, len, &s, &out), -EINVAL);
+    EXPECT_TRUE(s == before);
+    EXPECT_EQ(memcmp(&out, &untouched, sizeof(out)), 0);
+  }
+}
+
+// No writer makes a record longer than the escape form, so a longer delta
+// form (a PEBS record can reach 79 bytes) is refused: a record with its
+// marker always fits kMaxCompactUnitBytes, which the history sizing counts.
+TEST(CompactCodecBatch, RefusesRecordsLongerThanTheEscapeForm) {
+  uint8_t pebs[80];
+  pebs[0] = PFM_REC_PEBS | 0xf0;  // cpu, pid, tid and misc follow
+  size_t off = 1;
+  auto varint = [&](int bytes) {
+    for (int i = 0; i < bytes - 1; ++i) pebs[off++] = 0xff;
+    pebs[off++] = 0x01;
+  };
+  varint(10);  // time
+  varint(3);   // cpu 16 bits: 0x7fff | 1 << 14 ... within 16 bits
+  pebs[off - 1] = 0x03;
+  for (int i = 0; i < 3; ++i) varint(5);  // pid, tid, misc: 32 bits
+  for (int i = 0; i < 4; ++i) varint(10);
+  for (int i = 0; i < 2; ++i) varint(5);
+  ASSERT_EQ(off, 79u);
+  CodecState st;
+  pfm_record out;
+  EXPECT_EQ(DecodeRecord(pebs, off, &st, &out), -EINVAL);
+  // The same values escaped (63 bytes) are fine.
+  pfm_record r = Rec(PFM_REC_PEBS, UINT64_MAX);
+  r.cpu = UINT16_MAX;
+  r.pid = r.tid = r.misc = UINT32_MAX;
+  r.u.pebs = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT32_MAX,
+              UINT32_MAX};
+  uint8_t buf[kMaxCompactRecordBytes];
+  CodecState enc;
+  ASSERT_EQ(EncodeRecord(r, &enc, buf), kMaxCompactRecordBytes);
+  EXPECT_EQ(DecodeRecord(buf, sizeof(buf), &st, &out),
+            static_cast<int>(kMaxCompactRecordBytes));
+}
+
 }  // namespace
 }  // namespace pfm

@@ -15,8 +15,10 @@
 
 #include <linux/types.h>
 
-/* 2: the compact short-branch form gained time +-1 and predicted-flip bits */
-#define PFM_UAPI_VERSION 2
+/* 2: the compact short-branch form gained time +-1 and predicted-flip bits
+ * 3: the compact reset marker (lead byte 0x0D), so that one encoding of a
+ *    batch can be copied into several rings (docs/rings.md) */
+#define PFM_UAPI_VERSION 3
 
 /* ------------------------------------------------------------------------ */
 /* Raw hardware layouts (what a driver writes into a DS area).               */
@@ -185,7 +187,8 @@ struct pfm_record {
  * The data is a sequence of chunks of PFM_RING_CHUNK bytes. A record never
  * straddles a chunk boundary; in the compact encoding the codec state resets
  * at every chunk start (a sync point), so a reader can start decoding at any
- * chunk. A PFM_REC_PAD byte (0) ends a chunk early.
+ * chunk, and at every reset marker inside a chunk. A PFM_REC_PAD byte (0)
+ * ends a chunk early.
  *
  * Memory ordering (writer = kernel/ds, reader = client):
  *   writer: write record bytes; store-release head.

@@ -1,5 +1,7 @@
 #include "kernel/uapi/ring_format.h"
 
+#include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cstring>
 
@@ -50,6 +52,133 @@ int RingCursor::Next(const uint8_t* data, uint64_t data_bytes,
     pos += static_cast<uint64_t>(n);
     return 1;
   }
+}
+
+int RingCursor::NextBatch(const uint8_t* data, uint64_t data_bytes,
+                          pfm_format format, uint64_t end, pfm_record* out,
+                          size_t max) {
+  const uint64_t mask = data_bytes - 1;
+  size_t k = 0;
+  while (k < max) {
+    if (pos >= end) break;
+    const uint64_t off = pos % kRingChunk;
+    const uint64_t room = kRingChunk - off;
+    const size_t avail =
+        static_cast<size_t>(end - pos < room ? end - pos : room);
+    const uint8_t* p = data + (pos & mask);
+    if (format == PFM_FORMAT_FIXED) {
+      const size_t n = std::min(max - k, avail / sizeof(pfm_record));
+      size_t j = 0;
+      for (; j < n; ++j) {
+        memcpy(&out[k + j], p + j * sizeof(pfm_record), sizeof(pfm_record));
+        if (!IsRecordType(out[k + j].type)) break;
+      }
+      k += j;
+      pos += j * sizeof(pfm_record);
+      if (j < n || n == 0) break;  // a bad record or one cut by end: Next says
+      continue;
+    }
+    if (off == 0) st.Reset();
+    size_t used = 0;
+    bool malformed = false;
+    const size_t want = max - k;
+    const size_t got =
+        DecodeRecords(p, avail, &st, out + k, want, &used, &malformed);
+    k += got;
+    pos += used;
+    if (malformed || got == want) break;  // Next reports the bad record
+    if (used < avail) {
+      // Stopped at a PAD. As in Next: the writer publishes a PAD with the
+      // record that starts the next chunk, so one whose chunk end is not
+      // below `end` is bogus (left for Next to report).
+      const uint64_t rest = room - used;
+      if (rest >= end - pos) break;
+      pos += rest;
+    }
+    // Else the run reached `end` or the end of its chunk.
+  }
+  if (k > 0) return static_cast<int>(k);
+  // Nothing decoded: Next reports the end or the malformed record.
+  pfm_record r;
+  uint64_t at;
+  if (pos >= end) return 0;
+  const int n = Next(data, data_bytes, format, end, &r, &at);
+  if (n <= 0) return n;
+  out[0] = r;
+  return 1;
+}
+
+// Shared encoding (see the header).
+CompactBatch::CompactBatch(size_t max_records)
+    : max_records_(max_records),
+      // Every record may be escaped and carry a marker; EncodeInto may write
+      // 8 bytes past the last one.
+      bytes_(new uint8_t[max_records * kMaxCompactUnitBytes + 8]),
+      segments_(new CompactSegment[max_records + 1]) {}
+
+void CompactBatch::Encode(const pfm_record* recs, size_t n,
+                          const uint32_t* offsets, size_t rings, bool reset,
+                          CodecState* st) {
+  assert(n <= max_records_ && rings >= 1 && rings <= kMaxSharedRings);
+  uint32_t off[kMaxSharedRings];
+  for (size_t m = 0; m < rings; ++m) {
+    assert(offsets[m] < kRingChunk);
+    off[m] = offsets[m];
+  }
+  uint8_t* const bytes = bytes_.get();
+  size_t nseg = 0, pos = 0, i = 0;
+  while (i < n) {
+    // A segment: its first record decides who pads; then records follow as
+    // long as they fit every ring's chunk.
+    if (reset) st->Reset();
+    size_t size = EncodeInto(recs[i], *st, bytes + pos);
+    uint64_t pad = 0;
+    size_t limit = kRingChunk;
+    bool restart = false;
+    for (size_t m = 0; m < rings; ++m) {
+      if (off[m] == 0) continue;  // a fresh chunk holds any record
+      const size_t marker = reset ? 1 : 0;
+      if (off[m] + marker + size > kRingChunk) {
+        if (!reset) {
+          // This ring's decoder resets at its next chunk: so must the
+          // segment (the batch's first; later ones start reset anyway).
+          restart = true;
+          break;
+        }
+        pad |= uint64_t{1} << m;
+        continue;
+      }
+      limit = std::min<size_t>(limit, kRingChunk - off[m] - marker);
+    }
+    if (restart) {
+      reset = true;
+      continue;
+    }
+    AdvanceState(recs[i], st);
+    const size_t first = i++;
+    size_t more = 0;
+    i += EncodeRun(recs + i, n - i, st, bytes + pos + size, limit - size,
+                   &more);
+    const size_t len = size + more;
+    CompactSegment& seg = segments_[nseg++];
+    seg.begin = static_cast<uint32_t>(pos);
+    seg.end = static_cast<uint32_t>(pos + len);
+    seg.records = static_cast<uint32_t>(i - first);
+    seg.reset = reset;
+    seg.pad = pad;
+    for (size_t m = 0; m < rings; ++m) {
+      const size_t at = (pad >> m & 1) ? 0 : off[m];
+      const size_t marker = reset && at != 0 ? 1 : 0;
+      off[m] = static_cast<uint32_t>((at + marker + len) % kRingChunk);
+    }
+    pos += len;
+    // The next segment exists because a record did not fit some ring's
+    // chunk: that ring starts a new chunk, so the state resets for all.
+    reset = true;
+  }
+  nsegments_ = nseg;
+  nrecords_ = n;
+  end_state_ = *st;
 }
 
 uint64_t RingSnapshotBase(uint64_t tail, uint64_t head, uint64_t data_bytes) {

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernel/uapi/compact_codec.h"
@@ -106,21 +107,35 @@ inline constexpr uint64_t RingSyncPoint(pfm_format format, uint64_t pos) {
 }
 
 // The compact writer's placement of one record at `head`: resets *st at a
-// chunk start and encodes `rec` into out[0, kMaxCompactRecordBytes); when the
+// chunk start and encodes `rec` into out[0, kMaxCompactUnitBytes); when the
 // bytes do not fit the rest of head's chunk, encodes it again from a reset
-// state for the next chunk (the encoding changes). Sets *start to where the
-// record goes ([head, *start) is padding: a PFM_REC_PAD byte, then anything)
-// and returns its size, advancing *st. Returns 0 for a type that is not a
-// ring record type (*st is then as a chunk start left it: reset there,
-// untouched elsewhere). Inline: it is on the writer's per-record path.
+// state for the next chunk (the encoding changes). `reset`: the writer does
+// not know the decoder's state at head (a shared batch stopped part-way,
+// Ring::WriteCompactBatch): unless head is a chunk start the record is then
+// preceded by kResetMarker and encoded from a reset state. Sets *start to
+// where the record (or its marker) goes ([head, *start) is padding: a
+// PFM_REC_PAD byte, then anything) and returns its size with the marker,
+// advancing *st. Returns 0 for a type that is not a ring record type (*st
+// is then as a chunk start or marker left it: reset there, untouched
+// elsewhere). Inline: it is on the writer's per-record path.
 inline size_t PlaceCompactRecord(uint64_t head, const pfm_record& rec,
                                  CodecState* st, uint8_t* out,
-                                 uint64_t* start) {
+                                 uint64_t* start, bool reset = false) {
   const uint64_t off = head % kRingChunk;
-  if (off == 0) st->Reset();
-  size_t size = EncodeRecord(rec, st, out);
   *start = head;
-  if (size == 0) return 0;
+  if (!IsRecordType(rec.type)) {
+    if (off == 0 || reset) st->Reset();
+    return 0;
+  }
+  size_t marker = 0;
+  if (off == 0 || reset) {
+    st->Reset();
+    if (off != 0) {
+      out[0] = kResetMarker;
+      marker = 1;
+    }
+  }
+  size_t size = marker + EncodeRecord(rec, st, out + marker);
   if (off + size > kRingChunk) {
     // Restart in the next chunk, from a reset state: the encoding changes
     // (and the state the first try advanced is not needed).
@@ -130,6 +145,66 @@ inline size_t PlaceCompactRecord(uint64_t head, const pfm_record& rec,
   }
   return size;
 }
+
+// Shared encoding (docs/rings.md, "Encode once, copy to every consumer").
+// Several compact rings that take the same records get them encoded once:
+// the encoder cuts the batch into segments, each of which every ring copies
+// whole into one of its chunks. A segment ends where the next record would
+// not fit some ring's chunk; that ring pads and starts the next segment at
+// its next chunk start, where its decoder resets, so the next segment is
+// encoded from a reset state and every other ring writes kResetMarker before
+// it. The bytes a ring gets are therefore the ones it would have encoded
+// alone with resets at the same places; rings whose heads lie at the same
+// offset in their chunks get exactly the bytes a lone writer produces.
+//
+// At most this many rings share one encoding (a bit each in `pad`).
+inline constexpr size_t kMaxSharedRings = 64;
+
+struct CompactSegment {
+  uint32_t begin = 0;    // its bytes: CompactBatch::bytes()[begin, end)
+  uint32_t end = 0;
+  uint32_t records = 0;  // records encoded in it (at least one)
+  // Encoded from a reset state: a ring whose head is not at a chunk start
+  // writes kResetMarker first.
+  bool reset = false;
+  // Bit m: ring m writes PAD at its head and starts this segment at its next
+  // chunk start (never set for a ring already at a chunk start).
+  uint64_t pad = 0;
+};
+
+// One batch encoded for up to kMaxSharedRings rings. Allocates at
+// construction only; Encode allocates nothing. Thread-compatible.
+class CompactBatch {
+ public:
+  explicit CompactBatch(size_t max_records);
+  CompactBatch(const CompactBatch&) = delete;
+  CompactBatch& operator=(const CompactBatch&) = delete;
+
+  size_t max_records() const { return max_records_; }
+
+  // Encodes recs[0, n) (n <= max_records(), ring record types) once for
+  // `rings` (1..kMaxSharedRings) compact rings whose heads lie offsets[m]
+  // bytes into their current chunk (0..kRingChunk - 1). Unless `reset`, every
+  // ring's decoder is at *st (a ring at a chunk start is at a reset state);
+  // with `reset` the first segment starts from a reset state. Advances *st
+  // to the state after the last record (end_state() too).
+  void Encode(const pfm_record* recs, size_t n, const uint32_t* offsets,
+              size_t rings, bool reset, CodecState* st);
+
+  const uint8_t* bytes() const { return bytes_.get(); }
+  const CompactSegment* segments() const { return segments_.get(); }
+  size_t segment_count() const { return nsegments_; }
+  size_t records() const { return nrecords_; }
+  const CodecState& end_state() const { return end_state_; }
+
+ private:
+  size_t max_records_;
+  std::unique_ptr<uint8_t[]> bytes_;
+  std::unique_ptr<CompactSegment[]> segments_;
+  size_t nsegments_ = 0;
+  size_t nrecords_ = 0;
+  CodecState end_state_;
+};
 
 // Walks the records of a ring data area (data[p & (data_bytes - 1)] holds
 // position p) in either format. Start `pos` at a sync point (RingSyncPoint);
@@ -149,6 +224,14 @@ struct RingCursor {
   // it); reads stay inside data[0, data_bytes).
   int Next(const uint8_t* data, uint64_t data_bytes, pfm_format format,
            uint64_t end, pfm_record* out, uint64_t* at);
+
+  // Decodes the records at pos that lie below `end` into out[0, max), in
+  // order, as repeated Next calls would, a chunk's run at a time (the
+  // reader's fast path). Returns how many (0 when pos has reached `end`), or
+  // -EINVAL when the record at pos is malformed (as Next); records decoded
+  // before a malformed one are returned first, the error on the next call.
+  int NextBatch(const uint8_t* data, uint64_t data_bytes, pfm_format format,
+                uint64_t end, pfm_record* out, size_t max);
 };
 
 // Snapshots (non-consuming reads of [tail, head)).

@@ -144,6 +144,37 @@ TEST(RingFormat, CompactRecordThatDoesNotFitStartsTheNextChunkFromScratch) {
   EXPECT_EQ(memcmp(&before, &used, sizeof(used)), 0);
 }
 
+// A writer that does not know the decoder's state (a shared batch stopped
+// part-way) starts its next record with a reset marker, except where the
+// record starts a chunk anyway.
+TEST(RingFormat, CompactRecordAfterAnUnknownStateStartsWithAResetMarker) {
+  CodecState st;
+  uint8_t out[kMaxCompactUnitBytes];
+  uint64_t start = 0;
+  ASSERT_GT(PlaceCompactRecord(0, Branch(1), &st, out, &start), 0u);
+  CodecState stale = st;
+  const size_t n =
+      PlaceCompactRecord(100, Branch(2), &stale, out, &start, /*reset=*/true);
+  EXPECT_EQ(start, 100u);
+  EXPECT_EQ(out[0], kResetMarker);
+  EXPECT_EQ(n, 1 + EncodedSize(Branch(2), CodecState()));
+  CodecState dec = st;  // whatever the reader had: the marker resets it
+  pfm_record got;
+  ASSERT_EQ(DecodeRecord(out, n, &dec, &got), static_cast<int>(n));
+  EXPECT_EQ(IdOf(got), 2u);
+  // At a chunk start no marker is needed; where marker and record do not
+  // fit, the record starts the next chunk without one.
+  EXPECT_EQ(PlaceCompactRecord(PFM_RING_CHUNK, Branch(3), &stale, out, &start,
+                               true),
+            EncodedSize(Branch(3), CodecState()));
+  EXPECT_NE(out[0], kResetMarker);
+  const size_t m = PlaceCompactRecord(2 * PFM_RING_CHUNK - 2, Pebs(4), &stale,
+                                      out, &start, true);
+  EXPECT_EQ(start, 2u * PFM_RING_CHUNK);
+  EXPECT_NE(out[0], kResetMarker);
+  EXPECT_EQ(m, EncodedSize(Pebs(4), CodecState()));
+}
+
 class EachFormat : public ::testing::TestWithParam<pfm_format> {};
 
 TEST_P(EachFormat, CursorWalksRecordsAcrossPadsAndWraps) {
@@ -163,6 +194,46 @@ TEST_P(EachFormat, CursorWalksRecordsAcrossPadsAndWraps) {
   }
   EXPECT_EQ(cur.Next(a.data.data(), kData, GetParam(), a.head, &r, &at), 0);
   EXPECT_EQ(cur.pos, a.head);
+}
+
+// NextBatch (the reader's fast path) returns what Next does record by
+// record, whatever the batch size, across PADs and wraps; at malformed data
+// it returns the records before it, then the error.
+TEST_P(EachFormat, CursorBatchesAreNextOneByOne) {
+  constexpr uint64_t kData = 8 * PFM_RING_CHUNK;
+  // Past a wrap: positions exceed data_bytes.
+  Area a(GetParam(), kData, 5 * kData + 3 * PFM_RING_CHUNK);
+  for (uint64_t id = 0; id < 300; ++id) a.Write(id % 3 ? Branch(id) : Pebs(id));
+  ASSERT_LE(a.head - 5 * kData, 2 * kData);
+  const uint64_t first = 5 * kData + 3 * PFM_RING_CHUNK;
+  for (size_t max : {1, 2, 7, 64, 1000}) {
+    RingCursor cur;
+    cur.pos = first;
+    std::vector<pfm_record> got(max);
+    uint64_t id = 0;
+    for (;;) {
+      const int n = cur.NextBatch(a.data.data(), kData, GetParam(), a.head,
+                                  got.data(), max);
+      ASSERT_GE(n, 0);
+      if (n == 0) break;
+      for (int i = 0; i < n; ++i) ASSERT_EQ(IdOf(got[i]), id++) << max;
+    }
+    EXPECT_EQ(id, 300u);
+    EXPECT_EQ(cur.pos, a.head);
+  }
+  // Corrupt record 200: 200 records, then -EINVAL with pos on it.
+  a.data[a.starts[200] & (kData - 1)] = 0x0c;
+  RingCursor cur;
+  cur.pos = first;
+  std::vector<pfm_record> got(1000);
+  uint64_t total = 0;
+  int n;
+  while ((n = cur.NextBatch(a.data.data(), kData, GetParam(), a.head,
+                            got.data(), got.size())) > 0)
+    total += static_cast<uint64_t>(n);
+  EXPECT_EQ(n, -EINVAL);
+  EXPECT_EQ(total, 200u);
+  EXPECT_EQ(cur.pos, a.starts[200]);
 }
 
 TEST_P(EachFormat, CursorRefusesARecordCutByEnd) {
@@ -233,7 +304,7 @@ TEST_P(EachFormat, SnapshotOfMalformedDataIsEinvalAndEmpty) {
   constexpr uint64_t kData = 2 * PFM_RING_CHUNK;
   Area a(GetParam(), kData);
   for (uint64_t id = 0; id < 10; ++id) a.Write(Branch(id));
-  a.data[a.starts[5]] = 0x0d;  // neither a type, a short branch nor escape
+  a.data[a.starts[5]] = 0x0c;  // no type, short branch, escape or marker
   std::vector<pfm_record> out(3);
   uint64_t bad = 0;
   EXPECT_EQ(DecodeRingSnapshot(a.data.data(), kData, GetParam(), 0, a.head, 0,
