@@ -966,10 +966,8 @@ void SoftBtsRun::DetachAll() {
     t->status = st;
     const int sig = WSTOPSIG(st);
     const bool signal_delivery = (st >> 16) == 0 && sig != SIGTRAP;
-    const bool listening = t->state == Task::kListening;
     t->state = Task::kStopped;
     if (signal_delivery) t->pending_sig = sig;
-    (void)listening;
   }
   // Everything still tracked is stopped now.
   std::vector<Task*> all;

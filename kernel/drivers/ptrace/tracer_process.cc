@@ -197,6 +197,12 @@ void TracerProcess::ReadLoop() {
   };
   MsgHeader h;
   std::string p;
+  // A fixed-size message: exactly sizeof(*m) bytes.
+  auto fixed = [&p](auto* m) {
+    if (p.size() != sizeof(*m)) return false;
+    std::memcpy(m, p.data(), sizeof(*m));
+    return true;
+  };
   while (ReadMsg(fd_, &h, &p)) {
     const uint64_t now = MonotonicNs();
     bool ok = true;
@@ -249,12 +255,7 @@ void TracerProcess::ReadLoop() {
       }
       case kHeldQuery: {
         WireTask wt{};
-        if (p.size() != sizeof(wt)) {
-          ok = false;
-          break;
-        }
-        std::memcpy(&wt, p.data(), sizeof(wt));
-        if (!known(wt, &task)) {
+        if (!fixed(&wt) || !known(wt, &task)) {
           ok = false;
           break;
         }
@@ -273,12 +274,7 @@ void TracerProcess::ReadLoop() {
           uint8_t in, preempt;
           uint16_t pad;
         } m;
-        if (p.size() != sizeof(m)) {
-          ok = false;
-          break;
-        }
-        std::memcpy(&m, p.data(), sizeof(m));
-        if (!known(m.task, &task)) {
+        if (!fixed(&m) || !known(m.task, &task)) {
           ok = false;
           break;
         }
@@ -289,11 +285,10 @@ void TracerProcess::ReadLoop() {
       }
       case kTaskCreated: {
         WireTask m[2];
-        if (p.size() != sizeof(m)) {
+        if (!fixed(&m)) {
           ok = false;
           break;
         }
-        std::memcpy(m, p.data(), sizeof(m));
         TaskId parent;
         const TaskId child{m[1].pid, m[1].tid};
         const bool thread = child.pid == m[0].pid;
@@ -320,12 +315,7 @@ void TracerProcess::ReadLoop() {
       }
       case kTaskExec: {
         WireTask wt{};
-        if (p.size() != sizeof(wt)) {
-          ok = false;
-          break;
-        }
-        std::memcpy(&wt, p.data(), sizeof(wt));
-        if (!known(wt, &task)) {
+        if (!fixed(&wt) || !known(wt, &task)) {
           ok = false;
           break;
         }
@@ -338,12 +328,7 @@ void TracerProcess::ReadLoop() {
           WireTask task;
           int64_t status;
         } m;
-        if (p.size() != sizeof(m)) {
-          ok = false;
-          break;
-        }
-        std::memcpy(&m, p.data(), sizeof(m));
-        if (!known(m.task, &task)) {
+        if (!fixed(&m) || !known(m.task, &task)) {
           ok = false;
           break;
         }
@@ -365,12 +350,7 @@ void TracerProcess::ReadLoop() {
           WireTask task;
           int32_t signo;
         } m;
-        if (p.size() != sizeof(m)) {
-          ok = false;
-          break;
-        }
-        std::memcpy(&m, p.data(), sizeof(m));
-        if (!known(m.task, &task)) {
+        if (!fixed(&m) || !known(m.task, &task)) {
           ok = false;
           break;
         }
