@@ -71,11 +71,15 @@ TEST(FuzzRegression, MapsSurviveEveryStoredInput) {
   EXPECT_GT(ReplayAll("maps", FuzzMaps), 0u);
 }
 
+TEST(FuzzRegression, RspSurvivesEveryStoredInput) {
+  EXPECT_GT(ReplayAll("rsp", FuzzRsp), 0u);
+}
+
 // Entries must not crash on the degenerate inputs either.
 TEST(FuzzRegression, EmptyAndOneByteInputsAreHarmless) {
   const uint8_t b[1] = {0xff};
   for (auto* entry : {FuzzWireDecoder, FuzzCompactDecoder, FuzzCompactBatch,
-                      FuzzRingReader, FuzzMaps}) {
+                      FuzzRingReader, FuzzMaps, FuzzRsp}) {
     EXPECT_EQ(entry(b, 0), 0);
     EXPECT_EQ(entry(b, 1), 0);
   }

@@ -51,6 +51,15 @@ int FuzzRingReader(const uint8_t* data, size_t size);
 // round-trips, and KeepFileBacked leaves only file paths).
 int FuzzMaps(const uint8_t* data, size_t size);
 
+// The GDB stub's input path (userspace/gdbstub): a PacketReader (16 KiB
+// payload limit) fed the input in two pieces cut where the first byte says,
+// never buffering past its limit; every packet through ParseRequest (a
+// malformed one names its error; memory writes carry exactly their length),
+// 'G' blocks of register size through DecodeAmd64 (decode, encode, decode
+// is stable), qXfer btrace reads served through BtsXml/XferSlice, and the
+// unescaped payload re-framed by EncodePacket and read back unchanged.
+int FuzzRsp(const uint8_t* data, size_t size);
+
 }  // namespace pfm::fuzz
 
 #endif  // PFM_FUZZ_FUZZ_TARGETS_H_

@@ -182,6 +182,7 @@ json::object SessionSpec::ToJson() const {
                  {"format", format}, {"block", block},   {"pinned", pinned},
                  {"detached", detached}};
   if (inherit) o["inherit"] = true;
+  if (debug) o["debug"] = true;
   if (pid >= 0) o["pid"] = pid;
   if (cpu >= 0) o["cpu"] = cpu;
   if (buffer_bytes) o["buffer_bytes"] = buffer_bytes;
@@ -221,6 +222,7 @@ absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o,
   if (!(st = GetBool(o, "pinned", &s.pinned)).ok()) return st;
   if (!(st = GetBool(o, "detached", &s.detached)).ok()) return st;
   if (!(st = GetBool(o, "inherit", &s.inherit)).ok()) return st;
+  if (!(st = GetBool(o, "debug", &s.debug)).ok()) return st;
   if (const json::value* c = o.if_contains("counters")) {
     if (!c->is_array()) return Bad("\"counters\" must be an array of event names");
     for (const json::value& e : c->as_array()) {
@@ -267,8 +269,10 @@ absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o,
   if (s.breakpoints.size() > kMaxBreakpointsPerSession)
     return Bad(absl::StrCat(s.breakpoints.size(), " breakpoints: at most ",
                             kMaxBreakpointsPerSession, " per session"));
+  if (s.debug && (s.role != "debugger" || s.pid < 0))
+    return Bad("debug (run control) needs role debugger and a --pid target");
   if (s.bts == "off" && s.pebs_event.empty() && s.counters.empty() &&
-      s.breakpoints.empty())
+      s.breakpoints.empty() && !s.debug)
     return Bad("the session asks for nothing: give --bts, --pebs, --counter or --breakpoint");
   if (!s.pebs_event.empty() && s.pebs_period == 0) s.pebs_period = kDefaultPebsPeriod;
   return s;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: builds pfm and shows it at work on this machine: a debugger
 # and a profiler tracing the same real process at once, who holds what while
-# they share it, the outcome, a crash history, and (on the simulated Skylake)
+# they share it, the outcome, a crash history, the real GDB debugging a
+# process through pfm beside a profiler, and (on the simulated Skylake)
 # the BTS + PEBS mix this VM's hardware cannot do.
 # pfmctl brings up an embedded pfmd on a private socket when none runs.
 set -euo pipefail
@@ -73,6 +74,40 @@ set +e
 echo "exit status $? (128 + SIGSEGV)"
 set -e
 "$PFMCTL" report "$TMP/crash.trace" --limit 6
+
+say "GDB on pfm: the real gdb debugs a process while a profiler streams it"
+"$WORKLOAD" 60 >"$TMP/workload2.out" &
+WPID2=$!
+for _ in $(seq 50); do [ -s "$TMP/workload2.out" ] && break; sleep 0.05; done
+"$PFMCTL" record --bts lossless -o "$TMP/beside_gdb.trace" -p "$WPID2" >/dev/null 2>&1 &
+RECPID=$!
+for _ in $(seq 100); do "$PFMCTL" session list | grep -q "pid $WPID2" && break; sleep 0.05; done
+cat >"$TMP/demo.gdb" <<'GDB'
+set pagination off
+set confirm off
+break leaf
+continue
+bt
+record btrace bts
+finish
+next
+info record
+record function-call-history /ilc
+record instruction-history
+record stop
+delete
+detach
+GDB
+echo "gdb -batch -ex 'target remote | pfmctl gdbserver --pid $WPID2' -x demo.gdb $WORKLOAD"
+gdb -batch -nx -ex "target remote | $PFMCTL gdbserver --pid $WPID2" -x "$TMP/demo.gdb" \
+  "$WORKLOAD" 2>&1 | grep -v "^warning: \|index cache"
+sleep 0.3
+kill -INT "$RECPID"
+wait "$RECPID" || true
+echo "the profiler's stream meanwhile (GDB's stops are its switches; nothing lost):"
+"$PFMCTL" report "$TMP/beside_gdb.trace" --limit 0 | sed -n '1,/^$/p' | head -12
+kill "$WPID2" 2>/dev/null || true
+wait "$WPID2" 2>/dev/null || true
 
 say "what this machine cannot do is refused, and changes nothing"
 "$PFMCTL" session create --pid $$ --pebs MEM_LOAD_RETIRED.L3_MISS || true

@@ -13,6 +13,7 @@
 #include "userspace/pfmctl/flags.h"
 #include "userspace/pfmctl/script.h"
 #include "userspace/pfmctl/session_commands.h"
+#include "userspace/pfmctl/gdbserver.h"
 #include "userspace/pfmctl/stat_command.h"
 #include "userspace/pfmctl/trace_commands.h"
 
@@ -31,6 +32,7 @@ constexpr Command kCommands[] = {
     {"stream", StreamCommand},     {"report", ReportCommand},
     {"record", RecordCommand},     {"export", ExportCommand},
     {"stat", StatCommand},         {"script", ScriptCommand},
+    {"gdbserver", GdbserverCommand},
 };
 
 // The one error line. Messages may come from pfmd or from an exception:
@@ -91,6 +93,11 @@ commands:
                               and exec unless --no-inherit (as perf record)
                               run CMD traced; exit with CMD's status (an export
                               format: FILE is the export, the trace FILE.pfmtrace)
+  gdbserver (--pid PID | -- CMD ARGS...) [--listen [HOST:]PORT]
+                              a GDB remote stub on stdin/stdout (gdb PROG -ex
+                              'target remote | pfmctl gdbserver --pid PID'):
+                              run control and `record btrace bts` through pfm,
+                              beside other sessions on the same process
   stat [-e EVENT]... -- CMD ARGS... | stat [-e EVENT]... -p PID
                               counters of CMD (or of PID until it exits or ^C),
                               printed as perf stat does

@@ -162,6 +162,7 @@ Service::Service(PfmdConfig config, MachineInfo machine, AuthPolicy auth,
   handlers_["session_show"] = &Service::SessionShow;
   handlers_["session_kill"] = &Service::SessionKill;
   handlers_["session_ring"] = &Service::SessionRing;
+  handlers_["session_debug"] = &Service::SessionDebug;
   handlers_["resources"] = &Service::Resources;
   handlers_["sim"] = &Service::Sim;
 }
@@ -295,6 +296,17 @@ ServiceReply Service::SessionRing(ConnectionId, const Peer& peer, const json::ob
                           {"target", h->target},
                           {"mapped_bytes", h->mapped_bytes}};
   r.fds.push_back(std::move(h->fd));
+  return r;
+}
+
+ServiceReply Service::SessionDebug(ConnectionId, const Peer& peer, const json::object& req) {
+  absl::StatusOr<SessionId> id = IdOf(req);
+  if (!id.ok()) return Error(id.status());
+  absl::StatusOr<UniqueFd> fd = sessions_.Debug(peer, *id);
+  if (!fd.ok()) return Error(fd.status());
+  ServiceReply r;
+  r.result = json::object{{"id", *id}};
+  r.fds.push_back(std::move(*fd));
   return r;
 }
 

@@ -66,6 +66,7 @@ class Service {
   ServiceReply SessionShow(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply SessionKill(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply SessionRing(ConnectionId, const Peer&, const boost::json::object&);
+  ServiceReply SessionDebug(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply Resources(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply Sim(ConnectionId, const Peer&, const boost::json::object&);
 

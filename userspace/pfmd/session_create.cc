@@ -335,7 +335,10 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
         m.pmu == "none" ? ": no 'cpu' PMU in /sys/bus/event_source/devices"
                         : ": no Debug Store",
         ")"));
-  const bool need_tracer = !sim_ && spec.bts != BtsMode::kOff;
+  if (spec.debug && sim_)
+    return absl::UnimplementedError(
+        "debug: run control needs the host driver (the sim's tasks are not processes)");
+  const bool need_tracer = !sim_ && (spec.bts != BtsMode::kOff || spec.debug);
   if (spec.inherit && !need_tracer)
     return absl::InvalidArgumentError(
         sim_ ? "inherit: the sim driver's tasks have no children to follow"
@@ -380,8 +383,17 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
   // The soft-BTS tracer of the target (one per pid, shared by its
   // sessions), started without the kernel lock: it reports into the kernel.
   if (need_tracer) {
+    // A debugger's session (run control, a history for GDB) takes the
+    // pid's tracer as it is: the children a profiler asked to follow do
+    // not concern it (its reader picks its threads by tid).
+    bool inherit = spec.inherit;
+    if (spec.role == Role::kDebugger && !spec.inherit) {
+      KernelLockGuard l(&kernel_->lock());
+      if (TracerProcess* live = tracers_->FindLocked(spec.pid); live != nullptr && !live->done())
+        inherit = live->inherit();
+    }
     if (absl::Status st = tracers_->Start(spec.pid, peer, config_.max_tracers_per_uid,
-                                             spec.inherit);
+                                             inherit);
         !st.ok()) {
       {
         KernelLockGuard l(&kernel_->lock());
@@ -405,6 +417,12 @@ void SessionManager::ReleaseLocked(Session& s) {
     if (r.id) kernel_->RemoveRequest(r.id, now);
   s.reqs.clear();
   s.perf.clear();  // closes the host's perf events
+  if (s.debug_channel) {
+    // The tracer's debugger is gone with its session: the helper ends
+    // debug control (lets the process run, or kills what it launched).
+    if (TracerProcess* t = tracers_->FindLocked(s.spec.pid)) t->CloseDebugChannel();
+    s.debug_channel = false;
+  }
   if (s.host_bts) {
     bool shared = false;
     for (const auto& [id, o] : sessions_)

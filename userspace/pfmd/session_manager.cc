@@ -296,6 +296,33 @@ absl::Status SessionManager::Kill(const Peer& peer, SessionId id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<UniqueFd> SessionManager::Debug(const Peer& peer, SessionId id) {
+  KernelLockGuard l(&kernel_->lock());
+  absl::StatusOr<Session*> found = FindLocked(peer, id);
+  if (!found.ok()) return found.status();
+  Session* s = *found;
+  if (!s->spec.debug)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", s->id, " was not created for run control (debug: true)"));
+  if (s->debug_channel)
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", s->id, " has its debug channel already"));
+  for (const auto& [oid, o] : sessions_)
+    if (o->debug_channel && o->spec.pid == s->spec.pid)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pid ", s->spec.pid, " is under a debugger already (session ", oid,
+          "): one debugger per process"));
+  TracerProcess* t = tracers_ ? tracers_->FindLocked(s->spec.pid) : nullptr;
+  if (t == nullptr || t->done())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pid ", s->spec.pid, " is no longer traced (it exited)"));
+  UniqueFd fd;
+  ErrorDetail d;
+  if (const int rc = t->OpenDebugChannel(&fd, &d); rc < 0) return ErrnoToStatus(rc, d);
+  s->debug_channel = true;
+  return fd;
+}
+
 absl::StatusOr<RingHandle> SessionManager::Ring(const Peer& peer, SessionId id,
                                                 bool drain) {
   if (drain) DrainTracerOf(peer, id);

@@ -222,6 +222,11 @@ class SessionManager {
   // The session's ring; `drain` first brings it up to date (the soft-BTS
   // tracer hands over what it holds, the CPU areas are drained).
   absl::StatusOr<RingHandle> Ring(const Peer& peer, SessionId id, bool drain);
+  // A debug channel (kernel/drivers/ptrace/debug_channel.h) to the tracer of
+  // the session's pid, for a session created with `debug`: one debugger per
+  // pid at a time (FAILED_PRECONDITION naming the session that has it). The
+  // channel ends with the session.
+  absl::StatusOr<UniqueFd> Debug(const Peer& peer, SessionId id);
   StatusInfo Status();
   // Every session, request and charge, whoever owns them: for /metrics,
   // whose reader is trusted by where it listens (docs/pfmd.md, "Metrics").

@@ -72,6 +72,7 @@ struct SessionManager::Session {
   std::vector<Req> reqs;
   std::vector<std::unique_ptr<PerfEvent>> perf;  // host counters/breakpoints
   bool host_bts = false;                         // uses the pid's tracer
+  bool debug_channel = false;  // handed out a debug channel to that tracer
   UniqueFd pidfd;
   // The traced process's end, as its tracer saw it (host); kept per
   // session, so a new process at a recycled pid never inherits it.

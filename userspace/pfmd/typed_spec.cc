@@ -108,6 +108,7 @@ absl::StatusOr<TypedSpec> TypedSpec::From(const SessionSpec& s) {
   t.pinned = s.pinned;
   t.detached = s.detached;
   t.inherit = s.inherit;
+  t.debug = s.debug;
   return t;
 }
 

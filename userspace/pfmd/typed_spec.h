@@ -47,6 +47,7 @@ struct TypedSpec {
   bool pinned = false;
   bool detached = false;
   bool inherit = false;
+  bool debug = false;  // run control for a debugger (session_debug)
 
   bool task() const { return pid >= 0; }
   // A consumer of the context's Debug Store stream (a ring).

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <iterator>
 #include <map>
+#include <set>
 
 #include "kernel/drivers/clock.h"
 #include "kernel/drivers/perf/perf_events.h"
@@ -243,6 +244,25 @@ class SoftBtsRun {
     bool out_preempt = false;
     bool stop_out_due = false;    // the stop's own SWITCH_OUT not yet seen
     uint64_t resumed_ns = 0;      // when the tracer last resumed it
+    // Debug control (root process only): held stopped for the debugger;
+    // to stop after its next step; an event that came while the process
+    // was being stopped, to report at the next resume.
+    bool dbg_stopped = false;
+    bool dbg_step = false;
+    bool dbg_pending = false;
+    int dbg_pending_sig = 0;
+    bool dbg_pending_swbreak = false;
+  };
+  // Why a task stopped, for the debugger (DebugOnStop).
+  enum class StopCause { kStep, kSignal, kInterrupt, kExec, kOther };
+  struct DebugState {
+    bool active = false;
+    bool stop_at_exec = false;
+    bool stopping = false;  // stopping the root process's threads
+    bool stopped = false;   // all stopped and reported
+    DebugEventFn events;
+    DebugStopEvent report;  // what `stopping` will report
+    std::set<uint64_t> breakpoints;
   };
   // A preemption this soon after a resume is the tracer's own doing: the
   // woken tracee is switched out again until the tracer, still on the CPU,
@@ -390,6 +410,40 @@ class SoftBtsRun {
   void UpdateTaskCount() {
     t_->tasks_.store(tasks_.size(), std::memory_order_relaxed);
   }
+
+ public:
+  // Debug control (soft_bts.h): run on the tracer thread by RunOnTracer.
+  int DebugEnable(bool stop_at_exec, DebugEventFn events);
+  int DebugInterrupt();
+  int DebugResume(const DebugResumeSpec& spec);
+  int DebugGetRegs(pid_t tid, DebugRegs* out);
+  int DebugSetRegs(pid_t tid, const DebugRegs& in);
+  int DebugReadMemory(uint64_t addr, size_t len, std::string* out);
+  int DebugWriteMemory(uint64_t addr, const std::string& bytes);
+  int DebugBreakpoint(uint64_t addr, bool insert);
+  int DebugThreads(std::vector<pid_t>* out);
+  int DebugKill();
+  int DebugDisable(bool kill);
+
+ private:
+  void ServeDebugCalls();
+  // A task of the root process stopped: whether the debugger keeps it
+  // stopped (true: do not resume it).
+  bool DebugOnStop(Task* t, StopCause cause, int sig);
+  void DebugHold(Task* t);
+  void DebugStopAll(Task* reporter, int sig, bool swbreak);
+  // Reports the stop once every thread of the root process is held.
+  void DebugMaybeReport();
+  void DebugRelease(Task* t, int sig);
+  // Makes the task's step state start at `rip` (after the debugger moved
+  // it, or a stop that lost the chain).
+  void Reanchor(Task* t, uint64_t rip);
+  Task* DebugTask(pid_t tid) {
+    Task* t = Find(tid);
+    return t != nullptr && t->id.pid == root_ && t->state != Task::kDetach ? t : nullptr;
+  }
+
+  DebugState dbg_;
 
   SoftBtsTracer* t_;
   const pid_t root_;
@@ -586,7 +640,7 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
                     O_RDONLY | O_CLOEXEC);
   t->cpu = t->stat_fd >= 0 ? ReadCpu(t->stat_fd) : -1;
   if (t->cpu < 0) t->cpu = parent != nullptr ? parent->cpu : 0;
-  if (t_->opt_.try_singleblock) {
+  if (t_->opt_.try_singleblock && !dbg_.active) {
     t->mode = kBlockProbe;
     t->probe_left = 64;
   }
@@ -622,7 +676,22 @@ void SoftBtsRun::Gone(Task* t, int64_t status) {
   Drain(t, now);
   if (t->id.tid == root_) root_status_ = status;
   t_->core_->TaskExit(t->id, now, status);
+  const bool root = t->id.tid == root_;
   ForgetTask(t->id.tid);
+  if (root && dbg_.active && dbg_.events) {
+    // The process is gone (its main thread's status comes last).
+    DebugStopEvent e;
+    if (status >= 0 && WIFSIGNALED(status)) {
+      e.kind = DebugStopEvent::kKilled;
+      e.signo = WTERMSIG(status);
+    } else {
+      e.kind = DebugStopEvent::kExited;
+      e.exit_code = status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+    }
+    dbg_.stopping = false;
+    dbg_.stopped = true;
+    dbg_.events(e);
+  }
 }
 
 void SoftBtsRun::OnStepStop(Task* t) {
@@ -757,7 +826,7 @@ uint64_t SoftBtsRun::BlockBranchFrom(Task* t, uint64_t start, uint64_t to) {
 }
 
 void SoftBtsRun::Resume(Task* t) {
-  if (t->state != Task::kStopped) return;
+  if (t->state != Task::kStopped || t->dbg_stopped) return;
   if (t_->core_->TaskHeld(t->id)) {
     if (!t->held) {
       t->held = true;
@@ -844,9 +913,11 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
   t->status = st;
   ReadSwitches(t);
   if (first) {  // its attach stop
+    if (DebugOnStop(t, StopCause::kOther, 0)) return;
     Resume(t);
     return;
   }
+  StopCause cause = StopCause::kOther;
   switch (event) {
     case PTRACE_EVENT_CLONE:
     case PTRACE_EVENT_FORK:
@@ -873,9 +944,17 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
         if (Task* f = Find(static_cast<pid_t>(former))) Gone(f, 0);
       }
       OnExec(t);
+      cause = StopCause::kExec;
       break;
     }
     case PTRACE_EVENT_STOP:
+      // The tracer's own PTRACE_INTERRUPT (a debugger stopping the
+      // process): the step chain holds (an instruction completed before it
+      // still reports its SIGTRAP after the resume).
+      if (sig == SIGTRAP) {
+        cause = StopCause::kInterrupt;
+        break;
+      }
       t->have_prev = false;
       if (GroupStopSignal(sig)) {
         // Honour job control: stay stopped until SIGCONT (or Stop()).
@@ -887,8 +966,10 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
     case 0:
       if (sig == SIGTRAP) {
         OnStepStop(t);
+        cause = StopCause::kStep;
         break;
       }
+      cause = StopCause::kSignal;
       // Signal-delivery-stop: the instruction at RIP did not complete.
       t->have_prev = false;
       if (FatalLooking(sig)) {
@@ -901,6 +982,7 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
     default:
       t->have_prev = false;
   }
+  if (DebugOnStop(t, cause, sig)) return;
   Resume(t);
 }
 
@@ -1085,6 +1167,8 @@ void SoftBtsRun::Run() {
       return;
     }
     ServeDrainRequest();
+    ServeDebugCalls();
+    DebugMaybeReport();
     RetryHeld();
     int st = 0;
     const pid_t r = waitpid(-1, &st, __WALL | __WNOTHREAD | (held_ > 0 ? WNOHANG : 0));
@@ -1104,7 +1188,357 @@ void SoftBtsRun::Run() {
       break;
     }
     Handle(r, st);
+    DebugMaybeReport();
   }
+  ServeDebugCalls();  // answered (-ESRCH for what needs a task) before the thread ends
+}
+
+// ---------------------------------------------------------------------------
+// Debug control (soft_bts.h, docs/gdb.md).
+
+void SoftBtsRun::ServeDebugCalls() {
+  std::deque<SoftBtsTracer::DebugCall*> calls;
+  {
+    std::lock_guard<std::mutex> lk(t_->mu_);
+    calls.swap(t_->debug_calls_);
+  }
+  if (calls.empty()) return;
+  for (SoftBtsTracer::DebugCall* c : calls) {
+    const int rc = c->fn(this);
+    std::lock_guard<std::mutex> lk(t_->mu_);
+    c->rc = rc;
+    c->done = true;
+  }
+  std::lock_guard<std::mutex> lk(t_->mu_);
+  t_->cv_.notify_all();
+}
+
+void SoftBtsRun::Reanchor(Task* t, uint64_t rip) {
+  FindRegion(t, rip);
+  bool ok = false;
+  t->prev_insn = t->as->cache.Get(t->id.tid, rip, &ok);
+  t->prev_ok = ok;
+  t->prev_rip = rip;
+  t->prev_computed = false;
+  t->have_prev = true;
+  t->run = 0;
+}
+
+void SoftBtsRun::DebugHold(Task* t) {
+  if (t->dbg_stopped) return;
+  t->dbg_stopped = true;
+  // What it ran so far reaches the rings before the debugger looks, and a
+  // profiler sees the stop as the task leaving its CPU.
+  const uint64_t now = NowNs();
+  Drain(t, now);
+  ReportSwitch(t, t->cpu, now, false, false);
+}
+
+void SoftBtsRun::DebugStopAll(Task* reporter, int sig, bool swbreak) {
+  dbg_.stopping = true;
+  dbg_.report = DebugStopEvent();
+  dbg_.report.kind = DebugStopEvent::kStopped;
+  dbg_.report.tid = reporter != nullptr ? reporter->id.tid : root_;
+  dbg_.report.signo = sig;
+  dbg_.report.swbreak = swbreak;
+  for (auto& [tid, o] : tasks_) {
+    Task* t = o.get();
+    if (t->id.pid != root_ || t->state == Task::kDetach) continue;
+    if (t->state == Task::kRunning || t->state == Task::kNew) {
+      ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);  // stops at its next step anyway
+    } else if (t->state == Task::kStopped) {
+      DebugHold(t);  // held by a full blocking consumer, or the reporter
+    }
+  }
+}
+
+bool SoftBtsRun::DebugOnStop(Task* t, StopCause cause, int sig) {
+  if (!dbg_.active || t->id.pid != root_) return false;
+  bool event = false, swbreak = false;
+  int esig = SIGTRAP;
+  switch (cause) {
+    case StopCause::kStep:
+      if (t->dbg_step) {
+        event = true;
+        t->dbg_step = false;
+      } else if (t->have_prev && dbg_.breakpoints.count(t->prev_rip)) {
+        event = swbreak = true;
+      }
+      break;
+    case StopCause::kSignal:
+      event = true;
+      esig = sig;
+      t->pending_sig = 0;  // the debugger decides (vCont;C)
+      break;
+    case StopCause::kExec:
+      event = dbg_.stop_at_exec && t->id.tid == root_;
+      if (event) dbg_.stop_at_exec = false;
+      break;
+    default:
+      break;
+  }
+  if (event) {
+    if (!dbg_.stopping && !dbg_.stopped) {
+      DebugStopAll(t, esig, swbreak);
+    } else if (!t->dbg_pending) {
+      t->dbg_pending = true;
+      t->dbg_pending_sig = esig;
+      t->dbg_pending_swbreak = swbreak;
+    }
+  }
+  if (!dbg_.stopping && !dbg_.stopped) return false;
+  DebugHold(t);
+  return true;
+}
+
+void SoftBtsRun::DebugMaybeReport() {
+  if (!dbg_.active || !dbg_.stopping) return;
+  for (auto& [tid, t] : tasks_) {
+    if (t->id.pid != root_ || t->state == Task::kDetach) continue;
+    if (!t->dbg_stopped && t->state != Task::kListening) return;
+  }
+  if (Find(dbg_.report.tid) == nullptr) {  // the reporter exited meanwhile
+    auto it = tasks_.find(root_);
+    dbg_.report.tid = it != tasks_.end() ? root_ : dbg_.report.tid;
+  }
+  dbg_.stopping = false;
+  dbg_.stopped = true;
+  if (dbg_.events) dbg_.events(dbg_.report);
+}
+
+void SoftBtsRun::DebugRelease(Task* t, int sig) {
+  if (!t->dbg_stopped) return;
+  t->dbg_stopped = false;
+  ReportSwitch(t, t->cpu, NowNs(), true, false);
+  if (t->state != Task::kStopped) return;  // listening: job control resumes it
+  t->pending_sig = sig;
+  if (!t->have_prev && sig == 0) {
+    // Stopped where the chain was lost (a signal stop): the next
+    // instruction is at RIP.
+    user_regs_struct regs;
+    if (ReadRegs(t, &regs)) Reanchor(t, regs.rip);
+  }
+  Resume(t);
+}
+
+int SoftBtsRun::DebugEnable(bool stop_at_exec, DebugEventFn events) {
+  if (dbg_.active) return -EBUSY;
+  if (Find(root_) == nullptr) return -ESRCH;
+  dbg_ = DebugState();
+  dbg_.active = true;
+  dbg_.events = std::move(events);
+  // Breakpoints are checked at every instruction: no block steps.
+  for (auto& [tid, t] : tasks_) t->mode = kStep;
+  if (stop_at_exec) {
+    dbg_.stop_at_exec = true;
+  } else {
+    Task* root = Find(root_);
+    DebugStopAll(root, SIGTRAP, false);
+  }
+  return 0;
+}
+
+int SoftBtsRun::DebugInterrupt() {
+  if (!dbg_.active) return -EINVAL;
+  if (dbg_.stopping || dbg_.stopped) return 0;
+  DebugStopAll(Find(root_), SIGINT, false);
+  return 0;
+}
+
+int SoftBtsRun::DebugResume(const DebugResumeSpec& spec) {
+  if (!dbg_.active) return -EINVAL;
+  if (!dbg_.stopped) return dbg_.stopping ? -EBUSY : 0;
+  auto resumed = [&](const Task* t) {
+    return spec.continue_others ||
+           std::find(spec.step.begin(), spec.step.end(), t->id.tid) != spec.step.end();
+  };
+  for (pid_t tid : spec.step)
+    if (DebugTask(tid) == nullptr) return -ESRCH;
+  // An event that came while the process was being stopped goes first.
+  for (auto& [tid, o] : tasks_) {
+    Task* t = o.get();
+    if (t->id.pid != root_ || !t->dbg_pending || !resumed(t)) continue;
+    t->dbg_pending = false;
+    DebugStopEvent e;
+    e.tid = t->id.tid;
+    e.signo = t->dbg_pending_sig;
+    e.swbreak = t->dbg_pending_swbreak;
+    if (e.swbreak && !dbg_.breakpoints.count(t->prev_rip)) continue;  // removed since
+    if (dbg_.events) dbg_.events(e);
+    return 0;
+  }
+  dbg_.stopped = false;
+  std::vector<Task*> go;
+  for (auto& [tid, o] : tasks_)
+    if (o->id.pid == root_ && o->dbg_stopped && resumed(o.get())) go.push_back(o.get());
+  for (Task* t : go) {
+    t->dbg_step = std::find(spec.step.begin(), spec.step.end(), t->id.tid) != spec.step.end();
+    t->dbg_pending = false;
+    auto sig = spec.signals.find(t->id.tid);
+    DebugRelease(t, sig == spec.signals.end() ? 0 : sig->second);
+  }
+  // Threads left stopped (a step of one thread) stay held; the step's stop
+  // stops the others again.
+  return 0;
+}
+
+int SoftBtsRun::DebugGetRegs(pid_t tid, DebugRegs* out) {
+  Task* t = DebugTask(tid);
+  if (t == nullptr) return -ESRCH;
+  if (!dbg_.active || !t->dbg_stopped || t->state != Task::kStopped) return -EAGAIN;
+  if (ptrace(PTRACE_GETREGS, tid, nullptr, &out->regs) != 0) return -errno;
+  if (ptrace(PTRACE_GETFPREGS, tid, nullptr, &out->fp) != 0) return -errno;
+  return 0;
+}
+
+int SoftBtsRun::DebugSetRegs(pid_t tid, const DebugRegs& in) {
+  Task* t = DebugTask(tid);
+  if (t == nullptr) return -ESRCH;
+  if (!dbg_.active || !t->dbg_stopped || t->state != Task::kStopped) return -EAGAIN;
+  if (ptrace(PTRACE_SETREGS, tid, nullptr, &in.regs) != 0) return -errno;
+  if (ptrace(PTRACE_SETFPREGS, tid, nullptr, &in.fp) != 0) return -errno;
+  // The debugger moved the task (jump, a call from gdb): not a branch of
+  // the program, so no record; the chain starts again there.
+  if (!t->have_prev || in.regs.rip != t->prev_rip) Reanchor(t, in.regs.rip);
+  return 0;
+}
+
+namespace {
+int OpenMem(pid_t pid, int flags) {
+  return open(("/proc/" + std::to_string(pid) + "/mem").c_str(), flags | O_CLOEXEC);
+}
+}  // namespace
+
+int SoftBtsRun::DebugReadMemory(uint64_t addr, size_t len, std::string* out) {
+  if (Find(root_) == nullptr) return -ESRCH;
+  const int fd = OpenMem(root_, O_RDONLY);
+  if (fd < 0) return -errno;
+  out->assign(len, '\0');
+  size_t got = 0;
+  while (got < len) {
+    const ssize_t n = pread(fd, out->data() + got, len - got, static_cast<off_t>(addr + got));
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  const int e = errno;
+  close(fd);
+  out->resize(got);
+  return got == 0 && len != 0 ? -(e != 0 ? e : EIO) : 0;
+}
+
+int SoftBtsRun::DebugWriteMemory(uint64_t addr, const std::string& bytes) {
+  Task* root = Find(root_);
+  if (root == nullptr) return -ESRCH;
+  const int fd = OpenMem(root_, O_RDWR);
+  if (fd < 0) return -errno;
+  const ssize_t n = pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(addr));
+  const int e = errno;
+  close(fd);
+  if (n != static_cast<ssize_t>(bytes.size())) return n < 0 ? -e : -EIO;
+  // Code may have changed: decode again, including each thread's next
+  // instruction.
+  AddressSpace* as = root->as.get();
+  as->cache.Clear();
+  for (auto& [tid, t] : tasks_)
+    if (t->as.get() == as && t->have_prev) Reanchor(t.get(), t->prev_rip);
+  return 0;
+}
+
+int SoftBtsRun::DebugBreakpoint(uint64_t addr, bool insert) {
+  if (!dbg_.active) return -EINVAL;
+  if (insert) {
+    if (dbg_.breakpoints.size() >= 4096) return -ENOSPC;
+    dbg_.breakpoints.insert(addr);
+  } else {
+    dbg_.breakpoints.erase(addr);
+  }
+  return 0;
+}
+
+int SoftBtsRun::DebugThreads(std::vector<pid_t>* out) {
+  out->clear();
+  if (Find(root_) != nullptr) out->push_back(root_);
+  for (auto& [tid, t] : tasks_)
+    if (tid != root_ && t->id.pid == root_ && t->state != Task::kDetach) out->push_back(tid);
+  return out->empty() ? -ESRCH : 0;
+}
+
+int SoftBtsRun::DebugKill() {
+  if (Find(root_) == nullptr) return -ESRCH;
+  return kill(root_, SIGKILL) == 0 ? 0 : -errno;
+}
+
+int SoftBtsRun::DebugDisable(bool kill_it) {
+  if (!dbg_.active) return 0;
+  dbg_.active = false;
+  dbg_.events = nullptr;
+  dbg_.breakpoints.clear();
+  if (kill_it && Find(root_) != nullptr) kill(root_, SIGKILL);
+  std::vector<Task*> held;
+  for (auto& [tid, t] : tasks_)
+    if (t->dbg_stopped) held.push_back(t.get());
+  for (Task* t : held) {
+    // A signal it stopped for, not yet passed on, is delivered now.
+    const int sig = t->dbg_pending && t->dbg_pending_sig != SIGTRAP ? t->dbg_pending_sig : 0;
+    t->dbg_pending = t->dbg_step = false;
+    DebugRelease(t, kill_it ? 0 : sig);
+  }
+  dbg_ = DebugState();
+  return 0;
+}
+
+int SoftBtsTracer::RunOnTracer(std::function<int(SoftBtsRun*)> fn) {
+  DebugCall call;
+  call.fn = std::move(fn);
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!thread_.joinable() || thread_exited_) return -ESRCH;
+  debug_calls_.push_back(&call);
+  while (!call.done) {
+    if (thread_exited_) {
+      auto it = std::find(debug_calls_.begin(), debug_calls_.end(), &call);
+      if (it != debug_calls_.end()) debug_calls_.erase(it);
+      return call.done ? call.rc : -ESRCH;
+    }
+    // A wake sent just before the tracer blocks in waitpid is lost: kick
+    // until served.
+    pthread_kill(thread_.native_handle(), SoftBtsWakeSignal());
+    cv_.wait_for(lk, std::chrono::milliseconds(10));
+  }
+  return call.rc;
+}
+
+int SoftBtsTracer::DebugEnable(bool stop_at_exec, DebugEventFn events) {
+  return RunOnTracer([&](SoftBtsRun* r) { return r->DebugEnable(stop_at_exec, std::move(events)); });
+}
+int SoftBtsTracer::DebugInterrupt() {
+  return RunOnTracer([](SoftBtsRun* r) { return r->DebugInterrupt(); });
+}
+int SoftBtsTracer::DebugResume(const DebugResumeSpec& spec) {
+  return RunOnTracer([&](SoftBtsRun* r) { return r->DebugResume(spec); });
+}
+int SoftBtsTracer::DebugGetRegs(pid_t tid, DebugRegs* out) {
+  return RunOnTracer([&](SoftBtsRun* r) { return r->DebugGetRegs(tid, out); });
+}
+int SoftBtsTracer::DebugSetRegs(pid_t tid, const DebugRegs& in) {
+  return RunOnTracer([&](SoftBtsRun* r) { return r->DebugSetRegs(tid, in); });
+}
+int SoftBtsTracer::DebugReadMemory(uint64_t addr, size_t len, std::string* out) {
+  return RunOnTracer([&](SoftBtsRun* r) { return r->DebugReadMemory(addr, len, out); });
+}
+int SoftBtsTracer::DebugWriteMemory(uint64_t addr, const std::string& bytes) {
+  return RunOnTracer([&](SoftBtsRun* r) { return r->DebugWriteMemory(addr, bytes); });
+}
+int SoftBtsTracer::DebugBreakpoint(uint64_t addr, bool insert) {
+  return RunOnTracer([&](SoftBtsRun* r) { return r->DebugBreakpoint(addr, insert); });
+}
+int SoftBtsTracer::DebugThreads(std::vector<pid_t>* out) {
+  return RunOnTracer([&](SoftBtsRun* r) { return r->DebugThreads(out); });
+}
+int SoftBtsTracer::DebugKill() {
+  return RunOnTracer([](SoftBtsRun* r) { return r->DebugKill(); });
+}
+int SoftBtsTracer::DebugDisable(bool kill) {
+  return RunOnTracer([&](SoftBtsRun* r) { return r->DebugDisable(kill); });
 }
 
 SoftBtsTracer::SoftBtsTracer(pid_t pid, const SoftBtsOptions& opt,

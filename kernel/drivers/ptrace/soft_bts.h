@@ -62,11 +62,14 @@
 #define PFM_KERNEL_DRIVERS_PTRACE_SOFT_BTS_H_
 
 #include <sys/types.h>
+#include <sys/user.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -109,6 +112,43 @@ struct SoftBtsOptions {
 
 // The signal Stop() uses to interrupt the tracer thread's waitpid().
 int SoftBtsWakeSignal();
+
+class SoftBtsRun;
+
+// Run control for a debugger (pfmctl gdbserver, docs/gdb.md), carried out
+// by the stepping tracer itself: it already stops after every instruction,
+// so a breakpoint is a comparison of the next RIP with a set of addresses
+// (no int3 is written: nothing to hide from memory reads or the decoder),
+// a step is "stop after the next step stop", and a stop of the whole
+// process is "do not resume its threads" (PTRACE_INTERRUPT for the ones
+// blocked in a syscall). The debugger controls the threads of the traced
+// process (the root); children followed with inherit run on. While a
+// thread is held stopped its branches are handed over and a switch-out is
+// reported, and a switch-in when it is resumed: a profiler on the same task
+// sees the time it spent stopped as such.
+struct DebugStopEvent {
+  enum Kind { kStopped, kExited, kKilled } kind = kStopped;
+  pid_t tid = 0;        // kStopped: the thread that stopped
+  int signo = 0;        // kStopped: SIGTRAP (step, breakpoint, attach, exec)
+                        // or the signal it received; kKilled: the signal
+  int exit_code = 0;    // kExited
+  bool swbreak = false;  // kStopped at a breakpoint address (not executed)
+};
+using DebugEventFn = std::function<void(const DebugStopEvent&)>;
+
+// Per-thread resume actions (GDB's vCont): `step` threads run one
+// instruction, the others continue if `continue_others`; a thread in
+// `signals` gets that signal on resume.
+struct DebugResumeSpec {
+  std::vector<pid_t> step;
+  bool continue_others = true;
+  std::map<pid_t, int> signals;
+};
+
+struct DebugRegs {
+  user_regs_struct regs;
+  user_fpregs_struct fp;
+};
 
 class SoftBtsTracer {
  public:
@@ -175,6 +215,38 @@ class SoftBtsTracer {
     return drains_served_.load(std::memory_order_acquire) > ticket;
   }
 
+  // Debug control (see DebugStopEvent). Each call is carried out by the
+  // tracer thread and waits for it; 0 or a negative errno (-ESRCH: the
+  // tracer or the task is gone; -EBUSY: debug control is on already;
+  // -EINVAL: not enabled, or bad arguments). Not from a CoreHooks call.
+  //
+  // Enable: stops the root process now (stop_at_exec false; reported as
+  // SIGTRAP) or at its next exec (true: a program launched stopped).
+  // `events` is called on the tracer thread, once per stop of the whole
+  // process, after its threads' branches were handed over; it must not call
+  // back into the tracer.
+  int DebugEnable(bool stop_at_exec, DebugEventFn events);
+  // Stops the root process (reported with SIGINT) unless it is stopped.
+  int DebugInterrupt();
+  // Resumes a stopped process. A thread with an event not yet reported (a
+  // breakpoint or signal that came while the others were being stopped)
+  // reports it instead, and nothing is resumed.
+  int DebugResume(const DebugResumeSpec& spec);
+  int DebugGetRegs(pid_t tid, DebugRegs* out);
+  int DebugSetRegs(pid_t tid, const DebugRegs& in);
+  // Memory of the root process (/proc/PID/mem: the tracer may write
+  // read-only code, as a debugger does); a short read returns what was read.
+  int DebugReadMemory(uint64_t addr, size_t len, std::string* out);
+  int DebugWriteMemory(uint64_t addr, const std::string& bytes);
+  int DebugBreakpoint(uint64_t addr, bool insert);
+  // The root process's threads (tids), main thread first.
+  int DebugThreads(std::vector<pid_t>* out);
+  // SIGKILL to the root process; its end is reported as an event.
+  int DebugKill();
+  // Ends debug control: breakpoints go, stopped threads are resumed (with
+  // any signal they stopped for), or with `kill` the process is killed.
+  int DebugDisable(bool kill);
+
   // Executable mappings of the tracee (kernel/uapi/proc_maps.h, malformed
   // lines skipped), captured at attach, after every exec
   // (PTRACE_EVENT_EXEC) and after every mmap/mprotect syscall asking for
@@ -224,6 +296,15 @@ class SoftBtsTracer {
   pid_t root_ = 0;  // the process whose maps maps() returns
 
   std::mutex stop_mu_;  // serializes Stop()
+
+  // Debug requests for the tracer thread (RunOnTracer).
+  struct DebugCall {
+    std::function<int(SoftBtsRun*)> fn;
+    int rc = 0;
+    bool done = false;
+  };
+  int RunOnTracer(std::function<int(SoftBtsRun*)> fn);
+  std::deque<DebugCall*> debug_calls_;  // guarded by mu_
 
   friend class SoftBtsRun;
 };

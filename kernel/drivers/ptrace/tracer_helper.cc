@@ -3,6 +3,7 @@
 // SoftBtsTracer against a RemoteCore that holds the task's DS area and
 // forwards every report to pfmd, and leaves cleanly when pfmd does.
 #include "kernel/drivers/ptrace/tracer_process.h"
+#include "kernel/drivers/ptrace/debug_channel.h"
 #include "kernel/drivers/ptrace/tracer_protocol.h"
 
 #include "kernel/drivers/clock.h"
@@ -41,6 +42,9 @@ using tracer_protocol::ReadMsg;
 using tracer_protocol::ToWire;
 using tracer_protocol::WireStats;
 using tracer_protocol::WriteAll;
+using tracer_protocol::kDebugClose;
+using tracer_protocol::kDebugOpen;
+using tracer_protocol::ReadMsgFd;
 using tracer_protocol::kDrain;
 using tracer_protocol::kDrainServed;
 using tracer_protocol::kExited;
@@ -327,12 +331,39 @@ int RunHelper(int argc, char** argv) {
   // pfmd's tickets with the tracer's own, until served.
   std::deque<std::pair<uint64_t, uint64_t>> pending;
   std::deque<uint64_t> unstarted;  // asked before the tracer existed
+  // The debug channel (debug_channel.h): one at a time, served by its own
+  // thread once the tracer runs.
+  int debug_fd = -1;          // being served
+  int debug_pending = -1;     // passed by pfmd, not served yet
+  std::thread debug_thread;
 
   std::thread reader([&] {
     MsgHeader h;
     std::string p;
-    while (ReadMsg(fd, &h, &p)) {
-      if (h.type == kHeld && p.size() == 1) {
+    int passed = -1;
+    while (ReadMsgFd(fd, &h, &p, &passed)) {
+      if (passed >= 0 && h.type != kDebugOpen) {
+        ::close(passed);
+        passed = -1;
+      }
+      if (h.type == kDebugOpen) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (passed < 0) {
+        } else if (debug_fd >= 0 || debug_pending >= 0) {
+          ::close(passed);  // one debugger at a time
+        } else {
+          debug_pending = passed;
+          cv.notify_all();
+        }
+        passed = -1;
+      } else if (h.type == kDebugClose) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (debug_fd >= 0) ::shutdown(debug_fd, SHUT_RDWR);
+        if (debug_pending >= 0) {
+          ::close(debug_pending);
+          debug_pending = -1;
+        }
+      } else if (h.type == kHeld && p.size() == 1) {
         sink.OnHeld(p[0] != 0);
       } else if (h.type == kRequestDrain && p.size() == 8) {
         uint64_t ticket;
@@ -380,6 +411,22 @@ int RunHelper(int argc, char** argv) {
     for (;;) {
       cv.wait_for(lk, std::chrono::milliseconds(pending.empty() ? 100 : 1));
       if (stop || gone || t->done()) break;
+      if (debug_pending >= 0 && !debug_thread.joinable()) {
+        debug_fd = debug_pending;
+        debug_pending = -1;
+        const int dfd = debug_fd;
+        debug_thread = std::thread([&, dfd] {
+          debug_channel::Serve(dfd, t.get(), pid);
+          std::lock_guard<std::mutex> dlk(mu);
+          ::close(debug_fd);
+          debug_fd = -1;
+        });
+      } else if (debug_thread.joinable() && debug_fd < 0) {
+        lk.unlock();
+        debug_thread.join();
+        lk.lock();
+        continue;
+      }
       std::vector<uint64_t> served;
       while (!pending.empty() && t->DrainServed(pending.front().second)) {
         served.push_back(pending.front().first);
@@ -396,7 +443,15 @@ int RunHelper(int argc, char** argv) {
       }
       lk.lock();
     }
+    // The debugger's channel ends first (a launched program dies with it,
+    // an attached one is let go), then the tracer.
+    if (debug_fd >= 0) ::shutdown(debug_fd, SHUT_RDWR);
+    if (debug_pending >= 0) {
+      ::close(debug_pending);
+      debug_pending = -1;
+    }
     lk.unlock();
+    if (debug_thread.joinable()) debug_thread.join();
     // Drains (through pfmd, while it is there) and detaches; the tracee
     // runs on untraced.
     t->Stop();
@@ -410,6 +465,7 @@ int RunHelper(int argc, char** argv) {
     }
     pending.clear();
   }
+  if (debug_pending >= 0) ::close(debug_pending);  // never served
   ::shutdown(fd, SHUT_WR);  // pfmd sees EOF once everything above is read
   // pfmd closes its end when it has read it all (or is gone).
   reader.join();

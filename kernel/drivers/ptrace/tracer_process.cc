@@ -467,6 +467,31 @@ bool TracerProcess::WaitDrain(uint64_t ticket, std::chrono::milliseconds timeout
   return cv_.wait_for(lk, timeout, [&] { return served_ > ticket; });
 }
 
+int TracerProcess::OpenDebugChannel(UniqueFd* client, ErrorDetail* d) {
+  if (done()) return SetError(d, -ESRCH, "the tracer of pid %d is gone", pid_);
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return SetError(d, -errno, "socketpair failed: %s", strerror(errno));
+  const uint8_t zero = 0;
+  const std::string f = Frame(tracer_protocol::kDebugOpen, &zero, 1);
+  bool sent;
+  {
+    std::lock_guard<std::mutex> lk(send_mu_);
+    sent = tracer_protocol::SendWithFd(fd_, f, sv[1]);
+  }
+  ::close(sv[1]);
+  if (!sent) {
+    ::close(sv[0]);
+    return SetError(d, -EPIPE, "the tracer of pid %d does not answer", pid_);
+  }
+  client->reset(sv[0]);
+  return 0;
+}
+
+void TracerProcess::CloseDebugChannel() {
+  Send(tracer_protocol::kDebugClose, nullptr, 0, false);
+}
+
 void TracerProcess::Stop() {
   std::lock_guard<std::mutex> stop_lk(stop_mu_);
   if (reaped_) return;

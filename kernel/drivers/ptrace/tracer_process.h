@@ -63,6 +63,7 @@
 #include "kernel/drivers/ptrace/soft_bts.h"
 #include "kernel/uapi/pfm_error.h"
 #include "kernel/uapi/proc_maps.h"
+#include "pfm/unique_fd.h"
 
 namespace pfm {
 
@@ -137,6 +138,13 @@ class TracerProcess {
   bool WaitDrain(uint64_t ticket, std::chrono::milliseconds timeout);
 
   static constexpr std::chrono::milliseconds kStopTimeout{5000};
+
+  // A debug channel to the helper (debug_channel.h): a socket pair whose
+  // other end goes to the helper, which serves it (one at a time: a second
+  // one is closed by the helper at once). Never blocks on the helper.
+  int OpenDebugChannel(UniqueFd* client, ErrorDetail* d);
+  // Ends the channel being served (its closing ends debug control).
+  void CloseDebugChannel();
 
  private:
   TracerProcess(pid_t pid, pid_t helper, int fd, Host host, Options options);

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +39,66 @@ bool ReadMsg(int fd, MsgHeader* h, std::string* payload) {
   if (!ReadAll(fd, h, sizeof(*h)) || h->len > kMaxMsgBytes) return false;
   payload->resize(h->len);
   return h->len == 0 || ReadAll(fd, payload->data(), h->len);
+}
+
+bool ReadMsgFd(int fd, MsgHeader* h, std::string* payload, int* passed) {
+  *passed = -1;
+  // The fd travels with the frame's first byte: read the header with
+  // recvmsg, the rest as usual.
+  char* c = reinterpret_cast<char*>(h);
+  size_t got = 0;
+  while (got < sizeof(*h)) {
+    iovec iov = {c + got, sizeof(*h) - got};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof(ctl);
+    const ssize_t r = ::recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&m); cm != nullptr; cm = CMSG_NXTHDR(&m, cm)) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+      const size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n; ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+        if (*passed < 0) {
+          *passed = f;
+        } else {
+          ::close(f);
+        }
+      }
+    }
+    got += static_cast<size_t>(r);
+  }
+  if (h->len > kMaxMsgBytes) return false;
+  payload->resize(h->len);
+  return h->len == 0 || ReadAll(fd, payload->data(), h->len);
+}
+
+bool SendWithFd(int fd, const std::string& frame, int pass) {
+  iovec iov = {const_cast<char*>(frame.data()), frame.size()};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = ctl;
+  m.msg_controllen = sizeof(ctl);
+  cmsghdr* cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cm), &pass, sizeof(int));
+  ssize_t w;
+  do {
+    w = ::sendmsg(fd, &m, MSG_NOSIGNAL);
+  } while (w < 0 && errno == EINTR);
+  if (w <= 0) return false;
+  const size_t sent = static_cast<size_t>(w);
+  return sent == frame.size() ||
+         WriteAll(fd, frame.data() + sent, frame.size() - sent, true);
 }
 
 std::string Frame(uint32_t type, const void* payload, uint32_t len) {

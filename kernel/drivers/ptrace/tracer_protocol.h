@@ -38,6 +38,10 @@ enum MsgType : uint32_t {
   kHeld = 100,        // u8 held
   kRequestDrain = 101,  // u64 ticket
   kStop = 102,        // (empty)
+  kDebugOpen = 103,   // u8 0; carries one fd (SCM_RIGHTS): a debug channel
+                      // (debug_channel.h) to serve; refused (closed) while
+                      // one is served
+  kDebugClose = 104,  // (empty): end the channel being served
 };
 
 struct WireTask {
@@ -72,6 +76,11 @@ bool WriteAll(int fd, const void* p, size_t n, bool wait);
 bool ReadAll(int fd, void* p, size_t n);
 // One message; false on EOF, error or a length over kMaxMsgBytes.
 bool ReadMsg(int fd, MsgHeader* h, std::string* payload);
+// The same, also taking an fd passed with the message (SCM_RIGHTS, made
+// close-on-exec; -1 when none came).
+bool ReadMsgFd(int fd, MsgHeader* h, std::string* payload, int* passed);
+// Sends a whole frame with `pass` attached (SCM_RIGHTS).
+bool SendWithFd(int fd, const std::string& frame, int pass);
 std::string Frame(uint32_t type, const void* payload, uint32_t len);
 WireStats ToWire(const SoftBtsTracer::Stats& s);
 SoftBtsTracer::Stats FromWire(const WireStats& w);

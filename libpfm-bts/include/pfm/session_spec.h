@@ -51,6 +51,10 @@ struct SessionSpec {
   // Host tracing of a pid: also trace the processes it creates (threads
   // are always traced).
   bool inherit = false;
+  // Run control of the pid for a debugger (pfmctl gdbserver, docs/gdb.md):
+  // the session's client may ask for a debug channel (session_debug).
+  // Host driver, a pid, role debugger.
+  bool debug = false;
 
   boost::json::object ToJson() const;
   // pfmd parses with kRefuse: it has no way to resolve a name. pfmctl

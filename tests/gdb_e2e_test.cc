@@ -1,0 +1,363 @@
+// End to end, issue 14: Debian's real GDB (/usr/bin/gdb, batch mode)
+// debugging through `pfmctl gdbserver` against the real pfmd (host driver):
+// run control on a launched and an attached program, PIE and not, `record
+// btrace bts` served from a pfm history session, a profiler streaming the
+// same process losslessly meanwhile, GDB dying, and garbage on the wire.
+// Every assertion is on GDB's own output or on what pfmd reports.
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing/e2e.h"
+
+namespace pfm {
+namespace {
+
+using testing::Contains;
+using testing::PfmctlJson;
+
+constexpr char kGdb[] = "/usr/bin/gdb";
+
+std::string RealPath(const std::string& p) {
+  char buf[PATH_MAX];
+  return realpath(p.c_str(), buf) != nullptr ? buf : p;
+}
+
+std::string Prog() { return RealPath(testing::Runfile("tests/gdb_prog")); }
+std::string PieProg() { return RealPath(testing::Runfile("tests/gdb_prog_pie")); }
+
+// The TracerPid of a live process (-1 when it is gone).
+int TracerOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("TracerPid:", 0) == 0) return std::atoi(line.c_str() + 10);
+  return -1;
+}
+
+bool Alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');
+  return !stat.empty() && paren != std::string::npos && stat[paren + 2] != 'Z';
+}
+
+// Waits up to `ms` for `cond`.
+template <typename F>
+bool WaitFor(F cond, int ms) {
+  for (int i = 0; i < ms / 10; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+class GdbE2e : public testing::DaemonTest {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root: ptrace of any process";
+    if (access(kGdb, X_OK) != 0) GTEST_FAIL() << kGdb << " missing: tools/install_deps.sh installs gdb";
+    ASSERT_NO_FATAL_FAILURE(StartDaemon({"--driver", "host"}));
+    dir_ = testing::MakeTempDir("gdb");
+  }
+  void TearDown() override {
+    for (pid_t p : children_) {
+      ::kill(p, SIGKILL);
+      int st;
+      ::waitpid(p, &st, 0);
+    }
+  }
+  size_t Sessions() {
+    return PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size();
+  }
+  // `target remote | pfmctl gdbserver ARGS`.
+  std::string Target(const std::string& args) {
+    return "target remote | " + testing::PfmctlPath() + " --socket " + socket() +
+           " gdbserver " + args;
+  }
+  std::string Script(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << "set pagination off\nset confirm off\n" << text;
+    return path;
+  }
+  testing::Result Gdb(const std::string& prog, const std::string& target,
+                      const std::string& script, int timeout_s = 120) {
+    return testing::Run({kGdb, "-batch", "-nx", "-ex", target, "-x", script, prog}, {},
+                        timeout_s);
+  }
+  // The program looping (an argument), for attaching; its pid.
+  pid_t StartLooping(const std::string& prog) {
+    int p[2];
+    EXPECT_EQ(::pipe(p), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(p[1], 1);
+      ::close(p[0]);
+      ::execl(prog.c_str(), prog.c_str(), "loop", nullptr);
+      _exit(127);
+    }
+    ::close(p[1]);
+    char buf[64] = {};
+    (void)!::read(p[0], buf, sizeof(buf) - 1);  // "ready PID": it runs
+    ::close(p[0]);
+    children_.push_back(pid);
+    return pid;
+  }
+  std::string dir_;
+  std::vector<pid_t> children_;
+};
+
+// Launch, non-PIE: breakpoints, registers, disassembly, stepping, the
+// stack, finish, and kill; nothing is left behind.
+TEST_F(GdbE2e, RunControlOnALaunchedProgram) {
+  const std::string script = Script("run.gdb", R"(break top
+continue
+info registers rip
+x/4i $pc
+stepi
+bt
+break leaf
+continue
+finish
+next
+kill
+)");
+  const testing::Result r = Gdb(Prog(), Target("-- " + Prog()), script);
+  const std::string& o = r.out;
+  EXPECT_TRUE(Contains(o, "Breakpoint 1, top (x=0)")) << o << r.err;
+  EXPECT_TRUE(Contains(o, "rip            0x")) << o;
+  EXPECT_TRUE(Contains(o, "<top+")) << o;
+  EXPECT_TRUE(Contains(o, "=> 0x")) << o;
+  EXPECT_TRUE(Contains(o, "call   0x")) << o;  // x/4i shows the call of middle
+  EXPECT_TRUE(Contains(o, "#1  0x")) << o;
+  EXPECT_TRUE(Contains(o, "in main (argc=1")) << o;
+  EXPECT_TRUE(Contains(o, "Breakpoint 2, leaf (x=0)")) << o;
+  EXPECT_TRUE(Contains(o, "in middle (x=0)")) << o;  // finish's frame
+  EXPECT_TRUE(Contains(o, "Value returned is $1 = 1")) << o;
+  EXPECT_TRUE(Contains(o, "[Inferior 1 (Remote target) killed]")) << o;
+  EXPECT_TRUE(WaitFor([&] { return Sessions() == 0; }, 3000));
+}
+
+// Launch, PIE: GDB relocates its breakpoints from the auxv (qXfer:auxv).
+TEST_F(GdbE2e, PieBreakpointsAndFinish) {
+  const std::string script = Script("pie.gdb", R"(break middle
+continue
+bt
+finish
+kill
+)");
+  const testing::Result r = Gdb(PieProg(), Target("-- " + PieProg()), script);
+  const std::string& o = r.out;
+  EXPECT_TRUE(Contains(o, "Breakpoint 1, middle (x=0)")) << o << r.err;
+  EXPECT_TRUE(Contains(o, "in top (x=0)")) << o;
+  EXPECT_TRUE(Contains(o, "Value returned is $1 = 12")) << o;
+  EXPECT_TRUE(Contains(o, "[Inferior 1 (Remote target) killed]")) << o;
+}
+
+// record btrace bts: the history comes from a pfm history session; GDB
+// reconstructs the exact call nesting of `next` over top's line.
+TEST_F(GdbE2e, BranchHistoryShowsTheExactNesting) {
+  const std::string script = Script("btrace.gdb", R"(break top
+continue
+record btrace bts
+info record
+next
+info record
+record function-call-history /ilc
+record instruction-history
+reverse-stepi
+record goto begin
+info record
+record stop
+kill
+)");
+  const testing::Result r = Gdb(PieProg(), Target("-- " + PieProg()), script);
+  const std::string& o = r.out;
+  EXPECT_TRUE(Contains(o, "Recording format: Branch Trace Store.")) << o << r.err;
+  EXPECT_TRUE(Contains(o, "Buffer size: 64kB.")) << o;
+  EXPECT_TRUE(Contains(o, "Recorded 90 instructions in 11 functions (0 gaps)")) << o;
+  // top -> middle -> leaf (x3, back in middle between), top -> leaf -> top.
+  const char* nesting[] = {"1\ttop\tinst 1,3",      "2\t  middle\tinst 4,17",
+                           "3\t    leaf\tinst 18,27", "4\t  middle\tinst 28,36",
+                           "5\t    leaf\tinst 37,46", "6\t  middle\tinst 47,55",
+                           "7\t    leaf\tinst 56,65", "8\t  middle\tinst 66,72",
+                           "9\ttop\tinst 73,76",      "10\t  leaf\tinst 77,86",
+                           "11\ttop\tinst 87,90"};
+  for (const char* line : nesting) EXPECT_TRUE(Contains(o, line)) << line << "\n" << o;
+  EXPECT_TRUE(Contains(o, "<leaf+")) << o;  // instruction-history
+  EXPECT_TRUE(Contains(o, "Replay in progress.  At instruction 1.")) << o;
+  EXPECT_TRUE(Contains(o, "Process record is stopped")) << o;
+  EXPECT_TRUE(WaitFor([&] { return Sessions() == 0; }, 3000));
+}
+
+// Attach: qAttached says so, detach lets the program run on untraced.
+TEST_F(GdbE2e, AttachAndDetachLeavesTheProgramRunning) {
+  const pid_t pid = StartLooping(Prog());
+  const std::string script = Script("attach.gdb", R"(break leaf
+continue
+bt
+info threads
+detach
+)");
+  const testing::Result r = Gdb(Prog(), Target("--pid " + std::to_string(pid)), script);
+  const std::string& o = r.out;
+  EXPECT_TRUE(Contains(o, "Breakpoint 1, leaf (x=0)")) << o << r.err;
+  EXPECT_TRUE(Contains(o, "in middle (x=0)")) << o;
+  EXPECT_TRUE(Contains(o, "Thread " + std::to_string(pid))) << o;
+  EXPECT_TRUE(Contains(o, "[Inferior 1 (Remote target) detached]")) << o;
+  EXPECT_TRUE(WaitFor([&] { return Sessions() == 0 && TracerOf(pid) == 0; }, 5000));
+  EXPECT_TRUE(Alive(pid));
+  // It runs: its CPU time grows.
+  auto utime = [&] {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string s;
+    std::getline(in, s);
+    return s;
+  };
+  const std::string before = utime();
+  EXPECT_TRUE(WaitFor([&] { return utime() != before; }, 3000));
+}
+
+// GDB killed mid-session: a launched program dies with it, an attached one
+// runs on; the sessions are gone either way.
+TEST_F(GdbE2e, GdbKilledMidSession) {
+  for (const bool attach : {false, true}) {
+    SCOPED_TRACE(attach ? "attach" : "launch");
+    const pid_t looping = attach ? StartLooping(Prog()) : 0;
+    const std::string out = dir_ + (attach ? "/killed_attach.out" : "/killed_launch.out");
+    const std::string script = Script("kill.gdb", "break leaf\ncontinue\nshell sleep 120\n");
+    const std::string target =
+        Target(attach ? "--pid " + std::to_string(looping) : "-- " + Prog() + " loop");
+    const pid_t gdb = ::fork();
+    if (gdb == 0) {
+      const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::setpgid(0, 0);
+      ::execl(kGdb, kGdb, "-batch", "-nx", "-ex", target.c_str(), "-x", script.c_str(),
+              Prog().c_str(), nullptr);
+      _exit(127);
+    }
+    ASSERT_TRUE(WaitFor([&] { return Contains(testing::ReadFile(out), "Breakpoint 1, leaf"); },
+                        60000))
+        << testing::ReadFile(out);
+    // The debugged process: the one pfm's tracer holds.
+    pid_t target_pid = looping;
+    if (!attach) {
+      const std::string list = testing::Pfmctl(socket(), {"session", "list"}).out;
+      const size_t at = list.find("pid ");
+      ASSERT_NE(at, std::string::npos) << list;
+      target_pid = std::atoi(list.c_str() + at + 4);
+    }
+    ASSERT_GT(TracerOf(target_pid), 0);
+    ::kill(-gdb, SIGKILL);  // gdb and its pfmctl (one process group)
+    int st;
+    ::waitpid(gdb, &st, 0);
+    EXPECT_TRUE(WaitFor([&] { return Sessions() == 0; }, 5000));
+    if (attach) {
+      EXPECT_TRUE(WaitFor([&] { return TracerOf(target_pid) == 0; }, 5000));
+      EXPECT_TRUE(Alive(target_pid));
+    } else {
+      EXPECT_TRUE(WaitFor([&] { return !Alive(target_pid); }, 5000));
+    }
+    const boost::json::value status = PfmctlJson(socket(), {"--json", "status"});
+    EXPECT_EQ(testing::Num(status.at("memory").at("allocated")), 0u) << boost::json::serialize(status);
+  }
+}
+
+// A profiler streams the process losslessly through the whole GDB session
+// (stops, steps, breakpoints, btrace): it loses nothing, and the time GDB
+// held the process stopped shows in its stream as switches out and in.
+TEST_F(GdbE2e, ProfilerStreamsLosslesslyBesideGdb) {
+  const pid_t pid = StartLooping(Prog());
+  const std::string trace = dir_ + "/profiler.trace";
+  // `record -p` until ^C (SIGINT), in the background.
+  const pid_t rec = ::fork();
+  if (rec == 0) {
+    const int fd = ::open((dir_ + "/record.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    const std::string p = testing::PfmctlPath();
+    ::execl(p.c_str(), p.c_str(), "--socket", socket().c_str(), "record", "--bts", "lossless",
+            "-o", trace.c_str(), "-p", std::to_string(pid).c_str(), nullptr);
+    _exit(127);
+  }
+  ASSERT_TRUE(WaitFor([&] { return Sessions() == 1; }, 10000));
+  const std::string script = Script("prof.gdb", R"(break leaf
+continue
+continue
+record btrace bts
+next
+stepi
+finish
+info record
+record stop
+delete
+detach
+)");
+  const testing::Result r = Gdb(Prog(), Target("--pid " + std::to_string(pid)), script);
+  EXPECT_TRUE(Contains(r.out, "Breakpoint 1, leaf (x=")) << r.out << r.err;
+  EXPECT_TRUE(Contains(r.out, "Value returned is")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "Recorded ")) << r.out;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(rec, SIGINT);
+  int st;
+  ::waitpid(rec, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st)) << testing::ReadFile(dir_ + "/record.out");
+  const boost::json::value rep =
+      PfmctlJson(socket(), {"--json", "report", trace, "--limit", "0"});
+  const boost::json::value& sum = rep.at("summary");
+  EXPECT_EQ(testing::Num(sum.at("lost")), 0u) << boost::json::serialize(rep);
+  EXPECT_GT(testing::Num(sum.at("branches")), 0u) << boost::json::serialize(rep);
+  // GDB's stops (breakpoints, steps, finish) are switches of the task.
+  EXPECT_GE(testing::Num(sum.at("by_type").at("switch_out")), 5u) << boost::json::serialize(rep);
+  EXPECT_TRUE(WaitFor([&] { return Sessions() == 0 && TracerOf(pid) == 0; }, 5000));
+}
+
+// Garbage, bad checksums, oversized and malformed packets get error
+// replies; the stub keeps serving and detaches cleanly.
+TEST_F(GdbE2e, GarbageOnTheWire) {
+  const pid_t pid = StartLooping(Prog());
+  std::string in = "junk+$?#3f";             // garbage, then a valid halt query
+  in += "$g#00";                             // bad checksum -> '-'
+  in += "$" + std::string(20000, 'x') + "#00";  // oversized
+  in += "$mzz,4#00";                         // (bad checksum too)
+  std::string m = "mzz,4";
+  unsigned sum = 0;
+  for (char c : m) sum += static_cast<unsigned char>(c);
+  char cs[3];
+  std::snprintf(cs, sizeof(cs), "%02x", sum & 0xff);
+  in += "$" + m + "#" + cs;                  // malformed -> E.
+  in += "$D#44";
+  const std::string input = dir_ + "/garbage.in";
+  std::ofstream(input) << in;
+  const testing::Result r = testing::Run(
+      {"/bin/sh", "-c",
+       testing::PfmctlPath() + " --socket " + socket() + " gdbserver --pid " +
+           std::to_string(pid) + " < " + input},
+      {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "$T05thread:")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "-")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "$E.packet too long")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "$E.")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "$OK#9a")) << r.out;  // the detach
+  EXPECT_TRUE(WaitFor([&] { return Sessions() == 0 && TracerOf(pid) == 0; }, 5000));
+  EXPECT_TRUE(Alive(pid));
+}
+
+}  // namespace
+}  // namespace pfm
