@@ -19,6 +19,7 @@
 #include "kernel/drivers/ptrace/soft_bts.h"
 #include "pfm/symbolizer.h"
 #include "pfm/unique_fd.h"
+#include "userspace/pfmctl/connect.h"
 #include "userspace/pfmctl/reply.h"
 
 namespace pfm {
@@ -93,14 +94,11 @@ absl::Status ResolveBreakpointNames(pid_t pid, SessionSpec* spec) {
 }
 
 absl::Status CheckDaemonCanResolveNames(Client& c) {
-  absl::StatusOr<Client::Reply> st = c.Call("status");
-  if (!st.ok()) return st.status();
-  ReplyReader reader("status", st->result);
-  const std::string driver = reader.result().Member("driver").String();
-  if (!reader.ok()) return reader.status();
-  if (driver != "host")
+  absl::StatusOr<std::string> driver = DaemonDriver(c);
+  if (!driver.ok()) return driver.status();
+  if (*driver != "host")
     return absl::FailedPreconditionError(absl::StrCat(
-        "breakpoint names are looked up in a real process's files: the ", driver,
+        "breakpoint names are looked up in a real process's files: the ", *driver,
         " driver's tasks have none; give addresses (ADDR:LEN:ACCESS)"));
   return absl::OkStatus();
 }

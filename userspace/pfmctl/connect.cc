@@ -1,4 +1,5 @@
 #include "userspace/pfmctl/connect.h"
+#include "userspace/pfmctl/reply.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -183,6 +184,15 @@ absl::StatusOr<Client> ConnectOrStart(const CliContext& ctx,
 absl::StatusOr<Client> Connect(const CliContext& ctx) {
   std::string path;
   return ConnectOrStart(ctx, &path);
+}
+
+absl::StatusOr<std::string> DaemonDriver(Client& c) {
+  absl::StatusOr<Client::Reply> st = c.Call("status");
+  if (!st.ok()) return st.status();
+  ReplyReader reader("status", st->result);
+  const std::string driver = reader.result().Member("driver").String();
+  if (!reader.ok()) return reader.status();
+  return driver;
 }
 
 }  // namespace pfm

@@ -22,6 +22,10 @@ absl::StatusOr<Client> ConnectOrStart(const CliContext& ctx,
 // ConnectOrStart for commands that do not show the path.
 absl::StatusOr<Client> Connect(const CliContext& ctx);
 
+// The daemon's driver ("host", "sim"), from its `status` reply (checked:
+// INTERNAL "pfmd reply: status: ..." when malformed).
+absl::StatusOr<std::string> DaemonDriver(Client& c);
+
 // The per-user private socket of the embedded daemon:
 // $XDG_RUNTIME_DIR/pfmd/pfmd.sock, else /tmp/pfmd-$UID/pfmd.sock. Before
 // anything connects there or starts a daemon there, its directory is checked

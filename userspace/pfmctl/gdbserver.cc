@@ -750,16 +750,11 @@ absl::StatusOr<int> GdbserverCommand(const CliContext& ctx, const CommandArgs& a
   }
   absl::StatusOr<Client> c = Connect(ctx);
   if (!c.ok()) return c.status();
-  {
-    absl::StatusOr<Client::Reply> st = c->Call("status");
-    if (!st.ok()) return st.status();
-    ReplyReader reader("status", st->result);
-    const std::string driver = reader.result().Member("driver").String();
-    if (!reader.ok()) return reader.status();
-    if (driver != "host")
-      return absl::FailedPreconditionError(
-          "gdbserver controls a real process: it needs a pfmd with --driver host");
-  }
+  absl::StatusOr<std::string> driver = DaemonDriver(*c);
+  if (!driver.ok()) return driver.status();
+  if (*driver != "host")
+    return absl::FailedPreconditionError(
+        "gdbserver controls a real process: it needs a pfmd with --driver host");
   ::signal(SIGPIPE, SIG_IGN);
   // With GDB on the other end of stdin/stdout, a launched program gets
   // /dev/null for input and our stderr for output, as gdbserver's stdio

@@ -312,16 +312,11 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   spec->inherit = !no_inherit && spec->bts != "off";
   absl::StatusOr<Client> c = Connect(ctx);
   if (!c.ok()) return c.status();
-  absl::StatusOr<Client::Reply> st = c->Call("status");
-  if (!st.ok()) return st.status();
-  {
-    ReplyReader reader("status", st->result);
-    const std::string driver = reader.result().Member("driver").String();
-    if (!reader.ok()) return reader.status();
-    if (driver != "host")
-      return absl::FailedPreconditionError(
-          "record runs a real command: it needs a pfmd with --driver host");
-  }
+  absl::StatusOr<std::string> driver = DaemonDriver(*c);
+  if (!driver.ok()) return driver.status();
+  if (*driver != "host")
+    return absl::FailedPreconditionError(
+        "record runs a real command: it needs a pfmd with --driver host");
   CatchStopSignals();
   pid_t pid = attach ? attach_pid : -1;
   ErrorDetail d;
