@@ -79,7 +79,7 @@ say "GDB on pfm: the real gdb debugs a process while a profiler streams it"
 "$WORKLOAD" 60 >"$TMP/workload2.out" &
 WPID2=$!
 for _ in $(seq 50); do [ -s "$TMP/workload2.out" ] && break; sleep 0.05; done
-"$PFMCTL" record --bts lossless -o "$TMP/beside_gdb.trace" -p "$WPID2" >/dev/null 2>&1 &
+"$PFMCTL" record --bts lossless -o "$TMP/beside_gdb.trace" -p "$WPID2" >"$TMP/rec.out" 2>&1 &
 RECPID=$!
 for _ in $(seq 100); do "$PFMCTL" session list | grep -q "pid $WPID2" && break; sleep 0.05; done
 cat >"$TMP/demo.gdb" <<'GDB'
@@ -104,7 +104,8 @@ gdb -batch -nx -ex "target remote | $PFMCTL gdbserver --pid $WPID2" -x "$TMP/dem
 sleep 0.3
 kill -INT "$RECPID"
 wait "$RECPID" || true
-echo "the profiler's stream meanwhile (GDB's stops are its switches; nothing lost):"
+echo "the profiler's lossless stream meanwhile (GDB's stops show as its switches):"
+grep 'records written' "$TMP/rec.out" || cat "$TMP/rec.out"
 "$PFMCTL" report "$TMP/beside_gdb.trace" --limit 0 | sed -n '1,/^$/p' | head -12
 kill "$WPID2" 2>/dev/null || true
 wait "$WPID2" 2>/dev/null || true
