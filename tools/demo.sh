@@ -105,7 +105,13 @@ sleep 0.3
 kill -INT "$RECPID"
 wait "$RECPID" || true
 echo "the profiler's lossless stream meanwhile (GDB's stops show as its switches):"
-grep 'records written' "$TMP/rec.out" || cat "$TMP/rec.out"
+"$PFMCTL" --json report "$TMP/beside_gdb.trace" --limit 0 | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["summary"]
+t = s["by_type"]
+print("lost %d, branches %d, switches out/in %d/%d" % (
+    s["lost"], s["branches"], t.get("switch_out", 0), t.get("switch_in", 0)))'
+
 "$PFMCTL" report "$TMP/beside_gdb.trace" --limit 0 | sed -n '1,/^$/p' | head -12
 kill "$WPID2" 2>/dev/null || true
 wait "$WPID2" 2>/dev/null || true
