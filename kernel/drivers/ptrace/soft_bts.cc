@@ -1197,10 +1197,13 @@ void SoftBtsRun::Run() {
 // Debug control (soft_bts.h, docs/gdb.md).
 
 void SoftBtsRun::ServeDebugCalls() {
+  // Checked once per stop: no lock unless a call waits.
+  if (!t_->debug_calls_pending_.load(std::memory_order_acquire)) return;
   std::deque<SoftBtsTracer::DebugCall*> calls;
   {
     std::lock_guard<std::mutex> lk(t_->mu_);
     calls.swap(t_->debug_calls_);
+    t_->debug_calls_pending_.store(false, std::memory_order_relaxed);
   }
   if (calls.empty()) return;
   for (SoftBtsTracer::DebugCall* c : calls) {
@@ -1493,6 +1496,7 @@ int SoftBtsTracer::RunOnTracer(std::function<int(SoftBtsRun*)> fn) {
   std::unique_lock<std::mutex> lk(mu_);
   if (!thread_.joinable() || thread_exited_) return -ESRCH;
   debug_calls_.push_back(&call);
+  debug_calls_pending_.store(true, std::memory_order_release);
   while (!call.done) {
     if (thread_exited_) {
       auto it = std::find(debug_calls_.begin(), debug_calls_.end(), &call);

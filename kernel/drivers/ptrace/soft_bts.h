@@ -305,6 +305,7 @@ class SoftBtsTracer {
   };
   int RunOnTracer(std::function<int(SoftBtsRun*)> fn);
   std::deque<DebugCall*> debug_calls_;  // guarded by mu_
+  std::atomic<bool> debug_calls_pending_{false};  // set with mu_ held
 
   friend class SoftBtsRun;
 };
