@@ -154,6 +154,23 @@ class GdbE2e : public testing::DaemonTest {
     return testing::Run({kGdb, "-batch", "-nx", "-ex", target, "-x", script, prog}, {},
                         timeout_s);
   }
+  // GDB on Prog() in the background, in a process group of its own (kill
+  // it and its pfmctl with kill(-pid)), its output going to `out`.
+  pid_t GdbInBackground(const std::string& target, const std::string& script,
+                        const std::string& out) {
+    const std::string prog = Prog();
+    const pid_t gdb = ::fork();
+    if (gdb == 0) {
+      const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::setpgid(0, 0);
+      ::execl(kGdb, kGdb, "-batch", "-nx", "-ex", target.c_str(), "-x", script.c_str(),
+              prog.c_str(), nullptr);
+      _exit(127);
+    }
+    return gdb;
+  }
   // The program looping (an argument), for attaching; its pid.
   pid_t StartLooping(const std::string& prog) {
     int p[2];
@@ -201,7 +218,9 @@ kill
   EXPECT_TRUE(Contains(o, "#1  0x")) << o;
   EXPECT_TRUE(Contains(o, "in main (argc=1")) << o;
   EXPECT_TRUE(Contains(o, "Breakpoint 2, leaf (x=0)")) << o;
-  EXPECT_TRUE(Contains(o, "in middle (x=0)")) << o;  // finish's frame
+  // leaf's caller: middle, or top when the attach stopped the last of
+  // middle's calls.
+  EXPECT_TRUE(Contains(o, "in middle (x=0)") || Contains(o, "in top (x=0)")) << o;  // finish's frame
   EXPECT_TRUE(Contains(o, "Value returned is $1 = 1")) << o;
   EXPECT_TRUE(Contains(o, "[Inferior 1 (Remote target) killed]")) << o;
   EXPECT_TRUE(WaitFor([&] { return Sessions() == 0; }, 3000));
@@ -272,7 +291,9 @@ detach
   const std::string& o = r.out;
   // Attaching stops the loop anywhere: the first leaf hit may be any x.
   EXPECT_TRUE(Contains(o, "Breakpoint 1, leaf (x=")) << o << r.err;
-  EXPECT_TRUE(Contains(o, "in middle (x=0)")) << o;
+  // leaf's caller: middle, or top when the attach stopped the last of
+  // middle's calls.
+  EXPECT_TRUE(Contains(o, "in middle (x=0)") || Contains(o, "in top (x=0)")) << o;
   EXPECT_TRUE(Contains(o, "Thread " + std::to_string(pid))) << o;
   EXPECT_TRUE(Contains(o, "[Inferior 1 (Remote target) detached]")) << o;
   EXPECT_TRUE(WaitFor([&] { return Sessions() == 0 && TracerOf(pid) == 0; }, 5000));
@@ -298,16 +319,7 @@ TEST_F(GdbE2e, GdbKilledMidSession) {
     const std::string script = Script("kill.gdb", "break leaf\ncontinue\nshell sleep 120\n");
     const std::string target =
         Target(attach ? "--pid " + std::to_string(looping) : "-- " + Prog() + " loop");
-    const pid_t gdb = ::fork();
-    if (gdb == 0) {
-      const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::setpgid(0, 0);
-      ::execl(kGdb, kGdb, "-batch", "-nx", "-ex", target.c_str(), "-x", script.c_str(),
-              Prog().c_str(), nullptr);
-      _exit(127);
-    }
+    const pid_t gdb = GdbInBackground(target, script, out);
     ASSERT_TRUE(WaitFor([&] { return Contains(testing::ReadFile(out), "Breakpoint 1, leaf"); },
                         60000))
         << testing::ReadFile(out);
@@ -393,6 +405,149 @@ detach
   EXPECT_TRUE(IsRunOf(gdb, prof)) << gdb.size() << " GDB branches, " << prof.size()
                                   << " profiler branches\n" << r.out;
   EXPECT_TRUE(WaitFor([&] { return Sessions() == 0 && TracerOf(pid) == 0; }, 5000));
+}
+
+// Hardware breakpoints and watchpoints (Z1, Z2, Z4) in debug registers:
+// `hbreak` stops before the instruction runs, `watch` reports the write
+// with the old and new values, and `rwatch` (which GDB cannot emulate in
+// software) reports the read, through an access watchpoint since x86
+// cannot watch reads alone.
+TEST_F(GdbE2e, HardwareBreakpointsAndWatchpoints) {
+  const std::string script = Script("hw.gdb", R"(hbreak leaf
+continue
+info registers rip
+delete
+watch sink
+continue
+delete
+rwatch sink
+continue
+delete
+continue
+)");
+  const testing::Result r = Gdb(Prog(), Target("-- " + Prog()), script);
+  const std::string& o = r.out;
+  EXPECT_TRUE(Contains(o, "Hardware assisted breakpoint 1 at ")) << o << r.err;
+  EXPECT_TRUE(Contains(o, "Breakpoint 1, leaf (x=0)")) << o;
+  EXPECT_TRUE(Contains(o, "<leaf+")) << o;  // rip inside leaf, past its prologue
+  EXPECT_TRUE(Contains(o, "Hardware watchpoint 2: sink\n\nOld value = 0\nNew value = 13")) << o;
+  EXPECT_TRUE(Contains(o, "Hardware read watchpoint 3: sink\n\nValue = 13")) << o;
+  EXPECT_TRUE(Contains(o, "exited with code 07")) << o;
+  EXPECT_FALSE(Contains(o, "Software watchpoint")) << o;
+  EXPECT_TRUE(WaitFor([&] { return Sessions() == 0; }, 5000));
+}
+
+// The holders of the looping process's debug registers, from `resources`.
+struct DrHolders {
+  int flexible_on = 0, flexible_waiting = 0, gdb_on = 0;
+};
+DrHolders Holders(const std::string& socket, pid_t pid) {
+  DrHolders h;
+  const boost::json::value r = PfmctlJson(socket, {"--json", "resources"});
+  for (const boost::json::value& t : r.at("tasks").as_array()) {
+    if (testing::Num(t.at("pid")) != static_cast<uint64_t>(pid)) continue;
+    for (const boost::json::value& x : t.at("holders").as_array()) {
+      if (x.at("kind").as_string() != "debug register") continue;
+      const bool on = x.at("state").as_string() == "on hw";
+      if (Contains(std::string(x.at("what").as_string()), "(gdb, debug register)")) {
+        h.gdb_on += on && x.at("mode").as_string() == "pinned";
+      } else if (x.at("mode").as_string() == "flexible") {
+        (on ? h.flexible_on : h.flexible_waiting)++;
+      }
+    }
+  }
+  return h;
+}
+
+// A profiler holds 4 flexible breakpoints on the process; GDB's `watch`
+// takes a register from them (pinned), so one of theirs waits its turn and
+// their running ratio drops; when GDB is gone they get all 4 back.
+TEST_F(GdbE2e, WatchpointTakesARegisterFromAProfiler) {
+  const pid_t pid = StartLooping(Prog());
+  const boost::json::value created = PfmctlJson(
+      socket(), {"--json", "session", "create", "--pid", std::to_string(pid), "--breakpoint",
+                 "leaf", "--breakpoint", "middle", "--breakpoint", "top", "--breakpoint", "main"});
+  const std::string id = std::to_string(testing::Num(created.at("id")));
+  ASSERT_TRUE(WaitFor([&] { return Holders(socket(), pid).flexible_on == 4; }, 5000));
+  auto ratios = [&] {
+    std::vector<double> v;
+    const boost::json::value s = PfmctlJson(socket(), {"--json", "session", "show", id});
+    for (const boost::json::value& b : s.at("breakpoints").as_array())
+      v.push_back(b.at("ratio").is_null() ? 0 : b.at("ratio").to_number<double>());
+    return v;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (double x : ratios()) EXPECT_GT(x, 0.99);
+  // GDB watches `sink` (written every round with the same value: GDB
+  // resumes after each hit by itself) until it is killed.
+  const std::string out = dir_ + "/watch.out";
+  const std::string script = Script("watch.gdb", "watch sink\ncontinue\n");
+  const std::string target = Target("--pid " + std::to_string(pid));
+  const pid_t gdb = GdbInBackground(target, script, out);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const DrHolders h = Holders(socket(), pid);
+        return h.gdb_on == 1 && h.flexible_on == 3 && h.flexible_waiting == 1;
+      },
+      30000))
+      << testing::ReadFile(out);
+  EXPECT_TRUE(Contains(testing::ReadFile(out), "Hardware watchpoint 1: sink")) << testing::ReadFile(out);
+  // The four rotate through three registers: each runs about 3/4 of the
+  // time from now on.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const std::vector<double> during = ratios();
+  ASSERT_EQ(during.size(), 4u);
+  for (double x : during) {
+    EXPECT_LT(x, 0.95);
+    EXPECT_GT(x, 0.3);
+  }
+  ::kill(-gdb, SIGKILL);
+  int st;
+  ::waitpid(gdb, &st, 0);
+  EXPECT_TRUE(WaitFor([&] { return Sessions() == 1; }, 5000));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const DrHolders h = Holders(socket(), pid);
+        return h.gdb_on == 0 && h.flexible_on == 4;
+      },
+      5000));
+  EXPECT_TRUE(WaitFor([&] { return TracerOf(pid) == 0; }, 5000));
+  EXPECT_TRUE(Alive(pid));
+}
+
+// Four pinned breakpoints hold every register: GDB's `hbreak` is refused
+// with the holders named (GDB prints the text of a Z1 error), and so is
+// `watch` (GDB shows only that it failed; pfmctl gdbserver says why on its
+// stderr). Nothing is left half-inserted.
+TEST_F(GdbE2e, FourPinnedHoldersAreNamed) {
+  const pid_t pid = StartLooping(Prog());
+  const boost::json::value created =
+      PfmctlJson(socket(), {"--json", "session", "create", "--pid", std::to_string(pid),
+                            "--pinned", "--breakpoint", "leaf", "--breakpoint", "middle",
+                            "--breakpoint", "top", "--breakpoint", "main"});
+  const std::string id = std::to_string(testing::Num(created.at("id")));
+  const std::string held = "debug registers: 4 of 4 held on task " + std::to_string(pid) +
+                           " by session " + id + " (";
+  for (const std::string cmd : {"hbreak leaf", "watch sink"}) {
+    SCOPED_TRACE(cmd);
+    const std::string script = Script("pinned.gdb", cmd + "\ncontinue\n");
+    const testing::Result r = Gdb(Prog(), Target("--pid " + std::to_string(pid)), script);
+    const std::string all = r.out + r.err;
+    if (cmd[0] == 'h') {
+      EXPECT_TRUE(Contains(all, "Remote failure reply: " + held)) << all;
+    } else {
+      EXPECT_TRUE(Contains(all, "Could not insert hardware watchpoint 1")) << all;
+      EXPECT_TRUE(Contains(all, "pfmctl gdbserver: hardware watchpoint at 0x")) << all;
+    }
+    EXPECT_TRUE(Contains(all, held)) << all;
+    // GDB quits (the script aborted): it detaches, the profiler's session
+    // is the only one left, its 4 still pinned.
+    EXPECT_TRUE(WaitFor([&] { return Sessions() == 1 && TracerOf(pid) == 0; }, 5000));
+    const boost::json::value r2 = PfmctlJson(socket(), {"--json", "resources"});
+    EXPECT_TRUE(Contains(boost::json::serialize(r2), "(gdb") == false)
+        << boost::json::serialize(r2);
+  }
+  EXPECT_TRUE(Alive(pid));
 }
 
 // Garbage, bad checksums, oversized and malformed packets get error

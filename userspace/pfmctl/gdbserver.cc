@@ -92,6 +92,8 @@ class Stub {
   // Sessions the stub made for btrace end with it (the connection does that
   // too; this keeps pfmd's view exact while the command runs on).
   void EndBtraceSessions();
+  // The debugger session: hardware points are its pinned requests.
+  void set_session(uint64_t id) { session_ = id; }
   void SetConnection(int in, int out) {
     in_ = in;
     out_ = out;
@@ -123,6 +125,9 @@ class Stub {
   std::string HandleVCont(const Request& r);
   std::string HandleXfer(const Request& r);
   std::string HandleBtrace(const Request& r);
+  // Z1/Z2/Z4 and z: a debug register, admitted by pfmd's arbiter as a
+  // pinned request of the session, then armed by the tracer.
+  std::string HandleHwPoint(const Request& r);
   std::string BtraceRead(pid_t tid, gdbstub::BtraceRead how, bool* error);
   // Waits (bounded) for the process's end after a kill.
   void AwaitExit();
@@ -137,6 +142,8 @@ class Stub {
   gdbstub::PacketReader reader_;
   bool ack_ = true;
   bool swbreak_ = false;
+  bool hwbreak_ = false;
+  uint64_t session_ = 0;
   std::string last_sent_;
   pid_t g_thread_ = 0, c_thread_ = 0;
   bool running_ = false;
@@ -170,18 +177,55 @@ void Stub::Send(std::string_view payload) {
   }
 }
 
+std::string Stub::HandleHwPoint(const Request& r) {
+  const bool insert = r.kind == Request::kInsertBreak;
+  const int kind = r.break_type;
+  if (kind != kDebugHwExec && r.break_kind > 8) return "E.pfm.a watchpoint is at most 8 bytes";
+  const uint32_t len = kind == kDebugHwExec ? 1 : static_cast<uint32_t>(r.break_kind);
+  const char* access = kind == kDebugHwExec ? "x" : kind == kDebugHwWrite ? "w" : "rw";
+  const char* what = kind == kDebugHwExec ? "hardware breakpoint" : "hardware watchpoint";
+  const boost::json::object req{{"id", session_}, {"insert", insert}, {"access", access},
+                                {"addr", r.addr}, {"len", len}};
+  boost::json::object remove = req;
+  remove["insert"] = false;
+  // GDB prints the text after the second '.' of a Z1 error ("Remote
+  // failure reply: ..."); for watchpoints it says only that it could not
+  // insert one, so the reason goes to our stderr (GDB's terminal) too.
+  auto refuse = [&](const std::string& why) {
+    *err_ << "pfmctl gdbserver: " << what << " at 0x" << Hex8(r.addr) << ": " << why << "\n";
+    return absl::StrCat("E.pfm.", why);
+  };
+  if (!insert) {
+    std::string why;
+    ch_->HwPoint(kind, r.addr, len, false, &why);
+    (void)pfmd_->Call("session_breakpoint", remove);
+    return "OK";
+  }
+  absl::StatusOr<Client::Reply> a = pfmd_->Call("session_breakpoint", req);
+  if (!a.ok()) return refuse(std::string(a.status().message()));
+  std::string why;
+  if (const int rc = ch_->HwPoint(kind, r.addr, len, true, &why); rc < 0) {
+    (void)pfmd_->Call("session_breakpoint", remove);
+    return refuse(why.empty() ? std::strerror(-rc) : why);
+  }
+  return "OK";
+}
+
 std::string Stub::StopReply(const DebugStopEvent& e) const {
   if (e.kind == DebugStopEvent::kExited) return absl::StrFormat("W%02x", e.exit_code & 0xff);
   if (e.kind == DebugStopEvent::kKilled) return absl::StrFormat("X%02x", ToGdbSignal(e.signo));
   std::string r = absl::StrFormat("T%02xthread:%s;", ToGdbSignal(e.signo), Hex8(e.tid));
   if (e.swbreak && swbreak_) r += "swbreak:;";
+  if (e.hw_kind == kDebugHwWrite) r += absl::StrCat("watch:", Hex8(e.hw_addr), ";");
+  if (e.hw_kind == kDebugHwAccess) r += absl::StrCat("awatch:", Hex8(e.hw_addr), ";");
+  if (e.hw_kind == kDebugHwExec && hwbreak_) r += "hwbreak:;";
   return r;
 }
 
 void Stub::OnStop(const DebugStopEvent& e) {
   if (trace_)
     *err_ << "gdbserver: stop kind " << e.kind << " tid " << e.tid << " sig " << e.signo
-          << (e.swbreak ? " swbreak" : "") << (running_ ? "" : " (not running)") << "\n";
+          << (e.swbreak ? " swbreak" : "") << " hw " << e.hw_kind << (running_ ? "" : " (not running)") << "\n";
   last_stop_ = e;
   if (e.kind != DebugStopEvent::kStopped) {
     exited_ = true;
@@ -468,12 +512,14 @@ void Stub::Handle(const std::string& payload) {
     case Request::kSupported: {
       for (const std::string& f : r.features)
         if (f == "swbreak+") swbreak_ = true;
+        else if (f == "hwbreak+") hwbreak_ = true;
       std::string s = absl::StrFormat(
           "PacketSize=%x;QStartNoAckMode+;qXfer:auxv:read+;vContSupported+;"
           "Qbtrace:bts+;Qbtrace:off+;Qbtrace-conf:bts:size+;qXfer:btrace:read+;"
           "qXfer:btrace-conf:read+",
           kPacketSize);
       if (swbreak_) s += ";swbreak+";
+      if (hwbreak_) s += ";hwbreak+";
       Send(s);
       return;
     }
@@ -587,10 +633,15 @@ void Stub::Handle(const std::string& payload) {
       return;
     case Request::kInsertBreak:
     case Request::kRemoveBreak: {
-      // Software (0) and hardware execute (1) breakpoints: the stepping
-      // tracer compares every next RIP with them (docs/gdb.md); data
-      // watchpoints are not offered (GDB falls back to its own).
-      if (r.break_type > 1) {
+      // Software breakpoints (0): the stepping tracer compares every next
+      // RIP with them. Hardware ones (1, 2, 4) take a debug register
+      // through pfmd's arbiter. x86 cannot watch reads only (3): GDB then
+      // emulates `rwatch` with an access watchpoint, as with gdbserver.
+      if (r.break_type == 1 || r.break_type == 2 || r.break_type == 4) {
+        Send(HandleHwPoint(r));
+        return;
+      }
+      if (r.break_type != 0) {
         Send("");
         return;
       }
@@ -810,6 +861,7 @@ absl::StatusOr<int> GdbserverCommand(const CliContext& ctx, const CommandArgs& a
   }
   UniqueFd conn;
   Stub stub(&*c, &ch, pid, !run, 0, 1, ctx.err);
+  stub.set_session(id);
   if (absl::Status s = stub.WaitFirstStop(); !s.ok()) {
     if (run) {
       ::kill(pid, SIGKILL);

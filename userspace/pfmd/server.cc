@@ -670,6 +670,18 @@ int RunPfmd(const PfmdConfig& config, int ready_fd) {
     });
   });
 
+  // The host's flexible breakpoints rotate every mux interval while a task
+  // has more than its free debug registers; otherwise a slow check.
+  asio::steady_timer tick_timer(io);
+  std::function<void()> arm_tick = [&] {
+    tick_timer.expires_after(service.Tick() ? std::chrono::milliseconds(4)
+                                            : std::chrono::milliseconds(100));
+    tick_timer.async_wait([&](boost::system::error_code ec) {
+      if (!ec) arm_tick();
+    });
+  };
+  arm_tick();
+
   // The embedded daemon leaves when nobody has used it for a while.
   asio::steady_timer idle_timer(io);
   int idle_s = 0;

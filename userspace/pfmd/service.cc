@@ -163,6 +163,7 @@ Service::Service(PfmdConfig config, MachineInfo machine, AuthPolicy auth,
   handlers_["session_kill"] = &Service::SessionKill;
   handlers_["session_ring"] = &Service::SessionRing;
   handlers_["session_debug"] = &Service::SessionDebug;
+  handlers_["session_breakpoint"] = &Service::SessionBreakpoint;
   handlers_["resources"] = &Service::Resources;
   handlers_["sim"] = &Service::Sim;
 }
@@ -309,6 +310,40 @@ ServiceReply Service::SessionDebug(ConnectionId, const Peer& peer, const json::o
   r.fds.push_back(std::move(*fd));
   return r;
 }
+
+// {id, insert, access: "x"|"w"|"rw", addr, len}: a debugger's hardware
+// point (SessionManager::DebugBreakpoint).
+ServiceReply Service::SessionBreakpoint(ConnectionId, const Peer& peer,
+                                        const json::object& req) {
+  absl::StatusOr<SessionId> id = IdOf(req);
+  if (!id.ok()) return Error(id.status());
+  const json::value* insert = req.if_contains("insert");
+  const json::value* access = req.if_contains("access");
+  const json::value* addr = req.if_contains("addr");
+  const json::value* len = req.if_contains("len");
+  // JSON numbers parse as int64 when they fit.
+  auto unsigned_number = [](const json::value* v) {
+    return v != nullptr && (v->is_uint64() || (v->is_int64() && v->as_int64() >= 0));
+  };
+  auto as_u64 = [](const json::value* v) {
+    return v->is_uint64() ? v->as_uint64() : static_cast<uint64_t>(v->as_int64());
+  };
+  if (insert == nullptr || !insert->is_bool() || access == nullptr || !access->is_string() ||
+      !unsigned_number(addr) || !unsigned_number(len))
+    return Error(absl::InvalidArgumentError(
+        "session_breakpoint needs \"insert\" (bool), \"access\" (x, w or rw), \"addr\" and "
+        "\"len\" (unsigned)"));
+  BreakpointSpec bp;
+  bp.addr = as_u64(addr);
+  bp.len = static_cast<uint32_t>(std::min<uint64_t>(as_u64(len), 1u << 30));
+  bp.access = std::string(access->as_string());
+  absl::StatusOr<RequestId> rid = sessions_.DebugBreakpoint(peer, *id, insert->as_bool(), bp);
+  if (!rid.ok()) return Error(rid.status());
+  return Ok(json::object{{"id", *id}, {"request", *rid}});
+}
+
+// The host's flexible breakpoints rotate (SessionManager::RotateBreakpoints).
+bool Service::Tick() { return sessions_.RotateBreakpoints(); }
 
 ServiceReply Service::Resources(ConnectionId, const Peer& peer, const json::object&) {
   const ResourcesInfo r = sessions_.Resources(peer);

@@ -41,6 +41,9 @@ class Service {
   void Disconnected(ConnectionId conn) { sessions_.Disconnected(conn); }
   // True when no session exists (for the embedded daemon's idle exit).
   bool Idle() const { return sessions_.Idle(); }
+  // Periodic work (the host's breakpoint rotation). True: call again after
+  // the mux interval; false: nothing is due until a request changes things.
+  bool Tick();
 
   const MachineInfo& machine() const { return sessions_.machine(); }
   const AuthPolicy& auth_policy() const { return auth_policy_; }
@@ -67,6 +70,7 @@ class Service {
   ServiceReply SessionKill(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply SessionRing(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply SessionDebug(ConnectionId, const Peer&, const boost::json::object&);
+  ServiceReply SessionBreakpoint(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply Resources(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply Sim(ConnectionId, const Peer&, const boost::json::object&);
 

@@ -233,6 +233,7 @@ absl::Status SessionManager::AdmitRequestsLocked(const Peer& peer,
     }
     s->reqs.push_back(std::move(q));
   }
+  int pinned_opened = 0;  // this session's pinned host breakpoints so far
   for (const BreakpointSpec& bp : spec.breakpoints) {
     pfm_pmu_req r = base;
     r.kind = PFM_REQ_BREAKPOINT;
@@ -248,8 +249,39 @@ absl::Status SessionManager::AdmitRequestsLocked(const Peer& peer,
     const std::string label = bp.ToString();
     const int id = kernel_->AddRequest(r, s->id, label.c_str(), now, &d);
     if (id < 0) return ErrnoToStatus(id, d);
-    Session::Req q{static_cast<RequestId>(id), label, 0, 0, true, pinned};
-    if (!sim_) {
+    Session::Req q;
+    q.id = static_cast<RequestId>(id);
+    q.label = label;
+    q.breakpoint = true;
+    q.pinned = pinned;
+    if (!sim_ && !pinned && spec.task()) {
+      // Flexible on a task: multiplexed by pfmd (host_breakpoints.cc). Its
+      // event is opened now to check it (the kernel's refusals are the
+      // client's errors), except that no free register only means waiting.
+      auto pe = std::make_unique<PerfEvent>();
+      q.muxed = true;
+      q.bp_addr = bp.addr;
+      q.bp_len = r.bp_kind == PFM_BP_X ? sizeof(long) : bp.len;
+      q.bp_type = r.bp_kind;
+      q.added_at = now;
+      const int err = RunWithCredentials(
+          creds,
+          [&] {
+            return OpenBreakpoint(perf_caps_, target, bp.addr, q.bp_len, q.bp_type, pe.get(),
+                                  &d);
+          },
+          &d);
+      if (err < 0 && err != -ENOSPC) {
+        kernel_->RemoveRequest(q.id, now);
+        return ErrnoToStatus(err, d);
+      }
+      q.on = err == 0;
+      q.on_since = now;
+      q.perf = static_cast<int>(s->perf.size());
+      s->perf.push_back(std::move(pe));
+    } else if (!sim_) {
+      // The flexible breakpoints of the task give up a register first.
+      if (spec.task()) RebalanceBreakpointsLocked(spec.pid, now, ++pinned_opened);
       // The host kernel holds the debug register (PERF_TYPE_BREAKPOINT); its
       // own refusal (ENOSPC) is passed on. bp_kind values are the kernel's
       // HW_BREAKPOINT_R/W/RW/X. An execute breakpoint is 1 byte in DR7 (the
@@ -376,9 +408,13 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
       return st;
     }
     s->host_bts = need_tracer;
+    s->creds = peer.TracerCredentials();
     ++next_session_;
     created = s->id;
     sessions_[created] = std::move(s);
+    // Its flexible breakpoints join the task's rotation.
+    if (!sim_ && spec.task() && !spec.breakpoints.empty())
+      RebalanceBreakpointsLocked(spec.pid, NowLocked(), 0);
   }
   // The soft-BTS tracer of the target (one per pid, shared by its
   // sessions), started without the kernel lock: it reports into the kernel.
@@ -415,8 +451,12 @@ void SessionManager::ReleaseLocked(Session& s) {
   const uint64_t now = NowLocked();
   for (const Session::Req& r : s.reqs)
     if (r.id) kernel_->RemoveRequest(r.id, now);
+  bool had_breakpoints = false;
+  for (const Session::Req& r : s.reqs) had_breakpoints |= r.breakpoint;
   s.reqs.clear();
   s.perf.clear();  // closes the host's perf events
+  // Its registers go to the task's flexible breakpoints.
+  if (had_breakpoints && s.spec.task()) RebalanceBreakpointsLocked(s.spec.pid, now, 0);
   if (s.debug_channel) {
     // The tracer's debugger is gone with its session: the helper ends
     // debug control (lets the process run, or kills what it launched).

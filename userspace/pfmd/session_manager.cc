@@ -198,7 +198,9 @@ SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
   auto reading = [&](const Session::Req& q, RequestInfo* out)
                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock()) {
     PmuArbiter::Reading& r = out->reading;
-    if (q.perf >= 0) {
+    if (q.muxed) {
+      MuxReadingLocked(s, static_cast<size_t>(&q - s.reqs.data()), now, &r);
+    } else if (q.perf >= 0) {
       // The host kernel's own count, with its enabled/running times.
       PerfCount pc;
       ErrorDetail d;
@@ -463,6 +465,26 @@ ResourcesInfo SessionManager::Resources(const Peer& peer) {
     o.mode = h.pinned ? "pinned" : "flexible";
     o.state = h.on_hw ? "on hw" : "waiting";
     if (h.ratio >= 0) o.ratio = h.ratio;
+    if (!sim_ && h.breakpoint) {
+      // The host's debug registers are the kernel's: a pinned breakpoint
+      // holds one while its event (or the tracer's) is open; a flexible
+      // one while pfmd's rotation has it open (host_breakpoints.cc).
+      auto it = sessions_.find(h.session);
+      if (it != sessions_.end()) {
+        const Session& s = *it->second;
+        for (size_t i = 0; i < s.reqs.size(); ++i) {
+          if (s.reqs[i].id != h.id) continue;
+          const bool on = !s.reqs[i].muxed || s.reqs[i].on;
+          o.slot = on ? "dr" : "-";
+          o.state = on ? "on hw" : "waiting";
+          if (s.reqs[i].muxed) {
+            PmuArbiter::Reading r;
+            MuxReadingLocked(s, i, now, &r);
+            if (r.counted) o.ratio = r.ratio;
+          }
+        }
+      }
+    }
     (h.cpu >= 0 ? by_cpu[h.cpu] : by_task[h.pid]).push_back(std::move(o));
   }
   // BTS / PEBS holders: the consumers of each context.

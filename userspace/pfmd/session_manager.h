@@ -227,6 +227,21 @@ class SessionManager {
   // pid at a time (FAILED_PRECONDITION naming the session that has it). The
   // channel ends with the session.
   absl::StatusOr<UniqueFd> Debug(const Peer& peer, SessionId id);
+  // A hardware breakpoint or watchpoint of a debugger (pfmctl gdbserver's
+  // Z1/Z2/Z4) on a session holding a debug channel: a pinned debug-register
+  // request of that session. Insert: the arbiter admits it (or refuses with
+  // RESOURCE_EXHAUSTED naming the holders when the pinned ones fill the
+  // registers) and the task's flexible breakpoints make room, so the tracer
+  // finds a register free when it arms it. Remove: the request goes and the
+  // flexible breakpoints get the register back; removing one that is not
+  // there is NOT_FOUND. Returns the request id.
+  absl::StatusOr<RequestId> DebugBreakpoint(const Peer& peer, SessionId id, bool insert,
+                                            const BreakpointSpec& bp);
+  // Host: rotates the flexible breakpoints of tasks whose breakpoints
+  // outnumber the debug registers pinned ones leave (host_breakpoints.cc).
+  // True while some task is oversubscribed: call again after the mux
+  // interval; false: nothing to rotate until a request changes.
+  bool RotateBreakpoints();
   StatusInfo Status();
   // Every session, request and charge, whoever owns them: for /metrics,
   // whose reader is trusted by where it listens (docs/pfmd.md, "Metrics").
@@ -274,6 +289,21 @@ class SessionManager {
   // Releases everything a session holds (consumer, requests, charges).
   // Never fails; safe on a half-built session.
   void ReleaseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // Host breakpoints of task `pid` (host_breakpoints.cc): the flexible ones
+  // take the debug registers the pinned ones leave, `extra_pinned` more
+  // being about to be opened; a window of them rotates when they do not
+  // all fit.
+  void RebalanceBreakpointsLocked(int32_t pid, uint64_t now, int extra_pinned)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // Request `i` of `s` (a multiplexed breakpoint) off or on its register.
+  void MuxOffLocked(Session& s, size_t i, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  bool MuxOnLocked(Session& s, size_t i, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // A multiplexed breakpoint's reading, timed by pfmd.
+  void MuxReadingLocked(const Session& s, size_t i, uint64_t now,
+                        PmuArbiter::Reading* r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   SessionInfo InfoLocked(const Session& s, bool detail) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   // This session's part of its uid's share of its pool (the accountant's
@@ -296,6 +326,9 @@ class SessionManager {
   PerfCaps perf_caps_;  // host: what /sys/bus/event_source/devices offers
   std::unique_ptr<SimRunner> sim_;         // --driver sim
   std::unique_ptr<HostTracers> tracers_;   // --driver host
+  // Host: per task with multiplexed breakpoints, where its rotating window
+  // starts.
+  std::map<int32_t, size_t> bp_rotation_ ABSL_GUARDED_BY(kernel_->lock());
 };
 
 }  // namespace pfm

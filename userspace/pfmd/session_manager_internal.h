@@ -55,6 +55,19 @@ struct SessionManager::Session {
     bool breakpoint = false;
     bool pinned = false;
     int perf = -1;  // host: index into `perf` (the kernel's counter)
+    // A debugger's hardware point (session_breakpoint): its debug register
+    // is held by the pid's tracer, not by a perf event of pfmd's.
+    bool tracer_held = false;
+    // Host, a flexible breakpoint on a task: multiplexed by pfmd
+    // (host_breakpoints.cc), which opens and closes its perf event.
+    bool muxed = false;
+    uint64_t bp_addr = 0;
+    uint32_t bp_len = 0;   // perf's (sizeof(long) for execute)
+    uint32_t bp_type = 0;  // HW_BREAKPOINT_*
+    bool on = false;       // its perf event is open (holds a register)
+    uint64_t added_at = 0, on_since = 0;
+    uint64_t run_ns = 0;   // time open, before on_since
+    uint64_t value = 0;    // hits counted by events since closed
   };
   SessionId id = 0;
   uid_t uid = 0;
@@ -72,6 +85,7 @@ struct SessionManager::Session {
   std::vector<Req> reqs;
   std::vector<std::unique_ptr<PerfEvent>> perf;  // host counters/breakpoints
   bool host_bts = false;                         // uses the pid's tracer
+  std::optional<Credentials> creds;  // host: perf events open as these
   bool debug_channel = false;  // handed out a debug channel to that tracer
   UniqueFd pidfd;
   // The traced process's end, as its tracer saw it (host); kept per

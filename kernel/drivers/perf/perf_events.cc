@@ -189,9 +189,11 @@ int OpenHardwareCounter(const PerfCaps& caps, PerfTarget target, uint32_t type,
   return OpenPerfEvent(attr, target, "hardware counter", out, d);
 }
 
-int OpenBreakpoint(const PerfCaps& caps, PerfTarget target, uint64_t addr,
-                   uint32_t len, uint32_t bp_type, PerfEvent* out,
-                   ErrorDetail* d) {
+namespace {
+
+// The attr of a PERF_TYPE_BREAKPOINT event, validated (see OpenBreakpoint).
+int BreakpointAttr(const PerfCaps& caps, uint64_t addr, uint32_t len,
+                   uint32_t bp_type, perf_event_attr* attr, ErrorDetail* d) {
   if (!caps.breakpoint)
     return SetError(d, -EOPNOTSUPP,
                     "hardware breakpoints not supported on this machine (no "
@@ -214,16 +216,26 @@ int OpenBreakpoint(const PerfCaps& caps, PerfTarget target, uint64_t addr,
   if (bp_type != HW_BREAKPOINT_X && addr % len != 0)
     return SetError(d, -EINVAL, "breakpoint address 0x%llx is not %u-aligned",
                     (unsigned long long)addr, len);
+  std::memset(attr, 0, sizeof(*attr));
+  attr->type = PERF_TYPE_BREAKPOINT;
+  attr->bp_type = bp_type;
+  attr->bp_addr = addr;
+  attr->bp_len = len;
+  attr->sample_period = 1;
+  attr->pinned = 1;
+  attr->exclude_kernel = 1;
+  attr->exclude_hv = 1;
+  return 0;
+}
+
+}  // namespace
+
+int OpenBreakpoint(const PerfCaps& caps, PerfTarget target, uint64_t addr,
+                   uint32_t len, uint32_t bp_type, PerfEvent* out,
+                   ErrorDetail* d) {
   perf_event_attr attr;
-  std::memset(&attr, 0, sizeof(attr));
-  attr.type = PERF_TYPE_BREAKPOINT;
-  attr.bp_type = bp_type;
-  attr.bp_addr = addr;
-  attr.bp_len = len;
-  attr.sample_period = 1;
-  attr.pinned = 1;
-  attr.exclude_kernel = 1;
-  attr.exclude_hv = 1;
+  if (const int rc = BreakpointAttr(caps, addr, len, bp_type, &attr, d); rc < 0)
+    return rc;
   return OpenPerfEvent(attr, target, "breakpoint", out, d);
 }
 
@@ -336,6 +348,18 @@ int PerfSampler::OpenBts(const PerfCaps& caps, PerfTarget target, bool user,
   attr.use_clockid = 1;
   attr.clockid = CLOCK_MONOTONIC;
   return Open(attr, target, "BTS sampler", data_pages, out, d);
+}
+
+int PerfSampler::OpenBreakpointSampler(const PerfCaps& caps, PerfTarget target,
+                                       uint64_t addr, uint32_t len,
+                                       uint32_t bp_type, uint32_t data_pages,
+                                       std::unique_ptr<PerfSampler>* out,
+                                       ErrorDetail* d) {
+  perf_event_attr attr;
+  if (const int rc = BreakpointAttr(caps, addr, len, bp_type, &attr, d); rc < 0)
+    return rc;
+  attr.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_ADDR;
+  return Open(attr, target, "breakpoint sampler", data_pages, out, d);
 }
 
 }  // namespace pfm

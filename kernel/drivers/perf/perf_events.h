@@ -139,10 +139,22 @@ class PerfSampler {
                      bool kernel, uint32_t data_pages,
                      std::unique_ptr<PerfSampler>* out, ErrorDetail* d);
 
+  // A breakpoint (as OpenBreakpoint) that samples every hit with IP|ADDR:
+  // the kernel writes the sample in its debug exception handler, so a
+  // tracer that stops the task after each instruction sees the hit in
+  // pending() at that stop without a syscall.
+  static int OpenBreakpointSampler(const PerfCaps& caps, PerfTarget target,
+                                   uint64_t addr, uint32_t len,
+                                   uint32_t bp_type, uint32_t data_pages,
+                                   std::unique_ptr<PerfSampler>* out,
+                                   ErrorDetail* d);
+
   // Delivers every record in the ring (see PerfRingReader::Read).
   int Read(const std::function<void(const PerfRecord&)>& fn, ErrorDetail* d) {
     return reader_.Read(fn, d);
   }
+  // Bytes the kernel has written and Read has not consumed (a load).
+  uint64_t pending() const { return reader_.pending(); }
   PerfEvent& event() { return event_; }
   uint64_t sample_type() const { return sample_type_; }
 

@@ -58,6 +58,8 @@ int Dispatch(uint32_t type, const std::string& p, SoftBtsTracer* t, pid_t pid,
         w.signo = e.signo;
         w.exit_code = e.exit_code;
         w.swbreak = e.swbreak ? 1 : 0;
+        w.hw_kind = static_cast<uint8_t>(e.hw_kind);
+        w.hw_addr = e.hw_addr;
         const std::string f = Frame(kStop, &w, sizeof(w));
         std::lock_guard<std::mutex> lk(*send_mu);
         WriteAll(fd, f.data(), f.size(), true);
@@ -115,6 +117,15 @@ int Dispatch(uint32_t type, const std::string& p, SoftBtsTracer* t, pid_t pid,
       uint8_t insert;
       if (!Take(p, &at, &addr) || !Take(p, &at, &insert)) return -EINVAL;
       return t->DebugBreakpoint(addr, insert != 0);
+    }
+    case kHwPoint: {
+      uint64_t addr;
+      uint32_t len;
+      uint8_t kind, insert;
+      if (!Take(p, &at, &addr) || !Take(p, &at, &len) || !Take(p, &at, &kind) ||
+          !Take(p, &at, &insert))
+        return -EINVAL;
+      return t->DebugHwPoint(kind, addr, len, insert != 0, out);
     }
     case kThreads: {
       std::vector<pid_t> tids;
@@ -184,6 +195,8 @@ void Client::QueueStop(uint32_t type, const std::string& p) {
   e.signo = w.signo;
   e.exit_code = w.exit_code;
   e.swbreak = w.swbreak != 0;
+  e.hw_kind = w.hw_kind;
+  e.hw_addr = w.hw_addr;
   stops_.push_back(e);
 }
 
@@ -301,6 +314,17 @@ int Client::Breakpoint(uint64_t addr, bool insert) {
   Put(&p, addr);
   Put(&p, static_cast<uint8_t>(insert));
   return Call(kBreak, p, nullptr);
+}
+int Client::HwPoint(int kind, uint64_t addr, uint32_t len, bool insert,
+                    std::string* err) {
+  std::string p, r;
+  Put(&p, addr);
+  Put(&p, len);
+  Put(&p, static_cast<uint8_t>(kind));
+  Put(&p, static_cast<uint8_t>(insert));
+  const int rc = Call(kHwPoint, p, &r);
+  if (rc < 0 && err != nullptr) *err = r;
+  return rc;
 }
 int Client::Threads(std::vector<pid_t>* out) {
   std::string r;

@@ -43,6 +43,8 @@ enum Type : uint32_t {
   kKill = 10,      // (empty)
   kDetach = 11,    // (empty): debug control ends, the process runs on
   kAuxv = 12,      // -> /proc/PID/auxv
+  kHwPoint = 13,   // u64 addr, u32 len, u8 kind (kDebugHw*), u8 insert
+                   // -> on failure, why (text)
   // tracer -> client
   kReply = 100,    // i32 rc (0 or -errno), payload
   kStop = 101,     // WireStop
@@ -54,7 +56,9 @@ struct WireStop {
   int32_t signo;
   int32_t exit_code;
   uint8_t swbreak;
-  uint8_t pad[3];
+  uint8_t hw_kind;  // DebugStopEvent::hw_kind
+  uint8_t pad[2];
+  uint64_t hw_addr;
 };
 
 inline constexpr uint32_t kMaxMemBytes = 1u << 16;
@@ -88,6 +92,8 @@ class Client {
   int ReadMemory(uint64_t addr, uint32_t len, std::string* out);
   int WriteMemory(uint64_t addr, const std::string& bytes);
   int Breakpoint(uint64_t addr, bool insert);
+  // DebugHwPoint; `err` gets the tracer's reason when it fails.
+  int HwPoint(int kind, uint64_t addr, uint32_t len, bool insert, std::string* err);
   int Threads(std::vector<pid_t>* out);
   int Kill();
   int Detach();

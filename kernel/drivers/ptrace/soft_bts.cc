@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/hw_breakpoint.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/ptrace.h>
@@ -247,11 +248,15 @@ class SoftBtsRun {
     // Debug control (root process only): held stopped for the debugger;
     // to stop after its next step; an event that came while the process
     // was being stopped, to report at the next resume.
+    // The debugger's hardware points on this thread, [i] for dbg_.hw[i].
+    std::vector<std::unique_ptr<PerfSampler>> hw;
     bool dbg_stopped = false;
     bool dbg_step = false;
     bool dbg_pending = false;
     int dbg_pending_sig = 0;
     bool dbg_pending_swbreak = false;
+    int dbg_pending_hw_kind = 0;
+    uint64_t dbg_pending_hw_addr = 0;
   };
   // Why a task stopped, for the debugger (DebugOnStop).
   enum class StopCause { kStep, kSignal, kInterrupt, kExec, kOther };
@@ -263,6 +268,13 @@ class SoftBtsRun {
     DebugEventFn events;
     DebugStopEvent report;  // what `stopping` will report
     std::set<uint64_t> breakpoints;
+    struct HwPoint {
+      int kind;
+      uint64_t addr;
+      uint32_t len;
+    };
+    std::vector<HwPoint> hw;  // DebugHwPoint
+    std::multiset<uint64_t> hw_exec;  // addresses of the kDebugHwExec ones
   };
   // A preemption this soon after a resume is the tracer's own doing: the
   // woken tracee is switched out again until the tracer, still on the CPU,
@@ -421,6 +433,12 @@ class SoftBtsRun {
   int DebugReadMemory(uint64_t addr, size_t len, std::string* out);
   int DebugWriteMemory(uint64_t addr, const std::string& bytes);
   int DebugBreakpoint(uint64_t addr, bool insert);
+  int DebugHwPoint(int kind, uint64_t addr, uint32_t len, bool insert, std::string* err);
+  // Opens dbg_.hw[i] on `t`; false with `err` when the kernel refuses.
+  bool DebugArmHw(Task* t, size_t i, std::string* err);
+  // The watchpoint that `t`'s last instruction hit (index into dbg_.hw),
+  // or -1; consumes the samples.
+  int DebugHwHit(Task* t);
   int DebugThreads(std::vector<pid_t>* out);
   int DebugKill();
   int DebugDisable(bool kill);
@@ -431,7 +449,8 @@ class SoftBtsRun {
   // stopped (true: do not resume it).
   bool DebugOnStop(Task* t, StopCause cause, int sig);
   void DebugHold(Task* t);
-  void DebugStopAll(Task* reporter, int sig, bool swbreak);
+  void DebugStopAll(Task* reporter, int sig, bool swbreak, int hw_kind = 0,
+                    uint64_t hw_addr = 0);
   // Reports the stop once every thread of the root process is held.
   void DebugMaybeReport();
   void DebugRelease(Task* t, int sig);
@@ -444,6 +463,8 @@ class SoftBtsRun {
   }
 
   DebugState dbg_;
+  PerfCaps perf_caps_;  // probed at the first hardware point
+  bool perf_caps_probed_ = false;
 
   SoftBtsTracer* t_;
   const pid_t root_;
@@ -913,6 +934,12 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
   t->status = st;
   ReadSwitches(t);
   if (first) {  // its attach stop
+    if (dbg_.active && t->id.pid == root_) {
+      // A thread created under the debugger gets its hardware points (a
+      // thread the kernel has no free register for goes without).
+      std::string err;
+      for (size_t i = 0; i < dbg_.hw.size(); ++i) DebugArmHw(t, i, &err);
+    }
     if (DebugOnStop(t, StopCause::kOther, 0)) return;
     Resume(t);
     return;
@@ -1237,13 +1264,16 @@ void SoftBtsRun::DebugHold(Task* t) {
   ReportSwitch(t, t->cpu, now, false, false);
 }
 
-void SoftBtsRun::DebugStopAll(Task* reporter, int sig, bool swbreak) {
+void SoftBtsRun::DebugStopAll(Task* reporter, int sig, bool swbreak, int hw_kind,
+                              uint64_t hw_addr) {
   dbg_.stopping = true;
   dbg_.report = DebugStopEvent();
   dbg_.report.kind = DebugStopEvent::kStopped;
   dbg_.report.tid = reporter != nullptr ? reporter->id.tid : root_;
   dbg_.report.signo = sig;
   dbg_.report.swbreak = swbreak;
+  dbg_.report.hw_kind = hw_kind;
+  dbg_.report.hw_addr = hw_addr;
   for (auto& [tid, o] : tasks_) {
     Task* t = o.get();
     if (t->id.pid != root_ || t->state == Task::kDetach) continue;
@@ -1259,15 +1289,30 @@ bool SoftBtsRun::DebugOnStop(Task* t, StopCause cause, int sig) {
   if (!dbg_.active || t->id.pid != root_) return false;
   bool event = false, swbreak = false;
   int esig = SIGTRAP;
+  int hw_kind = 0;
+  uint64_t hw_addr = 0;
   switch (cause) {
-    case StopCause::kStep:
-      if (t->dbg_step) {
+    case StopCause::kStep: {
+      // A watchpoint hit by the instruction just stepped; then a step that
+      // was asked for; then a breakpoint at the next instruction.
+      const int hit = t->hw.empty() ? -1 : DebugHwHit(t);
+      if (hit >= 0) {
+        event = true;
+        hw_kind = dbg_.hw[static_cast<size_t>(hit)].kind;
+        hw_addr = dbg_.hw[static_cast<size_t>(hit)].addr;
+        t->dbg_step = false;
+      } else if (t->dbg_step) {
         event = true;
         t->dbg_step = false;
       } else if (t->have_prev && dbg_.breakpoints.count(t->prev_rip)) {
         event = swbreak = true;
+      } else if (t->have_prev && dbg_.hw_exec.count(t->prev_rip)) {
+        event = true;
+        hw_kind = kDebugHwExec;
+        hw_addr = t->prev_rip;
       }
       break;
+    }
     case StopCause::kSignal:
       event = true;
       esig = sig;
@@ -1282,11 +1327,13 @@ bool SoftBtsRun::DebugOnStop(Task* t, StopCause cause, int sig) {
   }
   if (event) {
     if (!dbg_.stopping && !dbg_.stopped) {
-      DebugStopAll(t, esig, swbreak);
+      DebugStopAll(t, esig, swbreak, hw_kind, hw_addr);
     } else if (!t->dbg_pending) {
       t->dbg_pending = true;
       t->dbg_pending_sig = esig;
       t->dbg_pending_swbreak = swbreak;
+      t->dbg_pending_hw_kind = hw_kind;
+      t->dbg_pending_hw_addr = hw_addr;
     }
   }
   if (!dbg_.stopping && !dbg_.stopped) return false;
@@ -1366,7 +1413,10 @@ int SoftBtsRun::DebugResume(const DebugResumeSpec& spec) {
     e.tid = t->id.tid;
     e.signo = t->dbg_pending_sig;
     e.swbreak = t->dbg_pending_swbreak;
+    e.hw_kind = t->dbg_pending_hw_kind;
+    e.hw_addr = t->dbg_pending_hw_addr;
     if (e.swbreak && !dbg_.breakpoints.count(t->prev_rip)) continue;  // removed since
+    if (e.hw_kind == kDebugHwExec && !dbg_.hw_exec.count(t->prev_rip)) continue;
     if (dbg_.events) dbg_.events(e);
     return 0;
   }
@@ -1458,6 +1508,89 @@ int SoftBtsRun::DebugBreakpoint(uint64_t addr, bool insert) {
   return 0;
 }
 
+bool SoftBtsRun::DebugArmHw(Task* t, size_t i, std::string* err) {
+  if (t->hw.size() < dbg_.hw.size()) t->hw.resize(dbg_.hw.size());
+  const DebugState::HwPoint& p = dbg_.hw[i];
+  // perf's bp_type for GDB's kinds; an execute breakpoint's bp_len is
+  // sizeof(long) in perf's ABI (one byte in DR7).
+  const uint32_t type = p.kind == kDebugHwExec    ? HW_BREAKPOINT_X
+                        : p.kind == kDebugHwWrite ? HW_BREAKPOINT_W
+                                                  : HW_BREAKPOINT_RW;
+  const uint32_t len = p.kind == kDebugHwExec ? sizeof(long) : p.len;
+  if (!perf_caps_probed_) {
+    ErrorDetail d;
+    ProbePerfCaps(kPerfDevicesDir, &perf_caps_, &d);
+    perf_caps_probed_ = true;
+  }
+  ErrorDetail d;
+  const int rc = PerfSampler::OpenBreakpointSampler(
+      perf_caps_, PerfTarget::Task(t->id.tid), p.addr, len, type, 1, &t->hw[i], &d);
+  if (rc == 0) return true;
+  t->hw[i].reset();
+  *err = "thread " + std::to_string(t->id.tid) + ": " + d.message;
+  return false;
+}
+
+int SoftBtsRun::DebugHwHit(Task* t) {
+  int hit = -1;
+  for (size_t i = 0; i < t->hw.size() && i < dbg_.hw.size(); ++i) {
+    PerfSampler* s = t->hw[i].get();
+    if (s == nullptr || s->pending() == 0) continue;
+    ErrorDetail d;
+    s->Read([](const PerfRecord&) {}, &d);  // the hit is all we need
+    if (hit < 0 && dbg_.hw[i].kind != kDebugHwExec) hit = static_cast<int>(i);
+  }
+  return hit;
+}
+
+int SoftBtsRun::DebugHwPoint(int kind, uint64_t addr, uint32_t len, bool insert,
+                             std::string* err) {
+  if (!dbg_.active) return -EINVAL;
+  if (kind != kDebugHwExec && kind != kDebugHwWrite && kind != kDebugHwAccess) {
+    *err = "hardware point kind must be 1 (execute), 2 (write) or 4 (access)";
+    return -EINVAL;
+  }
+  if (kind == kDebugHwExec) len = 1;
+  auto same = [&](const DebugState::HwPoint& p) {
+    return p.kind == kind && p.addr == addr && p.len == len;
+  };
+  if (!insert) {
+    for (size_t i = 0; i < dbg_.hw.size(); ++i) {
+      if (!same(dbg_.hw[i])) continue;
+      for (auto& [tid, t] : tasks_)
+        if (i < t->hw.size()) t->hw.erase(t->hw.begin() + static_cast<ptrdiff_t>(i));
+      if (kind == kDebugHwExec) dbg_.hw_exec.erase(dbg_.hw_exec.find(addr));
+      dbg_.hw.erase(dbg_.hw.begin() + static_cast<ptrdiff_t>(i));
+      return 0;
+    }
+    return 0;
+  }
+  if (kind != kDebugHwExec && ((len != 1 && len != 2 && len != 4 && len != 8) || addr % len)) {
+    *err = "a watchpoint is 1, 2, 4 or 8 bytes, aligned to its length";
+    return -EINVAL;
+  }
+  if (dbg_.hw.size() >= 32) {  // x86 has 4; the kernel refuses long before
+    *err = "too many hardware points";
+    return -ENOSPC;
+  }
+  dbg_.hw.push_back({kind, addr, len});
+  const size_t i = dbg_.hw.size() - 1;
+  std::vector<Task*> armed;
+  for (auto& [tid, o] : tasks_) {
+    Task* t = o.get();
+    if (t->id.pid != root_ || t->state == Task::kDetach || t->state == Task::kNew) continue;
+    if (!DebugArmHw(t, i, err)) {
+      // All or nothing: the threads armed so far give their register back.
+      for (auto& [otid, u] : tasks_)
+        if (i < u->hw.size()) u->hw.resize(i);
+      dbg_.hw.pop_back();
+      return -ENOSPC;
+    }
+  }
+  if (kind == kDebugHwExec) dbg_.hw_exec.insert(addr);
+  return 0;
+}
+
 int SoftBtsRun::DebugThreads(std::vector<pid_t>* out) {
   out->clear();
   if (Find(root_) != nullptr) out->push_back(root_);
@@ -1476,6 +1609,7 @@ int SoftBtsRun::DebugDisable(bool kill_it) {
   dbg_.active = false;
   dbg_.events = nullptr;
   dbg_.breakpoints.clear();
+  for (auto& [tid, t] : tasks_) t->hw.clear();  // the debug registers go back
   if (kill_it && Find(root_) != nullptr) kill(root_, SIGKILL);
   std::vector<Task*> held;
   for (auto& [tid, t] : tasks_)
@@ -1534,6 +1668,11 @@ int SoftBtsTracer::DebugWriteMemory(uint64_t addr, const std::string& bytes) {
 }
 int SoftBtsTracer::DebugBreakpoint(uint64_t addr, bool insert) {
   return RunOnTracer([&](SoftBtsRun* r) { return r->DebugBreakpoint(addr, insert); });
+}
+int SoftBtsTracer::DebugHwPoint(int kind, uint64_t addr, uint32_t len, bool insert,
+                                std::string* err) {
+  return RunOnTracer(
+      [&](SoftBtsRun* r) { return r->DebugHwPoint(kind, addr, len, insert, err); });
 }
 int SoftBtsTracer::DebugThreads(std::vector<pid_t>* out) {
   return RunOnTracer([&](SoftBtsRun* r) { return r->DebugThreads(out); });

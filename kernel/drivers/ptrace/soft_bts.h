@@ -133,7 +133,15 @@ struct DebugStopEvent {
                         // or the signal it received; kKilled: the signal
   int exit_code = 0;    // kExited
   bool swbreak = false;  // kStopped at a breakpoint address (not executed)
+  // kStopped by a hardware breakpoint or watchpoint (DebugHwPoint): its
+  // kind (kDebugHwExec/Write/Access) and address; 0 for none.
+  int hw_kind = 0;
+  uint64_t hw_addr = 0;
 };
+// DebugHwPoint kinds: GDB's Z1, Z2 and Z4 numbering.
+inline constexpr int kDebugHwExec = 1;
+inline constexpr int kDebugHwWrite = 2;
+inline constexpr int kDebugHwAccess = 4;
 using DebugEventFn = std::function<void(const DebugStopEvent&)>;
 
 // Per-thread resume actions (GDB's vCont): `step` threads run one
@@ -239,6 +247,20 @@ class SoftBtsTracer {
   int DebugReadMemory(uint64_t addr, size_t len, std::string* out);
   int DebugWriteMemory(uint64_t addr, const std::string& bytes);
   int DebugBreakpoint(uint64_t addr, bool insert);
+  // A hardware breakpoint (kDebugHwExec, len 1) or watchpoint (Write,
+  // Access; len 1, 2, 4 or 8, aligned) in a debug register of every thread
+  // of the root process: a perf breakpoint event per thread, opened by the
+  // tracer (threads created later get theirs at their first stop). A
+  // watchpoint's hit is the sample the kernel writes into the event's ring
+  // in its debug exception handler, seen at the step stop after the
+  // instruction that hit it. An execute breakpoint's hit is reported
+  // before the instruction runs, at the step that reaches it (the debug
+  // register's own hit would come one instruction late under
+  // single-stepping); its register is held all the same, so the machine's
+  // accounting of debug registers is true. -ENOSPC when the kernel has no
+  // free debug register for a thread (nothing is left half-inserted), with
+  // `err` saying why; removing what was never inserted is 0.
+  int DebugHwPoint(int kind, uint64_t addr, uint32_t len, bool insert, std::string* err);
   // The root process's threads (tids), main thread first.
   int DebugThreads(std::vector<pid_t>* out);
   // SIGKILL to the root process; its end is reported as an event.
