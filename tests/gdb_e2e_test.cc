@@ -38,6 +38,7 @@ std::string RealPath(const std::string& p) {
 
 std::string Prog() { return RealPath(testing::Runfile("tests/gdb_prog")); }
 std::string PieProg() { return RealPath(testing::Runfile("tests/gdb_prog_pie")); }
+std::string ThreadsProg() { return RealPath(testing::Runfile("tests/gdb_threads")); }
 
 // The TracerPid of a live process (-1 when it is gone).
 int TracerOf(pid_t pid) {
@@ -548,6 +549,41 @@ TEST_F(GdbE2e, FourPinnedHoldersAreNamed) {
         << boost::json::serialize(r2);
   }
   EXPECT_TRUE(Alive(pid));
+}
+
+// Four threads: a breakpoint in the function the workers call stops the
+// process, `info threads` lists them all, and with the breakpoint deleted
+// the program runs to its end; a hardware watchpoint set before the
+// threads exist is armed in each new thread at its first stop and catches
+// the one write to it. (Several threads hitting one breakpoint at once can
+// lose a hit: docs/gdb.md, "Decisions and gaps".)
+TEST_F(GdbE2e, ThreadsBreakpointsAndAWatchpointInANewThread) {
+  const std::string breaks = Script("threads.gdb", R"(break work
+continue
+info threads
+delete
+continue
+)");
+  const testing::Result r = Gdb(ThreadsProg(), Target("-- " + ThreadsProg()), breaks);
+  const std::string& o = r.out;
+  EXPECT_TRUE(Contains(o, " hit Breakpoint 1, work (i=")) << o << r.err;
+  // main and three workers (GDB marks the current one with '*').
+  size_t threads = 0;
+  for (size_t at = 0; (at = o.find(" Thread ", at)) != std::string::npos; ++at) ++threads;
+  EXPECT_GE(threads, 4u) << o;
+  EXPECT_TRUE(Contains(o, "exited normally")) << o;
+  EXPECT_TRUE(Contains(r.err, "sum 60")) << r.err;  // the program's stdout: our stderr
+
+  const std::string watch = Script("threads_watch.gdb", R"(watch done[2]
+continue
+continue
+)");
+  const testing::Result w = Gdb(ThreadsProg(), Target("-- " + ThreadsProg()), watch);
+  EXPECT_TRUE(Contains(w.out, "Hardware watchpoint 1: done[2]\n\nOld value = 0\nNew value = 20"))
+      << w.out << w.err;
+  EXPECT_TRUE(Contains(w.out, "work (i=2)")) << w.out;
+  EXPECT_TRUE(Contains(w.out, "exited normally")) << w.out;
+  EXPECT_TRUE(WaitFor([&] { return Sessions() == 0; }, 5000));
 }
 
 // Garbage, bad checksums, oversized and malformed packets get error

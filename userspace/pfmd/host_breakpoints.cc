@@ -75,6 +75,34 @@ void SessionManager::MuxReadingLocked(const Session& s, size_t i, uint64_t now,
   r->scaled = sc.scaled;
 }
 
+bool SessionManager::HostBreakpointLocked(SessionId session, RequestId id, uint64_t now,
+                                          bool* on, std::optional<double>* ratio) const {
+  if (sim_) return false;
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return false;
+  const Session& s = *it->second;
+  for (size_t i = 0; i < s.reqs.size(); ++i) {
+    const Session::Req& q = s.reqs[i];
+    if (q.id != id || !q.breakpoint) continue;
+    *on = !q.muxed || q.on;
+    ratio->reset();
+    if (q.muxed) {
+      PmuArbiter::Reading r;
+      MuxReadingLocked(s, i, now, &r);
+      if (r.counted) *ratio = r.ratio;
+    } else if (q.perf >= 0) {
+      PerfCount pc;
+      ErrorDetail d;
+      if (s.perf[static_cast<size_t>(q.perf)]->Read(&pc, &d) == 0) {
+        const CounterScale sc = ScaleCounter(pc.value, pc.time_enabled, pc.time_running);
+        if (sc.counted) *ratio = sc.ratio;
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
 void SessionManager::RebalanceBreakpointsLocked(int32_t pid, uint64_t now, int extra_pinned) {
   if (sim_) return;
   int pinned = extra_pinned;

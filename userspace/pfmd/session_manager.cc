@@ -399,9 +399,17 @@ MetricsInfo SessionManager::Metrics() {
   m.allocated = accountant_.Allocated();
   m.held = HeldLocked();
   m.charged = accountant_.Charges();
-  kernel_->DescribeHolders(NowLocked(), &holders);
+  const uint64_t now = NowLocked();
+  kernel_->DescribeHolders(now, &holders);
   for (const PmuArbiter::Holder& h : holders) {
-    if (h.ratio >= 0) m.requests.push_back({h.session, h.id, h.label, h.ratio});
+    bool on = false;
+    std::optional<double> host_ratio;
+    if (h.breakpoint && HostBreakpointLocked(h.session, h.id, now, &on, &host_ratio)) {
+      // Host breakpoints: the kernel's registers (host_breakpoints.cc).
+      if (host_ratio) m.requests.push_back({h.session, h.id, h.label, *host_ratio});
+    } else if (h.ratio >= 0) {
+      m.requests.push_back({h.session, h.id, h.label, h.ratio});
+    }
     if (!h.on_hw || h.on_cpu < 0 || static_cast<size_t>(h.on_cpu) >= m.slots.size())
       continue;
     MetricsInfo::CpuSlots& c = m.slots[static_cast<size_t>(h.on_cpu)];
@@ -465,25 +473,13 @@ ResourcesInfo SessionManager::Resources(const Peer& peer) {
     o.mode = h.pinned ? "pinned" : "flexible";
     o.state = h.on_hw ? "on hw" : "waiting";
     if (h.ratio >= 0) o.ratio = h.ratio;
-    if (!sim_ && h.breakpoint) {
-      // The host's debug registers are the kernel's: a pinned breakpoint
-      // holds one while its event (or the tracer's) is open; a flexible
-      // one while pfmd's rotation has it open (host_breakpoints.cc).
-      auto it = sessions_.find(h.session);
-      if (it != sessions_.end()) {
-        const Session& s = *it->second;
-        for (size_t i = 0; i < s.reqs.size(); ++i) {
-          if (s.reqs[i].id != h.id) continue;
-          const bool on = !s.reqs[i].muxed || s.reqs[i].on;
-          o.slot = on ? "dr" : "-";
-          o.state = on ? "on hw" : "waiting";
-          if (s.reqs[i].muxed) {
-            PmuArbiter::Reading r;
-            MuxReadingLocked(s, i, now, &r);
-            if (r.counted) o.ratio = r.ratio;
-          }
-        }
-      }
+    // The host's debug registers are the kernel's: a pinned breakpoint
+    // holds one while its event (or the tracer's) is open; a flexible one
+    // while pfmd's rotation has it open (host_breakpoints.cc).
+    bool on = false;
+    if (h.breakpoint && HostBreakpointLocked(h.session, h.id, now, &on, &o.ratio)) {
+      o.slot = on ? "dr" : "-";
+      o.state = on ? "on hw" : "waiting";
     }
     (h.cpu >= 0 ? by_cpu[h.cpu] : by_task[h.pid]).push_back(std::move(o));
   }

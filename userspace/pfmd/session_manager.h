@@ -300,6 +300,13 @@ class SessionManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   bool MuxOnLocked(Session& s, size_t i, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // A host breakpoint request of `session` (false: not one): whether it
+  // holds a register now, and its running ratio when it has been counted
+  // (pfmd's timing for a multiplexed one, the kernel's for a pinned event
+  // of pfmd's; none for a debugger's, whose event the tracer holds).
+  bool HostBreakpointLocked(SessionId session, RequestId id, uint64_t now, bool* on,
+                            std::optional<double>* ratio) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   // A multiplexed breakpoint's reading, timed by pfmd.
   void MuxReadingLocked(const Session& s, size_t i, uint64_t now,
                         PmuArbiter::Reading* r) const

@@ -1293,6 +1293,17 @@ bool SoftBtsRun::DebugOnStop(Task* t, StopCause cause, int sig) {
   uint64_t hw_addr = 0;
   switch (cause) {
     case StopCause::kStep: {
+      // A breakpoint address reached by a computed RIP is checked against
+      // the registers before anyone is told: a chain gone wrong must not
+      // report a stop where the thread is not (counted as a resync).
+      if (t->have_prev && t->prev_computed &&
+          (dbg_.breakpoints.count(t->prev_rip) || dbg_.hw_exec.count(t->prev_rip))) {
+        user_regs_struct regs;
+        if (ReadRegs(t, &regs) && regs.rip != t->prev_rip) {
+          t_->resyncs_.fetch_add(1, std::memory_order_relaxed);
+          Reanchor(t, regs.rip);
+        }
+      }
       // A watchpoint hit by the instruction just stepped; then a step that
       // was asked for; then a breakpoint at the next instruction.
       const int hit = t->hw.empty() ? -1 : DebugHwHit(t);
