@@ -1570,7 +1570,10 @@ int SoftBtsRun::DebugHwPoint(int kind, uint64_t addr, uint32_t len, bool insert,
       if (!same(dbg_.hw[i])) continue;
       for (auto& [tid, t] : tasks_)
         if (i < t->hw.size()) t->hw.erase(t->hw.begin() + static_cast<ptrdiff_t>(i));
-      if (kind == kDebugHwExec) dbg_.hw_exec.erase(dbg_.hw_exec.find(addr));
+      if (kind == kDebugHwExec) {
+        auto it = dbg_.hw_exec.find(addr);
+        if (it != dbg_.hw_exec.end()) dbg_.hw_exec.erase(it);
+      }
       dbg_.hw.erase(dbg_.hw.begin() + static_cast<ptrdiff_t>(i));
       return 0;
     }
