@@ -103,29 +103,33 @@ bool SessionManager::HostBreakpointLocked(SessionId session, RequestId id, uint6
   return false;
 }
 
-void SessionManager::RebalanceBreakpointsLocked(int32_t pid, uint64_t now, int extra_pinned) {
-  if (sim_) return;
+size_t SessionManager::BreakpointRoomLocked(int32_t pid, int extra_pinned,
+                                            std::vector<std::pair<Session*, size_t>>* flex) {
   int pinned = extra_pinned;
-  std::vector<std::pair<Session*, size_t>> flex;  // in session, then request order
   for (auto& [id, s] : sessions_) {
     if (!s->spec.task() || s->spec.pid != pid) continue;
     for (size_t i = 0; i < s->reqs.size(); ++i) {
       const Session::Req& q = s->reqs[i];
       if (!q.breakpoint) continue;
       if (q.muxed) {
-        flex.push_back({s.get(), i});
+        flex->push_back({s.get(), i});
       } else {
         ++pinned;
       }
     }
   }
+  return static_cast<size_t>(std::max(0, machine_.debug_registers - pinned));
+}
+
+void SessionManager::RebalanceBreakpointsLocked(int32_t pid, uint64_t now, int extra_pinned) {
+  if (sim_) return;
+  std::vector<std::pair<Session*, size_t>> flex;  // in session, then request order
+  const size_t room = BreakpointRoomLocked(pid, extra_pinned, &flex);
   if (flex.empty()) {
     bp_rotation_.erase(pid);
     return;
   }
   const size_t n = flex.size();
-  const size_t room =
-      static_cast<size_t>(std::max(0, machine_.debug_registers - pinned));
   size_t& start = bp_rotation_[pid];
   start %= n;
   std::vector<bool> want(n, false);
@@ -145,22 +149,9 @@ bool SessionManager::RotateBreakpoints() {
   std::vector<int32_t> pids;
   for (const auto& [pid, start] : bp_rotation_) pids.push_back(pid);
   for (int32_t pid : pids) {
-    int pinned = 0;
-    size_t flex = 0;
-    for (const auto& [id, s] : sessions_) {
-      if (!s->spec.task() || s->spec.pid != pid) continue;
-      for (const Session::Req& q : s->reqs) {
-        if (!q.breakpoint) continue;
-        if (q.muxed) {
-          ++flex;
-        } else {
-          ++pinned;
-        }
-      }
-    }
-    const size_t room =
-        static_cast<size_t>(std::max(0, machine_.debug_registers - pinned));
-    if (flex > room) {
+    std::vector<std::pair<Session*, size_t>> flex;
+    const size_t room = BreakpointRoomLocked(pid, 0, &flex);
+    if (flex.size() > room) {
       oversubscribed = true;
       // The next window starts where this one ended: each gets its turn.
       if (room > 0) bp_rotation_[pid] += room;

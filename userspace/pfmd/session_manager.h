@@ -295,6 +295,11 @@ class SessionManager {
   // all fit.
   void RebalanceBreakpointsLocked(int32_t pid, uint64_t now, int extra_pinned)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // The registers task `pid`'s pinned breakpoints (and `extra_pinned` more)
+  // leave; its multiplexed ones go into `flex` (session, request index).
+  size_t BreakpointRoomLocked(int32_t pid, int extra_pinned,
+                              std::vector<std::pair<Session*, size_t>>* flex)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   // Request `i` of `s` (a multiplexed breakpoint) off or on its register.
   void MuxOffLocked(Session& s, size_t i, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());

@@ -245,11 +245,11 @@ class SoftBtsRun {
     bool out_preempt = false;
     bool stop_out_due = false;    // the stop's own SWITCH_OUT not yet seen
     uint64_t resumed_ns = 0;      // when the tracer last resumed it
+    // The debugger's hardware points on this thread, [i] for dbg_.hw[i].
+    std::vector<std::unique_ptr<PerfSampler>> hw;
     // Debug control (root process only): held stopped for the debugger;
     // to stop after its next step; an event that came while the process
     // was being stopped, to report at the next resume.
-    // The debugger's hardware points on this thread, [i] for dbg_.hw[i].
-    std::vector<std::unique_ptr<PerfSampler>> hw;
     bool dbg_stopped = false;
     bool dbg_step = false;
     bool dbg_pending = false;
@@ -434,8 +434,9 @@ class SoftBtsRun {
   int DebugWriteMemory(uint64_t addr, const std::string& bytes);
   int DebugBreakpoint(uint64_t addr, bool insert);
   int DebugHwPoint(int kind, uint64_t addr, uint32_t len, bool insert, std::string* err);
-  // Opens dbg_.hw[i] on `t`; false with `err` when the kernel refuses.
-  bool DebugArmHw(Task* t, size_t i, std::string* err);
+  // Opens dbg_.hw[i] on `t`: 0, or the negative errno with `err` saying
+  // why (perf_events.h validates length and alignment).
+  int DebugArmHw(Task* t, size_t i, std::string* err);
   // The watchpoint that `t`'s last instruction hit (index into dbg_.hw),
   // or -1; consumes the samples.
   int DebugHwHit(Task* t);
@@ -1519,7 +1520,7 @@ int SoftBtsRun::DebugBreakpoint(uint64_t addr, bool insert) {
   return 0;
 }
 
-bool SoftBtsRun::DebugArmHw(Task* t, size_t i, std::string* err) {
+int SoftBtsRun::DebugArmHw(Task* t, size_t i, std::string* err) {
   if (t->hw.size() < dbg_.hw.size()) t->hw.resize(dbg_.hw.size());
   const DebugState::HwPoint& p = dbg_.hw[i];
   // perf's bp_type for GDB's kinds; an execute breakpoint's bp_len is
@@ -1536,10 +1537,10 @@ bool SoftBtsRun::DebugArmHw(Task* t, size_t i, std::string* err) {
   ErrorDetail d;
   const int rc = PerfSampler::OpenBreakpointSampler(
       perf_caps_, PerfTarget::Task(t->id.tid), p.addr, len, type, 1, &t->hw[i], &d);
-  if (rc == 0) return true;
+  if (rc == 0) return 0;
   t->hw[i].reset();
   *err = "thread " + std::to_string(t->id.tid) + ": " + d.message;
-  return false;
+  return rc;
 }
 
 int SoftBtsRun::DebugHwHit(Task* t) {
@@ -1579,26 +1580,21 @@ int SoftBtsRun::DebugHwPoint(int kind, uint64_t addr, uint32_t len, bool insert,
     }
     return 0;
   }
-  if (kind != kDebugHwExec && ((len != 1 && len != 2 && len != 4 && len != 8) || addr % len)) {
-    *err = "a watchpoint is 1, 2, 4 or 8 bytes, aligned to its length";
-    return -EINVAL;
-  }
   if (dbg_.hw.size() >= 32) {  // x86 has 4; the kernel refuses long before
     *err = "too many hardware points";
     return -ENOSPC;
   }
   dbg_.hw.push_back({kind, addr, len});
   const size_t i = dbg_.hw.size() - 1;
-  std::vector<Task*> armed;
   for (auto& [tid, o] : tasks_) {
     Task* t = o.get();
     if (t->id.pid != root_ || t->state == Task::kDetach || t->state == Task::kNew) continue;
-    if (!DebugArmHw(t, i, err)) {
+    if (const int rc = DebugArmHw(t, i, err); rc < 0) {
       // All or nothing: the threads armed so far give their register back.
       for (auto& [otid, u] : tasks_)
         if (i < u->hw.size()) u->hw.resize(i);
       dbg_.hw.pop_back();
-      return -ENOSPC;
+      return rc;
     }
   }
   if (kind == kDebugHwExec) dbg_.hw_exec.insert(addr);

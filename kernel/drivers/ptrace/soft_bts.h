@@ -257,9 +257,10 @@ class SoftBtsTracer {
   // before the instruction runs, at the step that reaches it (the debug
   // register's own hit would come one instruction late under
   // single-stepping); its register is held all the same, so the machine's
-  // accounting of debug registers is true. -ENOSPC when the kernel has no
-  // free debug register for a thread (nothing is left half-inserted), with
-  // `err` saying why; removing what was never inserted is 0.
+  // accounting of debug registers is true. The kernel's errno when it
+  // refuses a thread (-ENOSPC: no free debug register; -EINVAL: a length or
+  // alignment it does not take), with `err` saying why; nothing is left
+  // half-inserted. Removing what was never inserted is 0.
   int DebugHwPoint(int kind, uint64_t addr, uint32_t len, bool insert, std::string* err);
   // The root process's threads (tids), main thread first.
   int DebugThreads(std::vector<pid_t>* out);
