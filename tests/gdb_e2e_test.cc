@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -558,15 +560,22 @@ TEST_F(GdbE2e, FourPinnedHoldersAreNamed) {
 // the one write to it. (Several threads hitting one breakpoint at once can
 // lose a hit: docs/gdb.md, "Decisions and gaps".)
 TEST_F(GdbE2e, ThreadsBreakpointsAndAWatchpointInANewThread) {
+  // The breakpoint stays: each worker hits it once, and after every
+  // stop GDB reads the registers of the thread that stopped without an
+  // Hg first (a stop makes it the general thread, as with gdbserver).
+  // Were the stub still answering for the previous thread, GDB would see
+  // a PC off the breakpoint and let that hit pass unreported.
   const std::string breaks = Script("threads.gdb", R"(break work
 continue
 info threads
-delete
+continue
+continue
 continue
 )");
   const testing::Result r = Gdb(ThreadsProg(), Target("-- " + ThreadsProg()), breaks);
   const std::string& o = r.out;
-  EXPECT_TRUE(Contains(o, " hit Breakpoint 1, work (i=")) << o << r.err;
+  for (const char* hit : {"work (i=1)", "work (i=2)", "work (i=3)"})
+    EXPECT_TRUE(Contains(o, std::string(" hit Breakpoint 1, ") + hit)) << hit << "\n" << o << r.err;
   // main and three workers (GDB marks the current one with '*').
   size_t threads = 0;
   for (size_t at = 0; (at = o.find(" Thread ", at)) != std::string::npos; ++at) ++threads;
@@ -584,6 +593,61 @@ continue
   EXPECT_TRUE(Contains(w.out, "work (i=2)")) << w.out;
   EXPECT_TRUE(Contains(w.out, "exited normally")) << w.out;
   EXPECT_TRUE(WaitFor([&] { return Sessions() == 0; }, 5000));
+}
+
+// Thread -> its PC, from the output of `thread apply all p/x $pc`.
+std::map<int, std::string> PcsOf(const std::string& out) {
+  std::map<int, std::string> pcs;
+  int thread = -1;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (std::sscanf(line.c_str(), "Thread %d (", &thread) == 1) continue;
+    const size_t eq = line.find(" = 0x");
+    if (thread >= 0 && line.rfind("$", 0) == 0 && eq != std::string::npos)
+      pcs[thread] = line.substr(eq + 3);
+    thread = -1;
+  }
+  return pcs;
+}
+
+// `set scheduler-locking on`: GDB's `finish` sends vCont;c:TID and only
+// that thread runs. Main stops in spin() with the workers released from
+// the barrier; finishing spin() takes thousands of steps, during which
+// unlocked workers would run to work() and beyond. Locked, every other
+// thread is where it was, to the byte.
+TEST_F(GdbE2e, SchedulerLockingResumesOneThread) {
+  const std::string script = Script("locking.gdb", R"(break spin
+continue
+delete
+set scheduler-locking on
+echo BEFORE\n
+thread apply all p/x $pc
+finish
+echo AFTER\n
+thread apply all p/x $pc
+set scheduler-locking off
+continue
+)");
+  const testing::Result r = Gdb(ThreadsProg(), Target("-- " + ThreadsProg()), script);
+  const std::string& o = r.out;
+  ASSERT_TRUE(Contains(o, " hit Breakpoint 1, spin ()")) << o << r.err;
+  ASSERT_TRUE(Contains(o, "main () at")) << o;  // where finish returned
+  const size_t before = o.find("BEFORE\n"), after = o.find("AFTER\n");
+  ASSERT_NE(before, std::string::npos) << o;
+  ASSERT_NE(after, std::string::npos) << o;
+  const auto pcs0 = PcsOf(o.substr(before, after - before));
+  const auto pcs1 = PcsOf(o.substr(after));
+  ASSERT_EQ(pcs0.size(), 4u) << o;
+  ASSERT_EQ(pcs1.size(), 4u) << o;
+  // Thread 1 is main: it alone moved.
+  for (const auto& [thread, pc] : pcs0) {
+    if (thread == 1)
+      EXPECT_NE(pcs1.at(thread), pc) << o;
+    else
+      EXPECT_EQ(pcs1.at(thread), pc) << "thread " << thread << " ran\n" << o;
+  }
+  EXPECT_TRUE(Contains(o, "exited normally")) << o;
+  EXPECT_TRUE(Contains(r.err, "sum 60")) << r.err;
 }
 
 // Garbage, bad checksums, oversized and malformed packets get error

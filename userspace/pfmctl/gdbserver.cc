@@ -232,6 +232,10 @@ void Stub::OnStop(const DebugStopEvent& e) {
     exit_code_ = e.kind == DebugStopEvent::kExited ? e.exit_code : 128 + e.signo;
     return;
   }
+  // As gdbserver does in all-stop mode, a stop reply makes the thread
+  // that stopped the general thread: GDB records it as such and does not
+  // send Hg again before reading its registers.
+  g_thread_ = e.tid;
   if (e.swbreak && !swbreak_) {
     // Without swbreak GDB expects the PC past the int3 it thinks it
     // planted, and moves it back itself (decr_pc_after_break).
@@ -345,7 +349,14 @@ std::string Stub::HandleVCont(const Request& r) {
       if (!match) continue;
       if (a.action == 'r') return "E.range stepping is not supported";
       if (a.action == 's' || a.action == 'S') spec.step.push_back(tid);
-      if (a.action == 'c' || a.action == 'C') spec.continue_others = true;
+      if (a.action == 'c' || a.action == 'C') {
+        // `c` for all threads also covers any the list has not seen yet;
+        // `c:TID` (scheduler locking) resumes that thread alone.
+        if (!a.thread || a.thread->tid == gdbstub::ThreadId::kAll)
+          spec.continue_others = true;
+        else
+          spec.cont.push_back(tid);
+      }
       if ((a.action == 'C' || a.action == 'S') && a.signal != 0)
         spec.signals[tid] = FromGdbSignal(a.signal);
       break;  // 't' (stop) leaves it stopped: it is
@@ -562,12 +573,10 @@ void Stub::Handle(const std::string& payload) {
     case Request::kStep: {
       // gdbserver's rule: with Hc naming a thread only it resumes;
       // otherwise all do, the current one stepping.
-      // (DebugResumeSpec cannot continue one thread alone: `c` with Hc
-      // continues them all.)
       DebugResumeSpec spec;
       const pid_t cur = CThread() ? CThread() : last_stop_.tid;
-      spec.continue_others = CThread() == 0 || r.kind == Request::kContinue;
-      if (r.kind == Request::kStep) spec.step.push_back(cur);
+      spec.continue_others = CThread() == 0;
+      (r.kind == Request::kStep ? spec.step : spec.cont).push_back(cur);
       if (r.has_signal && r.signal != 0) spec.signals[cur] = FromGdbSignal(r.signal);
       if (r.has_addr) {
         DebugRegs regs;

@@ -69,9 +69,10 @@ int Dispatch(uint32_t type, const std::string& p, SoftBtsTracer* t, pid_t pid,
       return t->DebugInterrupt();
     case kResume: {
       uint8_t cont = 0, pad[3];
-      uint32_t nstep = 0, nsig = 0;
+      uint32_t nstep = 0, nsig = 0, ncont = 0;
       if (!Take(p, &at, &cont) || !Take(p, &at, &pad) || !Take(p, &at, &nstep) ||
-          !Take(p, &at, &nsig) || nstep > kMaxThreads || nsig > kMaxThreads)
+          !Take(p, &at, &nsig) || !Take(p, &at, &ncont) || nstep > kMaxThreads ||
+          nsig > kMaxThreads || ncont > kMaxThreads)
         return -EINVAL;
       DebugResumeSpec spec;
       spec.continue_others = cont != 0;
@@ -84,6 +85,11 @@ int Dispatch(uint32_t type, const std::string& p, SoftBtsTracer* t, pid_t pid,
         int32_t tid, sig;
         if (!Take(p, &at, &tid) || !Take(p, &at, &sig) || sig < 0 || sig > 64) return -EINVAL;
         spec.signals[tid] = sig;
+      }
+      for (uint32_t i = 0; i < ncont; ++i) {
+        int32_t tid;
+        if (!Take(p, &at, &tid)) return -EINVAL;
+        spec.cont.push_back(tid);
       }
       return t->DebugResume(spec);
     }
@@ -275,11 +281,13 @@ int Client::Resume(const DebugResumeSpec& spec) {
   Put(&p, pad);
   Put(&p, static_cast<uint32_t>(spec.step.size()));
   Put(&p, static_cast<uint32_t>(spec.signals.size()));
+  Put(&p, static_cast<uint32_t>(spec.cont.size()));
   for (pid_t t : spec.step) Put(&p, static_cast<int32_t>(t));
   for (auto& [tid, sig] : spec.signals) {
     Put(&p, static_cast<int32_t>(tid));
     Put(&p, static_cast<int32_t>(sig));
   }
+  for (pid_t t : spec.cont) Put(&p, static_cast<int32_t>(t));
   return Call(kResume, p, nullptr);
 }
 int Client::GetRegs(pid_t tid, DebugRegs* out) {

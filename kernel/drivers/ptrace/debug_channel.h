@@ -33,7 +33,8 @@ enum Type : uint32_t {
   kEnable = 1,     // u8 stop_at_exec, u8 kill_on_close
   kInterrupt = 2,  // (empty)
   kResume = 3,     // u8 continue_others, u8 pad[3], u32 nstep, u32 nsig,
-                   // i32 step[nstep], {i32 tid, i32 sig}[nsig]
+                   // u32 ncont, i32 step[nstep], {i32 tid, i32 sig}[nsig],
+                   // i32 cont[ncont]
   kGetRegs = 4,    // i32 tid -> DebugRegs
   kSetRegs = 5,    // i32 tid, DebugRegs
   kReadMem = 6,    // u64 addr, u32 len (<= kMaxMemBytes) -> the bytes read

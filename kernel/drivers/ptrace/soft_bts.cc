@@ -29,6 +29,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "kernel/drivers/clock.h"
 #include "kernel/drivers/perf/perf_events.h"
@@ -245,6 +246,12 @@ class SoftBtsRun {
     bool out_preempt = false;
     bool stop_out_due = false;    // the stop's own SWITCH_OUT not yet seen
     uint64_t resumed_ns = 0;      // when the tracer last resumed it
+    // After an exec: its entry point. The execve was single-stepped, so the
+    // kernel reports a SIGTRAP at the syscall's exit (x86
+    // user_single_step_report) before the first instruction runs: that
+    // stop, at the entry point, is no step (counted as one, it would put
+    // the chain of computed RIPs one instruction ahead of the task).
+    uint64_t exec_entry = 0;
     // The debugger's hardware points on this thread, [i] for dbg_.hw[i].
     std::vector<std::unique_ptr<PerfSampler>> hw;
     // Debug control (root process only): held stopped for the debugger;
@@ -972,6 +979,8 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
         if (Task* f = Find(static_cast<pid_t>(former))) Gone(f, 0);
       }
       OnExec(t);
+      user_regs_struct regs;
+      t->exec_entry = ptrace(PTRACE_GETREGS, tid, nullptr, &regs) == 0 ? regs.rip : 0;
       cause = StopCause::kExec;
       break;
     }
@@ -993,6 +1002,16 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
       break;
     case 0:
       if (sig == SIGTRAP) {
+        if (const uint64_t entry = std::exchange(t->exec_entry, 0); entry != 0) {
+          user_regs_struct regs;
+          if (ptrace(PTRACE_GETREGS, tid, nullptr, &regs) == 0 && regs.rip == entry) {
+            // The trap at the exec's syscall exit: nothing ran, the chain
+            // stays anchored at the entry point, and a debugger's step
+            // from the exec stop is still to come.
+            cause = StopCause::kOther;
+            break;
+          }
+        }
         OnStepStop(t);
         cause = StopCause::kStep;
         break;
@@ -1410,12 +1429,15 @@ int SoftBtsRun::DebugInterrupt() {
 int SoftBtsRun::DebugResume(const DebugResumeSpec& spec) {
   if (!dbg_.active) return -EINVAL;
   if (!dbg_.stopped) return dbg_.stopping ? -EBUSY : 0;
-  auto resumed = [&](const Task* t) {
-    return spec.continue_others ||
-           std::find(spec.step.begin(), spec.step.end(), t->id.tid) != spec.step.end();
+  auto named = [](const std::vector<pid_t>& v, pid_t tid) {
+    return std::find(v.begin(), v.end(), tid) != v.end();
   };
-  for (pid_t tid : spec.step)
-    if (DebugTask(tid) == nullptr) return -ESRCH;
+  auto resumed = [&](const Task* t) {
+    return spec.continue_others || named(spec.step, t->id.tid) || named(spec.cont, t->id.tid);
+  };
+  for (const std::vector<pid_t>* v : {&spec.step, &spec.cont})
+    for (pid_t tid : *v)
+      if (DebugTask(tid) == nullptr) return -ESRCH;
   // An event that came while the process was being stopped goes first.
   for (auto& [tid, o] : tasks_) {
     Task* t = o.get();
@@ -1437,13 +1459,14 @@ int SoftBtsRun::DebugResume(const DebugResumeSpec& spec) {
   for (auto& [tid, o] : tasks_)
     if (o->id.pid == root_ && o->dbg_stopped && resumed(o.get())) go.push_back(o.get());
   for (Task* t : go) {
-    t->dbg_step = std::find(spec.step.begin(), spec.step.end(), t->id.tid) != spec.step.end();
+    t->dbg_step = named(spec.step, t->id.tid);
     t->dbg_pending = false;
     auto sig = spec.signals.find(t->id.tid);
     DebugRelease(t, sig == spec.signals.end() ? 0 : sig->second);
   }
-  // Threads left stopped (a step of one thread) stay held; the step's stop
-  // stops the others again.
+  // Threads left stopped (a step of one thread, or a continue of one
+  // under scheduler locking) stay held; the next stop stops the others
+  // again.
   return 0;
 }
 

@@ -145,10 +145,12 @@ inline constexpr int kDebugHwAccess = 4;
 using DebugEventFn = std::function<void(const DebugStopEvent&)>;
 
 // Per-thread resume actions (GDB's vCont): `step` threads run one
-// instruction, the others continue if `continue_others`; a thread in
-// `signals` gets that signal on resume.
+// instruction, `cont` threads continue, and every other thread continues
+// too if `continue_others` (else it stays stopped: GDB's scheduler
+// locking); a thread in `signals` gets that signal on resume.
 struct DebugResumeSpec {
   std::vector<pid_t> step;
+  std::vector<pid_t> cont;
   bool continue_others = true;
   std::map<pid_t, int> signals;
 };
