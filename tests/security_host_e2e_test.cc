@@ -32,6 +32,7 @@ namespace pfm {
 namespace {
 
 namespace json = boost::json;
+using testing::Contains;
 using testing::AsUid;
 using testing::Daemon;
 using testing::kNobody;
@@ -493,6 +494,43 @@ TEST_F(SecurityHostE2e, SigkillOfPfmdLeavesTheTraceeRunning) {
     }
     EXPECT_TRUE(left.empty()) << "a tracer helper outlived its daemon";
   }
+}
+
+// pfmctl gdbserver is a session like any other: uid 65534 cannot attach
+// to root's process (the refusal names the reason, nothing is left in
+// pfmd, the process is not traced), while a program it launches itself is
+// its to debug.
+TEST_F(SecurityHostE2e, GdbserverOnlyForTheCallersOwnProcesses) {
+  const pid_t worker = SpawnWorker(30);
+  children_.push_back(worker);
+  const std::string in = dir_ + "/rsp.in";
+  std::ofstream(in) << "$?#3f$D#44";
+  ASSERT_EQ(::chmod(in.c_str(), 0644), 0);
+  const Result r = testing::Run(
+      AsNobody({"/bin/sh", "-c",
+                pfmctl_ + " --socket " + socket() + " gdbserver --pid " +
+                    std::to_string(worker) + " < " + in}),
+      {}, 60);
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(Contains(r.err, "PERMISSION_DENIED: uid 65534 may not trace pid " +
+                                  std::to_string(worker)))
+      << r.err;
+  EXPECT_FALSE(Contains(r.out, "$T05")) << r.out;  // no stop of root's process
+  EXPECT_EQ(Sessions(), 0u);
+  EXPECT_TRUE(TracerHelpersOf(worker).empty());
+  EXPECT_EQ(::kill(worker, 0), 0);
+
+  // Its own launched program: stopped at exec, then killed (vKill).
+  const std::string own = dir_ + "/rsp-own.in";
+  std::ofstream(own) << "$?#3f$vKill;1#6e";
+  ASSERT_EQ(::chmod(own.c_str(), 0644), 0);
+  const Result mine = testing::Run(
+      AsNobody({"/bin/sh", "-c",
+                pfmctl_ + " --socket " + socket() + " gdbserver -- " + probe_ + " euid < " +
+                    own}),
+      {}, 60);
+  EXPECT_TRUE(Contains(mine.out, "$T05thread:")) << mine.out << mine.err;
+  EXPECT_EQ(Sessions(), 0u);
 }
 
 }  // namespace
