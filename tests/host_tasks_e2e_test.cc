@@ -3,14 +3,18 @@
 // its own task, a shell's children followed across fork and exec (and not
 // with --no-inherit), and the kernel's own switch records (voluntary for a
 // program that sleeps). The trace files are read with the client library.
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -44,6 +48,47 @@ class HostTasksE2e : public testing::DaemonTest {
   std::string dir_;
   int n_ = 0;
 };
+
+// A thread id given where a process id is expected is refused with the
+// process it belongs to (issue 16: "a thread id given as a pid is refused or
+// resolved explicitly"), by session create and by record -p alike; nothing
+// is created.
+TEST_F(HostTasksE2e, AThreadIdAsAPidIsRefusedNamingItsProcess) {
+  std::mutex mu;
+  std::condition_variable cv;
+  pid_t tid = 0;
+  bool done = false;
+  std::thread th([&] {
+    std::unique_lock<std::mutex> lk(mu);
+    tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    cv.notify_all();
+    cv.wait(lk, [&] { return done; });
+  });
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return tid != 0; });
+  }
+  const std::string want = "INVALID_ARGUMENT: pid " + std::to_string(tid) +
+                           " is a thread of process " + std::to_string(::getpid()) +
+                           ", not a process: give --pid " + std::to_string(::getpid());
+  const testing::Result c = Pfmctl(socket(), {"session", "create", "--role", "profiler",
+                                              "--pid", std::to_string(tid), "--bts",
+                                              "lossless"});
+  EXPECT_NE(c.exit_code, 0);
+  EXPECT_NE(c.err.find(want), std::string::npos) << c.err;
+  const testing::Result r =
+      Pfmctl(socket(), {"record", "-p", std::to_string(tid), "-o", dir_ + "/thread.trace"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+  EXPECT_EQ(testing::PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(),
+            0u);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    done = true;
+  }
+  cv.notify_all();
+  th.join();
+}
 
 TEST_F(HostTasksE2e, FourThreadsAreFourTasksWithBranchesInTheirOwnFunctions) {
   const std::string out = dir_ + "/threads.out";

@@ -310,9 +310,9 @@ TEST_F(NamesE2e, RecordedMapsCarryTheBuildIds) {
 }
 
 // A binary replaced after the recording: export keeps the recorded build-id
-// and says the file changed; report leaves its addresses unnamed rather
-// than naming them from the new file.
-TEST_F(NamesE2e, ExportWarnsWhenTheBinaryChangedSinceTheRecording) {
+// and says the file changed; report and script leave its addresses unnamed
+// rather than naming them from the new file, and say why.
+TEST_F(NamesE2e, ExportReportAndScriptWarnWhenTheBinaryChangedSinceTheRecording) {
   const std::string copy = dir_ + "/prog_copy";
   ASSERT_EQ(testing::Run({"/bin/cp", Prog(), copy}).exit_code, 0);
   const std::string file = dir_ + "/copy.trace";
@@ -339,6 +339,28 @@ TEST_F(NamesE2e, ExportWarnsWhenTheBinaryChangedSinceTheRecording) {
   EXPECT_EQ(BranchesFrom(file, "pfm_names_work", &warnings), 0u);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_TRUE(Contains(warnings[0], copy + ": build-id " + recorded)) << warnings[0];
+  // report and script say so too: in the text, in --json, and on script's
+  // stderr after its records.
+  const std::string warning = "warning: " + copy + ": build-id " + recorded + " when recorded, ";
+  testing::Result rep = Pfmctl(socket(), {"report", file});
+  EXPECT_EQ(rep.exit_code, 0) << rep.err;
+  EXPECT_TRUE(Contains(rep.out, warning)) << rep.out;
+  const json::value rj = PfmctlJson(socket(), {"--json", "report", file});
+  ASSERT_EQ(rj.at("warnings").as_array().size(), 1u) << json::serialize(rj);
+  EXPECT_TRUE(Contains(std::string(rj.at("warnings").as_array()[0].as_string()),
+                       copy + ": build-id " + recorded))
+      << json::serialize(rj);
+  testing::Result sc = Pfmctl(socket(), {"script", file});
+  EXPECT_EQ(sc.exit_code, 0) << sc.err;
+  EXPECT_TRUE(Contains(sc.err, warning)) << sc.err;
+  EXPECT_FALSE(Contains(sc.out, "warning:"));
+  // Before the change, none of them warned.
+  ASSERT_EQ(testing::Run({"/bin/cp", Prog(), copy}).exit_code, 0);
+  rep = Pfmctl(socket(), {"report", file});
+  EXPECT_FALSE(Contains(rep.out, "warning:")) << rep.out;
+  sc = Pfmctl(socket(), {"script", file});
+  EXPECT_FALSE(Contains(sc.err, "warning:")) << sc.err;
+  EXPECT_TRUE(Contains(sc.out, "pfm_names_work")) << sc.out.substr(0, 2000);
 }
 
 }  // namespace

@@ -92,6 +92,14 @@ TraceSymbols::TraceSymbols(const std::vector<ProcessMaps>& maps) {
 
 TraceSymbols::~TraceSymbols() = default;
 
+std::vector<std::string> TraceSymbols::warnings() const {
+  std::vector<std::string> out;
+  for (const auto& s : spaces_)
+    for (const std::string& w : s->sym.warnings())
+      if (std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+  return out;
+}
+
 int TraceSymbols::MapsAt(uint64_t time, uint32_t pid) const {
   if (times_.size() <= 1) return times_.empty() ? -1 : 0;
   int first = -1, best = -1;
@@ -251,6 +259,7 @@ absl::StatusOr<TraceReport> BuildReport(const std::string& file,
   for (const pfm_record& r : last.InOrder()) rep.last_records.push_back(Symbolized(r, symbols));
   for (const pfm_record& r : last_branches.InOrder())
     rep.last_branches.push_back(Symbolized(r, symbols));
+  rep.warnings = symbols.warnings();
   return rep;
 }
 
@@ -259,6 +268,7 @@ void RenderReportText(const TraceReport& rep, std::ostream& out) {
   for (const auto& [k, v] : rep.by_type) out << ", " << v << " " << k;
   out << "\n";
   if (!rep.complete) out << "warning: trace cut short: " << rep.cut_reason << "\n";
+  for (const std::string& w : rep.warnings) out << "warning: " << w << "\n";
   if (const json::value* c = rep.header.if_contains("command"))
     out << "command: " << JsonText(c) << "\n";
   if (const json::value* s = rep.trailer.if_contains("exit"))
@@ -328,6 +338,7 @@ json::object RenderReportJson(const TraceReport& rep) {
   for (const ReportRecord& rr : rep.last_branches) branches.push_back(RecordJson(rr));
   json::object types;
   for (const auto& [k, v] : rep.by_type) types[k] = v;
+  json::array warnings(rep.warnings.begin(), rep.warnings.end());
   json::array hot;
   for (size_t i = 0; i < rep.hot.size() && i < kHotJson; ++i)
     hot.push_back(json::object{{"function", rep.hot[i].function},
@@ -373,7 +384,8 @@ json::object RenderReportJson(const TraceReport& rep) {
                       {"hot_functions", std::move(hot)},
                       {"counters", std::move(counters)},
                       {"last_branches", std::move(branches)},
-                      {"records", std::move(recs)}};
+                      {"records", std::move(recs)},
+                      {"warnings", std::move(warnings)}};
 }
 
 }  // namespace pfm

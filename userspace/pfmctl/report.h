@@ -85,6 +85,10 @@ class TraceSymbols {
   }
   // The maps blocks with mappings: MapsAt answers below this.
   size_t spaces() const { return spaces_.size(); }
+  // The symbolizers' warnings so far (a file whose build-id is not the
+  // recorded one: its addresses stay unnamed), each once, in the order
+  // they came.
+  std::vector<std::string> warnings() const;
 
  private:
   struct Space;
@@ -145,6 +149,9 @@ struct TraceReport {
   // branches, oldest first.
   std::vector<ReportRecord> last_records;
   std::vector<ReportRecord> last_branches;
+  // TraceSymbols::warnings once every name was looked up: files replaced
+  // since the recording, whose addresses are left unnamed.
+  std::vector<std::string> warnings;
 };
 
 // Distinct branch source addresses the hot-function count tracks (about
@@ -174,7 +181,8 @@ void RenderReportText(const TraceReport& report, std::ostream& out);
 // {"records", "by_type", "lost", "branches"}, "hot_functions": [{"function",
 // "dso", "branches", "percent"}], "counters" (as written, each object with a
 // "unit" added), "last_branches" and "records" (the newest `limit`
-// records)}. `report --json --records` streams every record as "records"
+// records), "warnings" (strings: files whose build-id changed since the
+// recording)}. `report --json --records` streams every record as "records"
 // instead, and leaves this object's "records" out (RecordJson).
 boost::json::object RenderReportJson(const TraceReport& report);
 // One record as the JSON forms show it: RecordToJson plus the symbols.

@@ -141,9 +141,16 @@ absl::StatusOr<int> ScriptCommand(const CliContext& ctx, const CommandArgs& args
   }
   if (ctx.json)
     absl::StrAppend(&buf, "],\"complete\":", rep->complete ? "true" : "false",
-                    ",\"cut_reason\":", json::serialize(json::value(rep->cut_reason)), "}\n");
+                    ",\"cut_reason\":", json::serialize(json::value(rep->cut_reason)),
+                    ",\"warnings\":",
+                    json::serialize(json::array(rep->warnings.begin(), rep->warnings.end())),
+                    "}\n");
   if (absl::Status s = FlushOutput(out, &buf, written); !s.ok())
     return s.code() == absl::StatusCode::kCancelled ? absl::StatusOr<int>(128 + SIGPIPE) : s;
+  // As perf script does, what makes names untrustworthy goes to stderr,
+  // after the records.
+  if (!ctx.json && ctx.err != nullptr)
+    for (const std::string& w : rep->warnings) *ctx.err << "warning: " << w << "\n";
   if (!rep->complete)
     return absl::DataLossError(absl::StrCat(file, ": trace cut short: ", rep->cut_reason,
                                             "; printed ", written, " records"));

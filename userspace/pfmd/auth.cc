@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -128,17 +129,39 @@ bool PidfdAlive(int pidfd) {
   return ::poll(&p, 1, 0) == 0;
 }
 
+namespace {
+
+// The Tgid of task `tid` from /proc/TID/status (a thread's directory is
+// there though /proc does not list it); 0 if unknown.
+pid_t ThreadGroupOf(pid_t tid) {
+  std::ifstream in(absl::StrCat("/proc/", tid, "/status"));
+  for (std::string line; std::getline(in, line);) {
+    int tgid = 0;
+    if (std::sscanf(line.c_str(), "Tgid: %d", &tgid) == 1) return static_cast<pid_t>(tgid);
+  }
+  return 0;
+}
+
+}  // namespace
+
 absl::StatusOr<UniqueFd> OpenTraceTarget(const Peer& peer, pid_t pid) {
   if (pid <= 0)
     return absl::InvalidArgumentError(absl::StrCat("pid ", pid, " is not a process id"));
   UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   if (!fd.valid()) {
-    if (errno == ESRCH) return absl::NotFoundError(absl::StrCat("no process ", pid));
-    if (errno == EINVAL)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pid ", pid, " is a thread, not a process: give the process id"));
-    return absl::UnavailableError(
-        absl::StrCat("pidfd_open(", pid, "): ", strerror(errno)));
+    const int err = errno;
+    if (err == ESRCH) return absl::NotFoundError(absl::StrCat("no process ", pid));
+    // A thread that is not its process's leader: EINVAL before Linux 6.9,
+    // ENOENT since (pidfd_open(2)). Say which process it belongs to.
+    if (err == EINVAL || err == ENOENT) {
+      if (const pid_t tgid = ThreadGroupOf(pid); tgid > 0 && tgid != pid)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pid ", pid, " is a thread of process ", tgid,
+            ", not a process: give --pid ", tgid,
+            " (a session traces every thread of its process)"));
+      if (err == ENOENT) return absl::NotFoundError(absl::StrCat("no process ", pid));
+    }
+    return absl::UnavailableError(absl::StrCat("pidfd_open(", pid, "): ", strerror(err)));
   }
   if (absl::Status s = MayTraceTask(peer, pid); !s.ok()) return s;
   // The credentials we read belong to the process the pidfd holds only if it
