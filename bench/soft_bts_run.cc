@@ -1,8 +1,12 @@
 #include "bench/soft_bts_run.h"
 
+#include <sys/ptrace.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -53,6 +57,43 @@ void DsSink::TaskSignaled(TaskId task, uint64_t now_ns, int signo) {
 int64_t DsSink::exit_status() const {
   std::lock_guard<std::mutex> l(mu_);
   return exit_status_;
+}
+
+int BareStepLoop(const std::vector<std::string>& argv, BareStepResult* out,
+                 const std::function<int(pid_t)>& at_exec) {
+  const pid_t pid = fork();
+  if (pid < 0) return -errno;
+  if (pid == 0) {
+    ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFSTOPPED(status)) return -ECHILD;
+  if (at_exec) {
+    if (int rc = at_exec(pid); rc != 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return rc;
+    }
+  }
+  const uint64_t t0 = MonotonicNs();
+  uint64_t steps = 0;
+  for (;;) {
+    int sig = 0;
+    if (WIFSTOPPED(status) && WSTOPSIG(status) != SIGTRAP) sig = WSTOPSIG(status);
+    if (ptrace(PTRACE_SINGLESTEP, pid, nullptr, reinterpret_cast<void*>(long(sig))) != 0)
+      return -errno;
+    if (waitpid(pid, &status, 0) != pid) return -ECHILD;
+    if (WIFEXITED(status) || WIFSIGNALED(status)) break;
+    ++steps;
+  }
+  out->seconds = (MonotonicNs() - t0) / 1e9;
+  out->steps = steps;
+  return 0;
 }
 
 int SpawnForTrace(const std::vector<std::string>& argv, pid_t* pid) {

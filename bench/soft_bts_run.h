@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -66,6 +67,18 @@ template <typename AttachFn>
 int TraceProgram(const std::vector<std::string>& argv, DsAllocator* ds,
                  AttachFn attach, SoftBtsRunResult* out,
                  const SoftBtsOptions& opt = SoftBtsOptions());
+
+// The minimum any single-stepping tracer pays, the baseline of
+// bench/softbts and bench/watchpoint: fork, PTRACE_TRACEME, exec `argv`,
+// `at_exec(pid)` at the exec stop (0 or -errno; nothing by default), then
+// one PTRACE_SINGLESTEP and one waitpid per instruction to the exit, timed
+// from the exec stop. 0 or a negative errno.
+struct BareStepResult {
+  double seconds = 0;
+  uint64_t steps = 0;
+};
+int BareStepLoop(const std::vector<std::string>& argv, BareStepResult* out,
+                 const std::function<int(pid_t)>& at_exec = nullptr);
 
 // Non-template part of TraceProgram.
 int TraceSpawned(pid_t pid, DsAllocator* ds, const SoftBtsOptions& opt,

@@ -13,8 +13,6 @@
 // ping-pong between two tasks, and on a shared 2-CPU VM its cost otherwise
 // depends on whether the two land on the same CPU more than on the code.
 #include <sched.h>
-#include <sys/ptrace.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,43 +29,6 @@
 
 namespace pfm::bench {
 namespace {
-
-struct BareResult {
-  double seconds = 0;
-  uint64_t steps = 0;
-};
-
-// The minimum any single-stepping tracer pays: one PTRACE_SINGLESTEP and one
-// waitpid per instruction, nothing else. Timed from the first step after
-// exec (the exec stop) to the exit.
-int BareLoop(const std::vector<std::string>& argv, BareResult* out) {
-  const pid_t pid = fork();
-  if (pid < 0) return -errno;
-  if (pid == 0) {
-    ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFSTOPPED(status)) return -ECHILD;
-  const uint64_t t0 = MonotonicNs();
-  uint64_t steps = 0;
-  for (;;) {
-    int sig = 0;
-    if (WIFSTOPPED(status) && WSTOPSIG(status) != SIGTRAP) sig = WSTOPSIG(status);
-    if (ptrace(PTRACE_SINGLESTEP, pid, nullptr, reinterpret_cast<void*>(long(sig))) != 0)
-      return -errno;
-    if (waitpid(pid, &status, 0) != pid) return -ECHILD;
-    if (WIFEXITED(status) || WIFSIGNALED(status)) break;
-    ++steps;
-  }
-  out->seconds = (MonotonicNs() - t0) / 1e9;
-  out->steps = steps;
-  return 0;
-}
 
 int Traced(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
            SoftBtsRunResult* res, uint64_t* ring_records, uint64_t* lost) {
@@ -132,11 +93,11 @@ int main(int argc, char** argv) {
   }
   const int reps = opt.quick ? 1 : 3;
   std::vector<double> bare_sps, tr_sps, tr_bps;
-  BareResult b{};
+  BareStepResult b{};
   SoftBtsRunResult t{};
   uint64_t ring_records = 0, lost = 0;
   for (int r = 0; r < reps; ++r) {
-    if (int rc = BareLoop(prog, &b); rc != 0) {
+    if (int rc = BareStepLoop(prog, &b); rc != 0) {
       std::fprintf(stderr, "softbts: bare loop failed: %d\n", rc);
       return 1;
     }

@@ -20,8 +20,6 @@
 // bench/softbts is.
 #include <linux/hw_breakpoint.h>
 #include <sched.h>
-#include <sys/ptrace.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,48 +73,29 @@ class Stops {
 // debug register.
 volatile uint64_t never[4];
 
-// The bare loop: fork, PTRACE_TRACEME, exec, `points` write breakpoint
-// events opened on the child at its exec stop, then PTRACE_SINGLESTEP and
-// waitpid to the exit.
+// The bare loop (BareStepLoop) with `points` write breakpoint events
+// opened on its child at the exec stop; they close when the run ends.
 int Bare(int points, Run* out) {
-  const pid_t pid = fork();
-  if (pid < 0) return -errno;
-  if (pid == 0) {
-    ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
-    execl("/bin/true", "/bin/true", nullptr);
-    _exit(127);
-  }
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFSTOPPED(status)) return -ECHILD;
-  PerfCaps caps;
-  ErrorDetail d;
-  ProbePerfCaps(kPerfDevicesDir, &caps, &d);
   std::vector<std::unique_ptr<PerfSampler>> events(static_cast<size_t>(points));
-  for (int i = 0; i < points; ++i) {
-    const int rc = PerfSampler::OpenBreakpointSampler(
-        caps, PerfTarget::Task(pid), reinterpret_cast<uint64_t>(&never[i]), 8, HW_BREAKPOINT_W,
-        1, &events[static_cast<size_t>(i)], &d);
-    if (rc != 0) {
-      std::fprintf(stderr, "watchpoint: bare: event %d: %s\n", i, d.message);
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return rc;
+  BareStepResult r;
+  const int rc = BareStepLoop({"/bin/true"}, &r, [&](pid_t pid) {
+    PerfCaps caps;
+    ErrorDetail d;
+    ProbePerfCaps(kPerfDevicesDir, &caps, &d);
+    for (int i = 0; i < points; ++i) {
+      const int rc = PerfSampler::OpenBreakpointSampler(
+          caps, PerfTarget::Task(pid), reinterpret_cast<uint64_t>(&never[i]), 8,
+          HW_BREAKPOINT_W, 1, &events[static_cast<size_t>(i)], &d);
+      if (rc != 0) {
+        std::fprintf(stderr, "watchpoint: bare: event %d: %s\n", i, d.message);
+        return rc;
+      }
     }
-  }
-  const uint64_t t0 = MonotonicNs();
-  uint64_t steps = 0;
-  for (;;) {
-    int sig = 0;
-    if (WIFSTOPPED(status) && WSTOPSIG(status) != SIGTRAP) sig = WSTOPSIG(status);
-    if (ptrace(PTRACE_SINGLESTEP, pid, nullptr, reinterpret_cast<void*>(long(sig))) != 0)
-      return -errno;
-    if (waitpid(pid, &status, 0) != pid) return -ECHILD;
-    if (WIFEXITED(status) || WIFSIGNALED(status)) break;
-    ++steps;
-  }
-  out->seconds = (MonotonicNs() - t0) / 1e9;
-  out->steps = steps;
-  return 0;
+    return 0;
+  });
+  out->seconds = r.seconds;
+  out->steps = r.steps;
+  return rc;
 }
 
 // /bin/true under a debug-controlled tracer with `points` write
