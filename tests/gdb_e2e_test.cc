@@ -637,10 +637,13 @@ continue
   ASSERT_NE(after, std::string::npos) << o;
   const auto pcs0 = PcsOf(o.substr(before, after - before));
   const auto pcs1 = PcsOf(o.substr(after));
-  ASSERT_EQ(pcs0.size(), 4u) << o;
-  ASSERT_EQ(pcs1.size(), 4u) << o;
+  // main and the workers not yet gone (one may have finished before main
+  // reached spin() on a loaded machine); held, none can leave meanwhile.
+  ASSERT_GE(pcs0.size(), 2u) << o;
+  ASSERT_TRUE(pcs0.count(1)) << o;
   // Thread 1 is main: it alone moved.
   for (const auto& [thread, pc] : pcs0) {
+    ASSERT_TRUE(pcs1.count(thread)) << "thread " << thread << " ran and exited\n" << o;
     if (thread == 1)
       EXPECT_NE(pcs1.at(thread), pc) << o;
     else
