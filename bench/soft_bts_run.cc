@@ -59,6 +59,24 @@ int64_t DsSink::exit_status() const {
   return exit_status_;
 }
 
+int AttachLosslessConsumer(DsAllocator* ds, pid_t pid, const char* who) {
+  ConsumerParams p;
+  p.req.ctx_kind = PFM_CTX_TASK;
+  p.req.pid = pid;
+  p.req.bts = PFM_BTS_LOSSLESS;
+  p.req.filter = PFM_FILTER_USER;
+  p.req.format = PFM_FORMAT_FIXED;
+  p.req.ring_bytes = 64ull << 20;
+  p.session = 1;
+  ErrorDetail d;
+  const int rc = ds->Attach(p, 0, &d);
+  if (rc <= 0) {
+    std::fprintf(stderr, "%s: attach: %s\n", who, d.message);
+    return rc < 0 ? rc : -EINVAL;
+  }
+  return rc;
+}
+
 int BareStepLoop(const std::vector<std::string>& argv, BareStepResult* out,
                  const std::function<int(pid_t)>& at_exec) {
   const pid_t pid = fork();

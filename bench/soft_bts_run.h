@@ -68,6 +68,12 @@ int TraceProgram(const std::vector<std::string>& argv, DsAllocator* ds,
                  AttachFn attach, SoftBtsRunResult* out,
                  const SoftBtsOptions& opt = SoftBtsOptions());
 
+// Attaches to `ds` the consumer pfmd's host driver gives a profiler: task
+// context of `pid`, lossless BTS, user branches, fixed format, a 64 MiB
+// ring. Its id, or a negative errno with a message on stderr prefixed by
+// `who`.
+int AttachLosslessConsumer(DsAllocator* ds, pid_t pid, const char* who);
+
 // The minimum any single-stepping tracer pays, the baseline of
 // bench/softbts and bench/watchpoint: fork, PTRACE_TRACEME, exec `argv`,
 // `at_exec(pid)` at the exec stop (0 or -errno; nothing by default), then

@@ -35,20 +35,8 @@ int Traced(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
   DsAllocator ds(static_cast<int>(sysconf(_SC_NPROCESSORS_CONF)), DsLimits{});
   ConsumerId id = 0;
   auto attach = [&](pid_t pid) {
-    ConsumerParams p;
-    p.req.ctx_kind = PFM_CTX_TASK;
-    p.req.pid = pid;
-    p.req.bts = PFM_BTS_LOSSLESS;
-    p.req.filter = PFM_FILTER_USER;
-    p.req.format = PFM_FORMAT_FIXED;
-    p.req.ring_bytes = 64ull << 20;
-    p.session = 1;
-    ErrorDetail d;
-    const int rc = ds.Attach(p, 0, &d);
-    if (rc <= 0) {
-      std::fprintf(stderr, "softbts: attach: %s\n", d.message);
-      return rc < 0 ? rc : -EINVAL;
-    }
+    const int rc = AttachLosslessConsumer(&ds, pid, "softbts");
+    if (rc < 0) return rc;
     id = rc;
     return 0;
   };

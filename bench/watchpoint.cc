@@ -104,20 +104,11 @@ int Traced(int points, Run* out) {
   DsAllocator ds(static_cast<int>(sysconf(_SC_NPROCESSORS_CONF)), DsLimits{});
   pid_t pid = -1;
   if (int rc = SpawnForTrace({"/bin/true"}, &pid); rc != 0) return rc;
-  ConsumerParams p;
-  p.req.ctx_kind = PFM_CTX_TASK;
-  p.req.pid = pid;
-  p.req.bts = PFM_BTS_LOSSLESS;
-  p.req.filter = PFM_FILTER_USER;
-  p.req.format = PFM_FORMAT_FIXED;
-  p.req.ring_bytes = 64ull << 20;
-  p.session = 1;
-  ErrorDetail d;
-  if (ds.Attach(p, 0, &d) <= 0) {
-    std::fprintf(stderr, "watchpoint: attach: %s\n", d.message);
+  if (int rc = AttachLosslessConsumer(&ds, pid, "watchpoint"); rc < 0) {
     Abandon(pid, nullptr);
-    return -EINVAL;
+    return rc;
   }
+  ErrorDetail d;
   DsSink sink(&ds);
   std::unique_ptr<SoftBtsTracer> tracer;
   if (int rc = SoftBtsTracer::Start(pid, SoftBtsOptions(), &sink, &tracer, &d); rc != 0) {
