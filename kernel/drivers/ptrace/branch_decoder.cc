@@ -158,6 +158,18 @@ bool MayNotFallThrough(int map, uint8_t op, uint8_t modrm, bool rep) {
   return true;  // EVEX maps 5/6, XOP: sized, but rare enough not to trust
 }
 
+// Not sequential (above), but runs natively like any other non-branch: a
+// REP string instruction or PAUSE (what a step does with them is the
+// reason), CPUID, RDTSC, RDPMC (a hypervisor's emulation may lose a step
+// trap, not the instruction's effect).
+bool NativeOnly(int map, uint8_t op, bool rep) {
+  if (map == 0) {
+    const bool string_op = (op >= 0xA4 && op <= 0xA7) || (op >= 0xAA && op <= 0xAF);
+    return (string_op && rep) || (op == 0x90 && rep);
+  }
+  return map == 1 && (op == 0xA2 || op == 0x31 || op == 0x33);
+}
+
 }  // namespace
 
 int DecodeInsn(const uint8_t* code, size_t avail, DecodedInsn* out) {
@@ -341,6 +353,7 @@ int DecodeInsn(const uint8_t* code, size_t avail, DecodedInsn* out) {
   }
   d.sequential = d.kind == BranchKind::kNone &&
                  !MayNotFallThrough(map, opcode, modrm, rep);
+  d.native = d.sequential || (d.kind == BranchKind::kNone && NativeOnly(map, opcode, rep));
   *out = d;
   return d.length;
 }

@@ -57,6 +57,15 @@ struct DecodedInsn {
   // the UD0/UD1/UD2 opcodes, 0F 78/0F 79 (AMD EXTRQ/INSERTQ carry two
   // immediates there), XOP, and VEX/EVEX maps 5 and 6.
   bool sequential = false;
+  // True when a non-branch may run natively inside a block that a tracer
+  // lets run at full speed between branches (branch stepping): every
+  // sequential instruction, and those that are not sequential only because
+  // of what a single-step trap does with them: REP/REPNE string
+  // instructions (natively they run to the end and fall through), PAUSE,
+  // CPUID, RDTSC and RDPMC. Never for branches, traps, anything that may
+  // change RIP or the trap flag by itself (POPF, MOV SS, XBEGIN, the
+  // system groups) or that is undecodable.
+  bool native = false;
 };
 
 // Decodes the instruction starting at code[0]; `avail` bytes are readable.

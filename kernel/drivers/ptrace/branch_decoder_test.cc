@@ -357,6 +357,44 @@ TEST(BranchDecoder, BranchesAndTrapsAreNeverSequential) {
   }
 }
 
+// What a branch-stepping tracer may run natively between two branches.
+TEST(BranchDecoder, NativeIsSequentialPlusRepStringsPauseCpuidRdtsc) {
+  struct NativeCase {
+    std::vector<uint8_t> bytes;
+    bool native;
+    const char* what;
+  };
+  const std::vector<NativeCase> cases = {
+      {{0x48, 0x89, 0xC3}, true, "mov rbx, rax"},
+      {{0xF3, 0xA4}, true, "rep movsb"},
+      {{0xF3, 0x48, 0xAB}, true, "rep stosq"},
+      {{0xF2, 0xAE}, true, "repne scasb"},
+      {{0xA4}, true, "movsb (sequential)"},
+      {{0xF3, 0x90}, true, "pause"},
+      {{0x0F, 0xA2}, true, "cpuid"},
+      {{0x0F, 0x31}, true, "rdtsc"},
+      {{0x9D}, false, "popf"},
+      {{0x8E, 0xD0}, false, "mov ss, ax"},
+      {{0xC7, 0xF8, 0, 0, 0, 0}, false, "xbegin"},
+      {{0x0F, 0x01, 0xD0}, false, "xgetbv (group 7)"},
+      {{0xF3, 0x6C}, false, "rep insb"},
+      {{0x0F, 0x05}, false, "syscall"},
+      {{0xCC}, false, "int3"},
+      {{0x74, 0x05}, false, "je"},
+      {{0xC3}, false, "ret"},
+      {{0x0F, 0x0B}, false, "ud2"},
+  };
+  for (const NativeCase& c : cases) {
+    DecodedInsn d;
+    ASSERT_GT(DecodeInsn(c.bytes.data(), c.bytes.size(), &d), 0) << c.what;
+    EXPECT_EQ(d.native, c.native) << c.what;
+  }
+  DecodedInsn bad;
+  const uint8_t ud[] = {0x06};
+  EXPECT_LT(DecodeInsn(ud, 1, &bad), 0);
+  EXPECT_FALSE(bad.native);
+}
+
 TEST(BranchDecoder, UndecodableInputIsNotSequential) {
   // An undecodable or truncated instruction leaves the default: not
   // sequential, so a tracer reads the registers.

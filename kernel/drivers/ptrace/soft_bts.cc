@@ -12,6 +12,7 @@
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <linux/kcmp.h>
 #include <sys/user.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -29,11 +30,13 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "kernel/drivers/clock.h"
 #include "kernel/drivers/perf/perf_events.h"
 #include "kernel/drivers/ptrace/branch_decoder.h"
+#include "kernel/drivers/ptrace/branch_emulator.h"
 
 namespace pfm {
 namespace {
@@ -106,8 +109,14 @@ int ReadCpu(int stat_fd) {
   return -1;
 }
 
+// The int3s a branch-stepping tracer planted in one address space (an mm:
+// the threads of a process share it, and so does a vfork child until it
+// execs): address -> the byte the int3 replaced.
+using PlantMap = std::unordered_map<uint64_t, uint8_t>;
+
 // Flat open-addressing cache of decoded instructions, keyed by address.
-// Allocated once; a full probe window evicts the home slot.
+// Allocated once; a full probe window evicts the home slot. Code is read
+// with the planted int3s (overlay) replaced by the bytes they hide.
 class DecodeCache {
  public:
   explicit DecodeCache(uint32_t entries) {
@@ -117,19 +126,22 @@ class DecodeCache {
     slots_.reset(new Slot[n]());
   }
   void Clear() { std::fill(slots_.get(), slots_.get() + mask_ + 1, Slot()); }
+  void set_overlay(const PlantMap* plants) { overlay_ = plants; }
   // Returns the decoded instruction at `addr`; ok=false when it could not be
-  // read or decoded.
-  const DecodedInsn& Get(pid_t pid, uint64_t addr, bool* ok) {
+  // read or decoded. *bytes (optional): its bytes (d.length of them).
+  const DecodedInsn& Get(pid_t pid, uint64_t addr, bool* ok,
+                         const uint8_t** bytes = nullptr) {
     const uint32_t home = static_cast<uint32_t>((addr * 0x9E3779B97F4A7C15ull) >> 40) & mask_;
     for (uint32_t i = 0; i < kProbe; ++i) {
       Slot& s = slots_[(home + i) & mask_];
       if (s.used && s.addr == addr) {
         *ok = s.ok;
+        if (bytes != nullptr) *bytes = s.bytes;
         return s.insn;
       }
-      if (!s.used) return Fill(&s, pid, addr, ok);
+      if (!s.used) return Fill(&s, pid, addr, ok, bytes);
     }
-    return Fill(&slots_[home], pid, addr, ok);
+    return Fill(&slots_[home], pid, addr, ok, bytes);
   }
   uint64_t misses() const { return misses_; }
 
@@ -140,21 +152,49 @@ class DecodeCache {
     DecodedInsn insn;
     bool used = false;
     bool ok = false;
+    uint8_t bytes[15] = {};
   };
-  const DecodedInsn& Fill(Slot* s, pid_t pid, uint64_t addr, bool* ok) {
+  const DecodedInsn& Fill(Slot* s, pid_t pid, uint64_t addr, bool* ok,
+                          const uint8_t** bytes) {
     ++misses_;
     uint8_t buf[16] = {};
     const size_t n = ReadCode(pid, addr, buf);
+    if (overlay_ != nullptr && !overlay_->empty()) {
+      for (size_t k = 0; k < n; ++k) {
+        auto it = overlay_->find(addr + k);
+        if (it != overlay_->end()) buf[k] = it->second;
+      }
+    }
     s->used = true;
     s->addr = addr;
     s->insn = DecodedInsn();
     s->ok = DecodeInsn(buf, n, &s->insn) > 0;
+    std::memcpy(s->bytes, buf, sizeof(s->bytes));
     *ok = s->ok;
+    if (bytes != nullptr) *bytes = s->bytes;
     return s->insn;
   }
   std::unique_ptr<Slot[]> slots_;
   uint32_t mask_ = 0;
   uint64_t misses_ = 0;
+  const PlantMap* overlay_ = nullptr;
+};
+
+// The tracee's memory for the branch emulator: /proc/PID/mem of its mm.
+class MemFdMemory : public EmuMemory {
+ public:
+  explicit MemFdMemory(int fd) : fd_(fd) {}
+  int Read(uint64_t addr, void* buf, size_t n) override {
+    const ssize_t r = pread(fd_, buf, n, static_cast<off_t>(addr));
+    return r == static_cast<ssize_t>(n) ? 0 : -EFAULT;
+  }
+  int Write(uint64_t addr, const void* buf, size_t n) override {
+    const ssize_t r = pwrite(fd_, buf, n, static_cast<off_t>(addr));
+    return r == static_cast<ssize_t>(n) ? 0 : -EFAULT;
+  }
+
+ private:
+  int fd_;
 };
 
 std::string ReadFile(const std::string& path) {
@@ -194,7 +234,8 @@ class SoftBtsRun {
   void Run();
 
  private:
-  enum StepMode { kStep, kBlockProbe, kBlock };
+  // kBranch: branch stepping (soft_bts.h, SoftBtsOptions::branch_step).
+  enum StepMode { kStep, kBlockProbe, kBlock, kBranch };
 
   // Where a computed RIP may be trusted (see RefreshMaps).
   struct Region {
@@ -202,15 +243,34 @@ class SoftBtsRun {
     uint64_t end = 0;
     bool trusted = false;
   };
+  // The int3s planted in one mm (branch stepping), written and read
+  // through its /proc/PID/mem, which works while its threads run.
+  struct Plants {
+    ~Plants() {
+      if (mem_fd >= 0) close(mem_fd);
+    }
+    int mem_fd = -1;
+    PlantMap orig;  // address -> the byte the int3 replaced
+  };
   // What the threads of one process share: the code, so the decode cache
   // and the executable mappings.
   struct AddressSpace {
     AddressSpace(pid_t p, uint32_t cache_entries) : pid(p), cache(cache_entries) {}
+    void SetPlants(std::shared_ptr<Plants> p) {
+      plants = std::move(p);
+      cache.set_overlay(plants != nullptr ? &plants->orig : nullptr);
+    }
     pid_t pid;
     DecodeCache cache;
     std::vector<Region> regions;  // executable mappings, sorted by start
     bool maps_dirty = false;      // refresh at the next step stop
     int tasks = 0;
+    // Branch stepping: the int3s of this mm (null: none planted yet), and
+    // per block start the address of the branch that ends the block (0:
+    // the block cannot run natively, single-step it). Cleared with the
+    // decode cache.
+    std::shared_ptr<Plants> plants;
+    std::unordered_map<uint64_t, uint64_t> blocks;
   };
   // One traced thread.
   struct Task {
@@ -232,6 +292,17 @@ class SoftBtsRun {
     int probe_left = 0;
     Region region;  // the one holding prev_rip
     uint32_t run = 0;  // computed RIPs since the last register read
+    // Branch stepping: resume with PTRACE_CONT towards the int3 at
+    // bs_expect (else single-step); how it was last resumed; an int3 lifted
+    // to single-step the branch under it, to plant again at the next stop.
+    bool bs_cont = false;
+    bool bs_conted = false;
+    uint64_t bs_expect = 0;
+    uint64_t bs_replant = 0;
+    // A process not followed (kDetach): the int3s its memory holds, to
+    // take out before it is let go, and whether it shares the mm.
+    std::shared_ptr<Plants> detach_plants;
+    bool detach_shared_mm = false;
     // Where it runs.
     int cpu = -1;
     int stat_fd = -1;
@@ -393,8 +464,39 @@ class SoftBtsRun {
   // Reads the task's kernel switch records at one of its ptrace stops.
   void ReadSwitches(Task* t);
   void OpenSwitches(Task* t);
-  // Handles a completed step (or block) of `t` that started at prev_rip.
-  void OnStepStop(Task* t);
+  // Handles a completed step (or block) of `t` that started at prev_rip;
+  // `pre`: its registers, when already read.
+  void OnStepStop(Task* t, const user_regs_struct* pre = nullptr);
+  // Branch stepping (see SoftBtsOptions::branch_step).
+  // A SIGTRAP of a task in kBranch: an int3 of ours, a step, or a signal.
+  void OnBranchModeTrap(Task* t);
+  // `t` is stopped at regs->rip, nothing recorded for that instruction
+  // yet: emulates the branches it stands on (may_emulate), then plants the
+  // int3 at the end of the block it goes on with (bs_cont) or sets it up to
+  // single-step. Writes the registers back when they changed (dirty).
+  void Plan(Task* t, user_regs_struct* regs, bool dirty, bool may_emulate);
+  // The address of the branch that ends the block starting at `start`, if
+  // the block may run natively (trusted code, only `native` instructions
+  // before a branch EmulateBranch takes); else 0.
+  uint64_t BlockEnd(Task* t, uint64_t start);
+  std::shared_ptr<Plants> NewPlants(pid_t pid);
+  bool Plant(AddressSpace* as, uint64_t addr);
+  // Puts back the bytes of the int3s in [start, end) of `p` (every one
+  // when end is 0) and forgets them; the threads of that mm running
+  // towards one are interrupted, to plan again.
+  void LiftPlants(Plants* p, uint64_t start, uint64_t end);
+  bool Planted(const AddressSpace* as, uint64_t addr) const {
+    return as->plants != nullptr && as->plants->orig.count(addr) != 0;
+  }
+  // Before a syscall that changes mappings runs (the tracer single-steps
+  // syscalls): lifts the int3s where it acts.
+  void BeforeMapSyscall(Task* t, const user_regs_struct& regs);
+  // Takes the int3s out of every traced mm (Stop(), debug control).
+  void LiftAll();
+  // A task of branch stepping that has just stopped with SIGTRAP: if an
+  // int3 of ours stopped it and it will not be planned from there (Stop(),
+  // debug control), puts its RIP back onto the int3's address. True then.
+  bool UndoInt3(Task* t);
   // Finds the taken branch that ended a block started at `start` and
   // arriving at `to`; 0 when it cannot be found.
   uint64_t BlockBranchFrom(Task* t, uint64_t start, uint64_t to);
@@ -528,6 +630,17 @@ std::vector<pid_t> ListThreads(pid_t pid) {
   return out;
 }
 
+// Whether the thread runs with a user shadow stack (CET): an emulated
+// call or ret would not update it, so the thread is single-stepped.
+bool ShadowStack(pid_t tid) {
+  const std::string st = ReadFile("/proc/" + std::to_string(tid) + "/status");
+  const size_t at = st.find("x86_Thread_features:");
+  if (at == std::string::npos) return false;
+  const size_t eol = st.find('\n', at);
+  return st.substr(at, eol == std::string::npos ? std::string::npos : eol - at)
+             .find("shstk") != std::string::npos;
+}
+
 }  // namespace
 
 void SoftBtsRun::RefreshMaps(AddressSpace* as) {
@@ -537,6 +650,7 @@ void SoftBtsRun::RefreshMaps(AddressSpace* as) {
   ParseProcMaps(ReadFile("/proc/" + std::to_string(as->pid) + "/maps"),
                 MalformedLine::kSkip, &m, nullptr);
   as->regions.clear();
+  as->blocks.clear();
   for (const Mapping& e : m) {
     // Where a computed RIP may be trusted: code that can only change
     // through a syscall we watch (mmap/mprotect/munmap), so the decode
@@ -647,8 +761,21 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
   Task* t = task.get();
   t->id = TaskId{tgid, tid};
   tasks_[tid] = std::move(task);
+  // A new process shares its creator's mm (vfork, clone with CLONE_VM) or
+  // has a copy of it, int3s included.
+  bool shared_mm = false;
+  const bool new_process = parent != nullptr && parent->id.pid != tgid;
+  if (new_process && parent->as != nullptr && parent->as->plants != nullptr) {
+    const long same = syscall(SYS_kcmp, parent->id.tid, tid, KCMP_VM, 0, 0);
+    shared_mm = same == 0;
+  }
   if (detach) {
     t->state = Task::kDetach;
+    if (new_process && parent->as != nullptr && parent->as->plants != nullptr &&
+        !parent->as->plants->orig.empty()) {
+      t->detach_plants = parent->as->plants;
+      t->detach_shared_mm = shared_mm;
+    }
     return t;
   }
   t_->tasks_seen_.fetch_add(1, std::memory_order_relaxed);
@@ -662,6 +789,14 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
   if (t->as == nullptr) {
     t->as = std::make_shared<AddressSpace>(tgid, t_->opt_.decode_cache_entries);
     t_->processes_seen_.fetch_add(1, std::memory_order_relaxed);
+    if (new_process && parent->as != nullptr && parent->as->plants != nullptr) {
+      if (shared_mm) {
+        t->as->SetPlants(parent->as->plants);
+      } else if (std::shared_ptr<Plants> copy = NewPlants(tgid)) {
+        copy->orig = parent->as->plants->orig;  // fork copied them too
+        t->as->SetPlants(std::move(copy));
+      }
+    }
     RefreshMaps(t->as.get());
   }
   ++t->as->tasks;
@@ -669,7 +804,9 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
                     O_RDONLY | O_CLOEXEC);
   t->cpu = t->stat_fd >= 0 ? ReadCpu(t->stat_fd) : -1;
   if (t->cpu < 0) t->cpu = parent != nullptr ? parent->cpu : 0;
-  if (t_->opt_.try_singleblock && !dbg_.active) {
+  if (t_->opt_.branch_step && !dbg_.active && !ShadowStack(tid)) {
+    t->mode = kBranch;
+  } else if (t_->opt_.try_singleblock && !dbg_.active) {
     t->mode = kBlockProbe;
     t->probe_left = 64;
   }
@@ -723,12 +860,15 @@ void SoftBtsRun::Gone(Task* t, int64_t status) {
   }
 }
 
-void SoftBtsRun::OnStepStop(Task* t) {
+void SoftBtsRun::OnStepStop(Task* t, const user_regs_struct* pre) {
   const pid_t tid = t->id.tid;
   user_regs_struct regs;
   bool have_regs = false;
   uint64_t rip = 0;
-  const bool computed = CanComputeRip(t);
+  // Whether the instruction just stepped was a syscall (or another trap).
+  const bool stepped_trap =
+      t->have_prev && t->prev_ok && t->prev_insn.kind == BranchKind::kTrap;
+  const bool computed = pre == nullptr && CanComputeRip(t);
   if (computed) {
     // A plain step over a sequential instruction: RIP moved by its length.
     // Nothing to record (it is not a branch).
@@ -747,7 +887,9 @@ void SoftBtsRun::OnStepStop(Task* t) {
       }
     }
   } else {
-    if (!ReadRegs(t, &regs)) {
+    if (pre != nullptr) {
+      regs = *pre;
+    } else if (!ReadRegs(t, &regs)) {
       t->have_prev = false;
       return;
     }
@@ -820,6 +962,7 @@ void SoftBtsRun::OnStepStop(Task* t) {
            exec_prot) ||
           nr == SYS_munmap)
         as->maps_dirty = true;  // refreshed at the stop after the syscall
+      if (t->mode == kBranch) BeforeMapSyscall(t, regs);
     }
   }
   t->prev_insn = *insn;
@@ -828,6 +971,14 @@ void SoftBtsRun::OnStepStop(Task* t) {
   t->prev_computed = !have_regs;
   t->have_prev = true;
   PollCpu(t, false);
+  if (t->mode == kBranch && have_regs) {
+    // A syscall that is to be restarted moves RIP back onto it only after
+    // this stop (arch_do_signal_or_restart), so its registers are not
+    // final: no emulation, and no native run from a RIP that will change.
+    const int64_t rax = static_cast<int64_t>(regs.rax);
+    if (stepped_trap && rax >= -516 && rax <= -512) return;  // -ERESTART*
+    Plan(t, &regs, false, !stepped_trap);
+  }
 }
 
 uint64_t SoftBtsRun::BlockBranchFrom(Task* t, uint64_t start, uint64_t to) {
@@ -854,6 +1005,231 @@ uint64_t SoftBtsRun::BlockBranchFrom(Task* t, uint64_t start, uint64_t to) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------
+// Branch stepping (SoftBtsOptions::branch_step, docs/host_drivers.md).
+
+std::shared_ptr<SoftBtsRun::Plants> SoftBtsRun::NewPlants(pid_t pid) {
+  auto p = std::make_shared<Plants>();
+  p->mem_fd = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDWR | O_CLOEXEC);
+  if (p->mem_fd < 0) return nullptr;
+  return p;
+}
+
+bool SoftBtsRun::Plant(AddressSpace* as, uint64_t addr) {
+  if (as->plants == nullptr) {
+    std::shared_ptr<Plants> p = NewPlants(as->pid);
+    if (p == nullptr) return false;
+    as->SetPlants(std::move(p));
+  }
+  Plants* p = as->plants.get();
+  if (p->orig.count(addr) != 0) return true;
+  uint8_t orig = 0;
+  if (pread(p->mem_fd, &orig, 1, static_cast<off_t>(addr)) != 1) return false;
+  const uint8_t int3 = 0xCC;
+  if (orig == int3) return false;  // its own int3 (or one not ours): never
+  if (pwrite(p->mem_fd, &int3, 1, static_cast<off_t>(addr)) != 1) return false;
+  p->orig.emplace(addr, orig);
+  t_->planted_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void SoftBtsRun::LiftPlants(Plants* p, uint64_t start, uint64_t end) {
+  if (p == nullptr || p->orig.empty()) return;
+  std::vector<uint64_t> lifted;
+  for (auto it = p->orig.begin(); it != p->orig.end();) {
+    if (end != 0 && (it->first < start || it->first >= end)) {
+      ++it;
+      continue;
+    }
+    uint8_t now = 0;
+    // Only an int3 still there is ours to take back (the code may be gone).
+    if (pread(p->mem_fd, &now, 1, static_cast<off_t>(it->first)) == 1 && now == 0xCC)
+      (void)!pwrite(p->mem_fd, &it->second, 1, static_cast<off_t>(it->first));
+    lifted.push_back(it->first);
+    it = p->orig.erase(it);
+  }
+  if (lifted.empty()) return;
+  std::sort(lifted.begin(), lifted.end());
+  for (auto& [tid, o] : tasks_) {
+    if (o->as == nullptr || o->as->plants.get() != p) continue;
+    o->as->blocks.clear();  // blocks ending at a lifted int3 must not run natively
+    if (o->state == Task::kRunning && o->bs_conted &&
+        std::binary_search(lifted.begin(), lifted.end(), o->bs_expect)) {
+      // It runs towards an int3 that is gone: stop it and plan again.
+      ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
+      t_->resyncs_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void SoftBtsRun::LiftAll() {
+  std::set<Plants*> all;
+  for (auto& [tid, t] : tasks_)
+    if (t->as != nullptr && t->as->plants != nullptr) all.insert(t->as->plants.get());
+  for (Plants* p : all) LiftPlants(p, 0, 0);
+}
+
+bool SoftBtsRun::UndoInt3(Task* t) {
+  if (t->as == nullptr) return false;
+  user_regs_struct regs;
+  if (ptrace(PTRACE_GETREGS, t->id.tid, nullptr, &regs) != 0) return false;
+  const uint64_t at = regs.rip - 1;
+  const bool ours = (t->bs_conted && at == t->bs_expect) ||
+                    (Planted(t->as.get(), at) &&
+                     (t->bs_conted || !t->have_prev || t->prev_rip == at));
+  if (!ours) return false;
+  regs.rip = at;
+  return ptrace(PTRACE_SETREGS, t->id.tid, nullptr, &regs) == 0;
+}
+
+void SoftBtsRun::BeforeMapSyscall(Task* t, const user_regs_struct& regs) {
+  AddressSpace* as = t->as.get();
+  const uint64_t nr = regs.rax;
+  const uint64_t addr = regs.rdi;
+  const uint64_t len = regs.rsi;
+  switch (nr) {
+    case SYS_mmap:
+      if (addr == 0 || (regs.r10 & MAP_FIXED) == 0) return;  // never over a mapping
+      break;
+    case SYS_munmap:
+    case SYS_mprotect:
+    case SYS_pkey_mprotect:
+    case SYS_mremap:   // moves pages, int3s included
+    case SYS_madvise:  // MADV_DONTNEED and friends drop the copied pages
+      break;
+    default:
+      return;
+  }
+  // Protection, mapping or page changes: the code there may become
+  // writable, move or revert to the file's bytes. Take the int3s out first
+  // and see the mappings again after the syscall.
+  as->maps_dirty = true;
+  const uint64_t page = 4096;
+  const uint64_t start = addr & ~(page - 1);
+  const uint64_t end = len > PFM_X86_USER_ADDR_END ? PFM_X86_USER_ADDR_END
+                                                   : ((addr + len + page - 1) & ~(page - 1));
+  if (as->plants != nullptr && end > start) LiftPlants(as->plants.get(), start, end);
+}
+
+uint64_t SoftBtsRun::BlockEnd(Task* t, uint64_t start) {
+  AddressSpace* as = t->as.get();
+  auto hit = as->blocks.find(start);
+  if (hit != as->blocks.end()) return hit->second;
+  uint64_t end = 0;
+  if (start < t->region.start || start >= t->region.end) FindRegion(t, start);
+  if (t->region.trusted && !as->maps_dirty) {
+    uint64_t at = start;
+    for (int i = 0; i < 4096; ++i) {
+      bool ok = false;
+      const uint8_t* bytes = nullptr;
+      const DecodedInsn& d = as->cache.Get(t->id.tid, at, &ok, &bytes);
+      if (!ok || at + d.length > t->region.end) break;
+      if (d.kind == BranchKind::kNone) {
+        if (!d.native) break;
+        at += d.length;
+        continue;
+      }
+      if (CanEmulateBranch(bytes, d.length, d)) end = at;
+      break;
+    }
+  }
+  as->blocks.emplace(start, end);
+  return end;
+}
+
+void SoftBtsRun::Plan(Task* t, user_regs_struct* regs, bool dirty, bool may_emulate) {
+  constexpr uint64_t kTrapFlag = 0x100;  // RFLAGS.TF
+  AddressSpace* as = t->as.get();
+  const pid_t tid = t->id.tid;
+  if (t->bs_replant != 0) {
+    Plant(as, std::exchange(t->bs_replant, 0));
+  }
+  t->bs_cont = false;
+  for (int i = 0; i < 256; ++i) {
+    const uint64_t r = regs->rip;
+    const uint64_t e = BlockEnd(t, r);
+    if (e == 0) break;
+    if (e != r) {
+      if (!Plant(as, e)) break;
+      t->bs_cont = true;
+      t->bs_expect = e;
+      t->have_prev = false;  // the next stop is the int3's (or a signal's)
+      break;
+    }
+    if (!may_emulate || as->plants == nullptr) break;
+    bool ok = false;
+    const uint8_t* bytes = nullptr;
+    const DecodedInsn& d = as->cache.Get(tid, r, &ok, &bytes);
+    if (!ok) break;
+    MemFdMemory mem(as->plants->mem_fd);
+    bool taken = false;
+    if (EmulateBranch(bytes, d.length, d, regs, &mem, &taken) != EmuResult::kDone) break;
+    dirty = true;
+    t_->emulated_.fetch_add(1, std::memory_order_relaxed);
+    if (BranchTaken(d, r, regs->rip)) Record(t, r, regs->rip);
+  }
+  if (!t->bs_cont) {
+    // Single-step from here, as the single-step tracer does (OnStepStop
+    // records its branch). An int3 of ours under RIP is lifted for the
+    // step and planted again at the next stop.
+    const uint64_t r = regs->rip;
+    if (Planted(as, r)) {
+      Plants* p = as->plants.get();
+      const uint8_t orig = p->orig[r];
+      if (pwrite(p->mem_fd, &orig, 1, static_cast<off_t>(r)) == 1) {
+        p->orig.erase(r);
+        t->bs_replant = r;
+      }
+    }
+    if (r < t->region.start || r >= t->region.end) FindRegion(t, r);
+    bool ok = false;
+    t->prev_insn = as->cache.Get(tid, r, &ok);
+    t->prev_ok = ok;
+    t->prev_rip = r;
+    t->prev_computed = false;
+    t->have_prev = true;
+  }
+  if (t->bs_cont && (regs->eflags & kTrapFlag) != 0) {
+    // A single-stepped POPF (or IRET) left the trap flag it pushed while
+    // being stepped; the kernel then takes it for the task's own and keeps
+    // it across PTRACE_CONT, which would trap after the next instruction.
+    regs->eflags &= ~kTrapFlag;
+    dirty = true;
+  }
+  if (dirty && ptrace(PTRACE_SETREGS, tid, nullptr, regs) != 0) {
+    t->have_prev = false;
+    t->bs_cont = false;
+  }
+}
+
+void SoftBtsRun::OnBranchModeTrap(Task* t) {
+  user_regs_struct regs;
+  if (!ReadRegs(t, &regs)) {
+    t->have_prev = false;
+    return;
+  }
+  const uint64_t at = regs.rip - 1;
+  const bool ours = Planted(t->as.get(), at);
+  if (ours && (t->bs_conted || !t->have_prev || t->prev_rip == at)) {
+    // Stopped by an int3 of ours: the task stands on the branch at `at`.
+    if (t->bs_conted && at != t->bs_expect)
+      t_->resyncs_.fetch_add(1, std::memory_order_relaxed);  // ran past the block's end
+    t_->branch_stops_.fetch_add(1, std::memory_order_relaxed);
+    regs.rip = at;
+    Plan(t, &regs, true, true);
+    return;
+  }
+  if (t->bs_conted) {
+    // A SIGTRAP while running freely that no int3 of ours raised: sent to
+    // it (its own int3s are never run freely: a block ends before a trap).
+    // The task's signal.
+    t->have_prev = false;
+    t->pending_sig = SIGTRAP;
+    return;
+  }
+  OnStepStop(t, &regs);
+}
+
 void SoftBtsRun::Resume(Task* t) {
   if (t->state != Task::kStopped || t->dbg_stopped) return;
   if (t_->core_->TaskHeld(t->id)) {
@@ -867,11 +1243,14 @@ void SoftBtsRun::Resume(Task* t) {
     t->held = false;
     --held_;
   }
-  const auto req = t->mode == kStep ? PTRACE_SINGLESTEP : PTRACE_SINGLEBLOCK;
+  const auto req = t->mode == kBranch ? (t->bs_cont ? PTRACE_CONT : PTRACE_SINGLESTEP)
+                   : t->mode == kStep ? PTRACE_SINGLESTEP
+                                      : PTRACE_SINGLEBLOCK;
+  t->bs_conted = req == PTRACE_CONT;
   if (t->sw != nullptr) t->resumed_ns = NowNs();
   if (ptrace(req, t->id.tid, nullptr,
              reinterpret_cast<void*>(long(t->pending_sig))) != 0) {
-    if (t->mode != kStep && errno == EIO) {  // kernel without SINGLEBLOCK
+    if ((t->mode == kBlock || t->mode == kBlockProbe) && errno == EIO) {  // no SINGLEBLOCK
       t->mode = kStep;
       Resume(t);
       return;
@@ -932,7 +1311,19 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
   const int sig = WSTOPSIG(st);
   const int event = st >> 16;
   if (t->state == Task::kDetach) {
-    // A process we do not follow: let it go at its first stop.
+    // A process we do not follow: let it go at its first stop, without
+    // the int3s it inherited.
+    if (t->detach_plants != nullptr) {
+      if (t->detach_shared_mm) {
+        // vfork: the int3s are its parent's too. Taken out for both (the
+        // parent's threads plan again); planted anew when needed.
+        LiftPlants(t->detach_plants.get(), 0, 0);
+      } else if (std::shared_ptr<Plants> own = NewPlants(tid)) {
+        own->orig = t->detach_plants->orig;
+        LiftPlants(own.get(), 0, 0);
+      }
+      t->detach_plants.reset();
+    }
     ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
     ForgetTask(tid);
     return;
@@ -940,6 +1331,7 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
   const bool first = t->state == Task::kNew;
   t->state = Task::kStopped;
   t->status = st;
+  t->bs_cont = false;  // single-step on unless Plan finds a block to run
   ReadSwitches(t);
   if (first) {  // its attach stop
     if (dbg_.active && t->id.pid == root_) {
@@ -1001,6 +1393,12 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
       }
       break;
     case 0:
+      if (sig == SIGTRAP && t->bs_conted && t->mode != kBranch && UndoInt3(t)) {
+        // Ran into an int3 after debug control turned branch stepping off.
+        t->have_prev = false;
+        cause = StopCause::kOther;
+        break;
+      }
       if (sig == SIGTRAP) {
         if (const uint64_t entry = std::exchange(t->exec_entry, 0); entry != 0) {
           user_regs_struct regs;
@@ -1012,7 +1410,10 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
             break;
           }
         }
-        OnStepStop(t);
+        if (t->mode == kBranch)
+          OnBranchModeTrap(t);
+        else
+          OnStepStop(t);
         cause = StopCause::kStep;
         break;
       }
@@ -1095,10 +1496,13 @@ void SoftBtsRun::DetachAll() {
     t->status = st;
     const int sig = WSTOPSIG(st);
     const bool signal_delivery = (st >> 16) == 0 && sig != SIGTRAP;
+    if ((st >> 16) == 0 && sig == SIGTRAP) UndoInt3(t);
     t->state = Task::kStopped;
     if (signal_delivery) t->pending_sig = sig;
   }
-  // Everything still tracked is stopped now.
+  // Everything still tracked is stopped now: take out the int3s before
+  // any thread runs untraced.
+  LiftAll();
   std::vector<Task*> all;
   for (auto& [tid, t] : tasks_) all.push_back(t.get());
   for (Task* t : all) {
@@ -1408,8 +1812,16 @@ int SoftBtsRun::DebugEnable(bool stop_at_exec, DebugEventFn events) {
   dbg_ = DebugState();
   dbg_.active = true;
   dbg_.events = std::move(events);
-  // Breakpoints are checked at every instruction: no block steps.
-  for (auto& [tid, t] : tasks_) t->mode = kStep;
+  // Breakpoints are checked at every instruction: no block steps, and no
+  // branch stepping (its int3s go; a thread running towards one is
+  // interrupted and single-steps from where it stops).
+  for (auto& [tid, t] : tasks_) {
+    if (t->mode == kBranch && t->state == Task::kRunning && t->bs_conted)
+      ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
+    t->mode = kStep;
+    t->bs_cont = false;
+  }
+  LiftAll();
   if (stop_at_exec) {
     dbg_.stop_at_exec = true;
   } else {
@@ -1809,6 +2221,9 @@ SoftBtsTracer::Stats SoftBtsTracer::stats() const {
   s.switch_errno = switch_errno_.load(std::memory_order_relaxed);
   s.switches = switches_.load(std::memory_order_relaxed);
   s.switch_artifacts = switch_artifacts_.load(std::memory_order_relaxed);
+  s.branch_stops = branch_stops_.load(std::memory_order_relaxed);
+  s.emulated = emulated_.load(std::memory_order_relaxed);
+  s.planted = planted_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -108,6 +108,17 @@ struct SoftBtsOptions {
   // them from CPU changes.
   bool kernel_switches = true;
   uint32_t switch_ring_pages = 8;  // per task, a power of two
+  // Branch stepping (docs/host_drivers.md, "Branch stepping"): a thread is
+  // stopped only at the branch that ends each basic block, by an int3 the
+  // tracer plants there (in the tracee's private copy of the code; hidden
+  // from the decoder), the branch is emulated from the registers
+  // (branch_emulator.h) and the next block runs at full speed. What cannot
+  // be handled so is single-stepped: syscalls and other traps, untrusted
+  // (writable, shared, [vsyscall]) code, undecodable bytes, branches the
+  // emulator does not take, signal delivery, threads with a CET shadow
+  // stack. Off: every instruction is single-stepped. Never under debug
+  // control (which turns it off and takes the int3s out).
+  bool branch_step = false;
 };
 
 // The signal Stop() uses to interrupt the tracer thread's waitpid().
@@ -212,6 +223,11 @@ class SoftBtsTracer {
     int64_t switch_errno = 0;
     uint64_t switches = 0;           // switch records reported
     uint64_t switch_artifacts = 0;   // kernel switch records of ptrace stops, dropped
+    // Branch stepping: stops at an int3 of the tracer's, branches emulated
+    // (at those stops and at step stops), int3s written.
+    uint64_t branch_stops = 0;
+    uint64_t emulated = 0;
+    uint64_t planted = 0;
   };
   Stats stats() const;
 
@@ -310,6 +326,9 @@ class SoftBtsTracer {
   std::atomic<int64_t> switch_errno_{0};
   std::atomic<uint64_t> switches_{0};
   std::atomic<uint64_t> switch_artifacts_{0};
+  std::atomic<uint64_t> branch_stops_{0};
+  std::atomic<uint64_t> emulated_{0};
+  std::atomic<uint64_t> planted_{0};
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;

@@ -9,10 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -80,6 +82,10 @@ class RecordingSink : public CoreHooks {
     exited_ = true;
     cv_.notify_all();
   }
+  void TaskExec(TaskId, uint64_t) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (records_at_exec_ == 0) records_at_exec_ = records_.size();
+  }
   void TaskSignaled(TaskId, uint64_t, int signo) override {
     std::lock_guard<std::mutex> lk(mu_);
     events_.push_back("signaled:" + std::to_string(signo));
@@ -110,6 +116,12 @@ class RecordingSink : public CoreHooks {
     std::lock_guard<std::mutex> lk(mu_);
     return drains_;
   }
+  // Records before the first exec (the spawned child's own code, which
+  // the tracer joins wherever it is blocked in read()).
+  size_t records_at_exec() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return records_at_exec_;
+  }
   size_t records_at_signal() {
     std::lock_guard<std::mutex> lk(mu_);
     return records_at_signal_;
@@ -122,6 +134,7 @@ class RecordingSink : public CoreHooks {
   std::vector<pfm_bts_raw> records_;
   std::vector<std::string> events_;
   size_t records_at_signal_ = 0;
+  size_t records_at_exec_ = 0;
   int drains_ = 0;
   bool exited_ = false;
   int64_t status_ = 0;
@@ -135,8 +148,10 @@ const Mapping* FindMap(const std::vector<Mapping>& maps, uint64_t addr) {
 
 // Runs argv under the tracer with `opt` to its exit; fills the records and
 // stats. Returns the wait status.
+// `from_exec`: only the records from the program's exec on.
 int64_t TraceToExit(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
-                    std::vector<pfm_bts_raw>* recs, SoftBtsTracer::Stats* st) {
+                    std::vector<pfm_bts_raw>* recs, SoftBtsTracer::Stats* st,
+                    bool from_exec = false) {
   pid_t pid = 0;
   ErrorDetail d;
   EXPECT_EQ(SpawnStopped(argv, &pid, &d), 0) << d.message;
@@ -149,6 +164,7 @@ int64_t TraceToExit(const std::vector<std::string>& argv, const SoftBtsOptions& 
   t->Stop();
   *recs = sink.records();
   *st = t->stats();
+  if (from_exec) recs->erase(recs->begin(), recs->begin() + sink.records_at_exec());
   return status;
 }
 
@@ -296,7 +312,81 @@ TEST(SoftBts, BranchRecordsAreIdenticalWithAndWithoutComputedRips) {
   personality(old);
 }
 
-TEST(SoftBts, CountsEveryBackwardBranchOfAKnownLoop) {
+// Verification of branch stepping: the same deterministic programs traced
+// by single-stepping and by branch stepping give the same branch records,
+// record for record (address-space randomisation off, so both runs take
+// the same path through the same addresses). The programs: ld.so and libc
+// startup (/bin/true), a directory listing (ls /), and mixed: REP strings,
+// syscalls, signal handlers entered and left by sigreturn and siglongjmp,
+// a fault, MOV SS, POPF, CPUID, indirect calls and jump tables, loop and
+// jrcxz, code written at run time in RW->RX and RWX mappings, and code
+// rewritten in place.
+TEST(SoftBts, BranchSteppingRecordsEqualSingleSteppingOnRealPrograms) {
+  const int old = personality(0xffffffff);
+  ASSERT_NE(old, -1);
+  if (personality(old | ADDR_NO_RANDOMIZE) == -1)
+    GTEST_SKIP() << "cannot turn address-space randomisation off";
+  const std::vector<std::vector<std::string>> programs = {
+      {"/bin/true"},
+      {"/bin/ls", "/"},
+      {TestProgram("testdata_mixed_bin")},
+  };
+  for (const auto& argv : programs) {
+    SoftBtsOptions single;
+    single.try_singleblock = false;
+    SoftBtsOptions branch = single;
+    branch.branch_step = true;
+    constexpr int kAttempts = 3;  // see BranchRecordsAreIdentical... above
+    std::string why;
+    bool same = false;
+    for (int attempt = 0; attempt < kAttempts && !same; ++attempt) {
+      std::vector<pfm_bts_raw> a, b;
+      SoftBtsTracer::Stats sa, sb;
+      const int64_t status_a = TraceToExit(argv, single, &a, &sa, true);
+      const int64_t status_b = TraceToExit(argv, branch, &b, &sb, true);
+      EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << status_a;
+      EXPECT_EQ(status_a, status_b) << argv[0];
+      EXPECT_EQ(sb.resyncs, 0u) << argv[0];
+      EXPECT_GT(sb.branch_stops, 0u) << argv[0];
+      EXPECT_GT(sb.emulated, 0u) << argv[0];
+      ASSERT_GT(a.size(), 100u) << argv[0];
+      std::printf("%s: single-step %llu steps, %llu branches; branch stepping %llu "
+                  "int3 stops + %llu steps, %llu branches (%llu emulated, %llu int3s)\n",
+                  argv[0].c_str(), (unsigned long long)sa.steps,
+                  (unsigned long long)a.size(), (unsigned long long)sb.branch_stops,
+                  (unsigned long long)sb.steps, (unsigned long long)b.size(),
+                  (unsigned long long)sb.emulated, (unsigned long long)sb.planted);
+      std::ostringstream msg;
+      msg << argv[0] << " attempt " << attempt << ": ";
+      size_t first_diff = std::min(a.size(), b.size());
+      for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+        if (a[i].from != b[i].from || a[i].to != b[i].to) {
+          first_diff = i;
+          break;
+        }
+      }
+      if (first_diff != a.size() || a.size() != b.size()) {
+        msg << "records " << a.size() << " vs " << b.size() << ", first difference at "
+            << first_diff << std::hex;
+        for (size_t i = first_diff >= 3 ? first_diff - 3 : 0;
+             i < first_diff + 3 && i < std::max(a.size(), b.size()); ++i) {
+          msg << "\n  [" << std::dec << i << std::hex << "] ";
+          if (i < a.size()) msg << a[i].from << "->" << a[i].to;
+          msg << " | ";
+          if (i < b.size()) msg << b[i].from << "->" << b[i].to;
+        }
+        why += msg.str() + "\n";
+        continue;
+      }
+      same = true;
+    }
+    EXPECT_TRUE(same) << why;
+    if (!why.empty()) std::printf("retried:\n%s", why.c_str());
+  }
+  personality(old);
+}
+
+void RunCountsEveryBackwardBranchOfAKnownLoop(bool branch_step) {
   constexpr long kIterations = 2000;
   const std::string out = TmpPath("loop_addr");
   pid_t pid = 0;
@@ -310,6 +400,7 @@ TEST(SoftBts, CountsEveryBackwardBranchOfAKnownLoop) {
   std::unique_ptr<SoftBtsTracer> t;
   SoftBtsOptions opt;
   opt.decode_cache_entries = 64;  // and a cache that must evict
+  opt.branch_step = branch_step;
   ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
   ASSERT_EQ(Release(pid, &d), 0);
   const int64_t status = sink.WaitExit();
@@ -327,15 +418,19 @@ TEST(SoftBts, CountsEveryBackwardBranchOfAKnownLoop) {
   EXPECT_LE(backward, static_cast<size_t>(kIterations) + 1);
 }
 
-TEST(SoftBts, CrashIsSignaledBeforeExitWithLastBranchIntoCrashingFunction) {
+TEST(SoftBts, CountsEveryBackwardBranchOfAKnownLoop) { RunCountsEveryBackwardBranchOfAKnownLoop(false); }
+TEST(SoftBts, CountsEveryBackwardBranchOfAKnownLoopBranchStepping) { RunCountsEveryBackwardBranchOfAKnownLoop(true); }
+
+void RunCrashIsSignaledBeforeExitWithLastBranchIntoCrashingFunction(bool branch_step) {
   const std::string out = TmpPath("crash_addr");
   pid_t pid = 0;
   ErrorDetail d;
   ASSERT_EQ(SpawnStopped({TestProgram("testdata_crash_bin"), out}, &pid, &d), 0);
   RecordingSink sink;
   std::unique_ptr<SoftBtsTracer> t;
-  ASSERT_EQ(SoftBtsTracer::Start(pid, SoftBtsOptions(), &sink, &t, &d), 0)
-      << d.message;
+  SoftBtsOptions opt;
+  opt.branch_step = branch_step;
+  ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
   ASSERT_EQ(Release(pid, &d), 0);
   const int64_t status = sink.WaitExit();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) << status;
@@ -354,6 +449,51 @@ TEST(SoftBts, CrashIsSignaledBeforeExitWithLastBranchIntoCrashingFunction) {
   ASSERT_FALSE(recs.empty());
   EXPECT_GE(recs.back().to, crash_here);
   EXPECT_LT(recs.back().to, crash_here + 0x20);
+}
+
+TEST(SoftBts, CrashIsSignaledBeforeExitWithLastBranchIntoCrashingFunction) { RunCrashIsSignaledBeforeExitWithLastBranchIntoCrashingFunction(false); }
+TEST(SoftBts, CrashIsSignaledBeforeExitWithLastBranchIntoCrashingFunctionBranchStepping) { RunCrashIsSignaledBeforeExitWithLastBranchIntoCrashingFunction(true); }
+
+// Branch stepping writes int3s into the traced process's code: into its
+// private copy (the pages of a file mapping are copied at the first write),
+// never into the file or another process mapping it. An untraced instance
+// of the same binary, started while the traced one holds its int3s, runs
+// to its normal end, and the file's bytes are unchanged.
+TEST(SoftBts, BranchSteppingInt3sStayInTheTracedProcess) {
+  const std::string bin = TestProgram("testdata_loop_bin");
+  auto file_bytes = [&] {
+    std::ifstream in(bin, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string before = file_bytes();
+  ASSERT_FALSE(before.empty());
+  pid_t pid = 0;
+  ErrorDetail d;
+  ASSERT_EQ(SpawnStopped({bin, "3000000", TmpPath("loop_traced")}, &pid, &d), 0);
+  RecordingSink sink;
+  std::unique_ptr<SoftBtsTracer> t;
+  SoftBtsOptions opt;
+  opt.branch_step = true;
+  ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
+  ASSERT_EQ(Release(pid, &d), 0);
+  while (t->stats().branch_stops < 20000 && !t->done()) usleep(1000);
+  ASSERT_FALSE(t->done());
+  EXPECT_GT(t->stats().planted, 10u);
+  // The int3s are in place now (in the traced process's spin loop too).
+  const pid_t other = fork();
+  ASSERT_GE(other, 0);
+  if (other == 0) {
+    execl(bin.c_str(), bin.c_str(), "1000", TmpPath("loop_untraced").c_str(), nullptr);
+    _exit(127);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(other, &st, 0), other);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "untraced instance: " << st;
+  EXPECT_EQ(file_bytes(), before);
+  t->Stop();  // lets the traced one finish untraced, its int3s taken out
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_EQ(file_bytes(), before);
 }
 
 TEST(SoftBts, RefusesToTraceAProcessWeMayNotTrace) {
@@ -400,7 +540,7 @@ TEST(SoftBts, RefusesAGonePidAndBadArguments) {
   EXPECT_EQ(SpawnStopped({}, &pid, &d), -EINVAL);
 }
 
-TEST(SoftBts, StopMidRunLeavesTheTraceeRunningUntraced) {
+void RunStopMidRunLeavesTheTraceeRunningUntraced(bool branch_step) {
   const std::string fifo = TmpPath("stop_fifo");
   unlink(fifo.c_str());
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
@@ -409,11 +549,13 @@ TEST(SoftBts, StopMidRunLeavesTheTraceeRunningUntraced) {
   ASSERT_EQ(SpawnStopped({TestProgram("testdata_wait_fifo_bin"), fifo}, &pid, &d), 0);
   RecordingSink sink;
   std::unique_ptr<SoftBtsTracer> t;
-  ASSERT_EQ(SoftBtsTracer::Start(pid, SoftBtsOptions(), &sink, &t, &d), 0)
-      << d.message;
+  SoftBtsOptions opt;
+  opt.branch_step = branch_step;
+  ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
   ASSERT_EQ(Release(pid, &d), 0);
   // Let it get well into its polling loop (count work, not time).
-  while (t->stats().steps < 30000 && !t->done()) usleep(1000);
+  // (Branch stepping: its int3s must all be gone when it is let go.)
+  while (t->stats().steps + t->stats().branch_stops < 30000 && !t->done()) usleep(1000);
   ASSERT_FALSE(t->done());
   t->Stop();
   t->Stop();  // safe twice
@@ -434,6 +576,9 @@ TEST(SoftBts, StopMidRunLeavesTheTraceeRunningUntraced) {
   ASSERT_EQ(waitpid(pid, &st, 0), pid);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << st;
 }
+
+TEST(SoftBts, StopMidRunLeavesTheTraceeRunningUntraced) { RunStopMidRunLeavesTheTraceeRunningUntraced(false); }
+TEST(SoftBts, StopMidRunLeavesTheTraceeRunningUntracedBranchStepping) { RunStopMidRunLeavesTheTraceeRunningUntraced(true); }
 
 TEST(SoftBts, StopsWhileTheTraceeBlocksInASyscallAndLeaksNothing) {
   const int fds_before = CountDir("/proc/self/fd");
