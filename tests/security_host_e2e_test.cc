@@ -474,7 +474,8 @@ TEST_F(SecurityHostE2e, SigkillOfPfmdLeavesTheTraceeRunning) {
     for (int i = 0; i < 200 && steps == 0; ++i) {
       json::value s = PfmctlJson(d.socket(), {"session", "show", id});
       if (const json::value* sb = s.as_object().if_contains("soft_bts"))
-        steps = sb->at("steps").to_number<uint64_t>();
+        steps = sb->at("steps").to_number<uint64_t>() +
+                sb->at("int3_stops").to_number<uint64_t>();
       if (steps == 0) ::usleep(10000);
     }
     ASSERT_GT(steps, 0u);

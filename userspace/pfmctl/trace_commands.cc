@@ -109,7 +109,11 @@ std::function<void(const StreamResult&)> ProgressCallback(ProgressLine& line, Cl
       ReplyReader reader("session_show", show->result);
       const ReplyNode soft_bts = reader.result().Member("soft_bts");
       if (soft_bts.present()) {
-        const uint64_t steps = soft_bts.Member("steps").Uint();
+        // Stops of the traced threads: single steps, plus the int3 stops
+        // of branch stepping (absent from an older pfmd).
+        uint64_t steps = soft_bts.Member("steps").Uint();
+        const ReplyNode int3 = soft_bts.Member("int3_stops");
+        if (int3.present()) steps += int3.Uint();
         if (reader.ok()) counts.steps = steps;
       }
     }

@@ -40,6 +40,11 @@ struct PfmdConfig {
   int max_tracers_per_uid = 16;        // soft-BTS tracer processes of one uid
   int max_perf_fds_per_uid = 256;      // host perf_event fds of one uid
 
+  // How host soft-BTS tracers step (docs/host_drivers.md): "branch" (stop
+  // at each block's branch, SoftBtsOptions::branch_step) or "single"
+  // (every instruction).
+  std::string soft_bts_stepping = "branch";
+
   // Prometheus /metrics over HTTP (docs/pfmd.md, "Metrics"): "IPV4:PORT",
   // as ParseListenAddress normalized it. Empty: not served.
   std::string metrics_listen;

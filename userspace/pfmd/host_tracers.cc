@@ -23,7 +23,7 @@ HostTracers::~HostTracers() {
 }
 
 absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
-                                bool inherit) {
+                                bool inherit, bool branch_step) {
   {
     KernelLockGuard l(&kernel_->lock());
     auto it = live_.find(pid);
@@ -64,6 +64,7 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
   ErrorDetail d;
   TracerProcess::Options options;
   options.inherit = inherit;
+  options.branch_step = branch_step;
   const int err = TracerProcess::Start(pid, peer.TracerCredentials(), std::move(host), &t,
                                        &d, "/proc/self/exe", options);
   if (err < 0) return ErrnoToStatus(err, d);
@@ -96,7 +97,7 @@ void HostTracers::Reap() {
     // while they stop; their last drain is added below.
     for (const auto& t : stop) {
       counted.push_back(t->stats());
-      gone_steps_ += counted.back().steps;
+      gone_steps_ += Stops(counted.back());
       gone_branches_ += counted.back().branches;
     }
   }
@@ -105,11 +106,15 @@ void HostTracers::Reap() {
   KernelLockGuard l(&kernel_->lock());
   for (size_t i = 0; i < stop.size(); ++i) {
     const SoftBtsTracer::Stats last = stop[i]->stats();
-    if (last.steps > counted[i].steps) gone_steps_ += last.steps - counted[i].steps;
+    if (Stops(last) > Stops(counted[i])) gone_steps_ += Stops(last) - Stops(counted[i]);
     if (last.branches > counted[i].branches)
       gone_branches_ += last.branches - counted[i].branches;
   }
 }
+
+// The stops a tracer made its threads take: single steps, and branch
+// stepping's int3 stops.
+uint64_t HostTracers::Stops(const SoftBtsTracer::Stats& s) { return s.steps + s.branch_stops; }
 
 HostTracers::Totals HostTracers::TotalsLocked() const {
   kernel_->lock().AssertHeld();
@@ -119,7 +124,7 @@ HostTracers::Totals HostTracers::TotalsLocked() const {
   t.branches = gone_branches_;
   auto add = [&t](const TracerProcess& p) {
     const SoftBtsTracer::Stats s = p.stats();
-    t.steps += s.steps;
+    t.steps += Stops(s);
     t.branches += s.branches;
   };
   for (const auto& [pid, e] : live_) add(*e.process);

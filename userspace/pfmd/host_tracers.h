@@ -45,8 +45,9 @@ class HostTracers {
   // retired first. `inherit`: the tracer follows the pid's children too; a
   // live tracer that does not do what is asked is FAILED_PRECONDITION (one
   // tracer per process: the sessions on a pid share it).
+  // `branch_step`: the tracer's stepping (SoftBtsOptions::branch_step).
   absl::Status Start(int32_t pid, const Peer& peer, int max_per_uid,
-                     bool inherit = false);
+                     bool inherit = false, bool branch_step = true);
   // The pid's live tracer, or null.
   TracerProcess* FindLocked(int32_t pid) const;
   // Queues the pid's tracer to be stopped by Reap().
@@ -76,6 +77,7 @@ class HostTracers {
   std::vector<std::unique_ptr<TracerProcess>> retired_;  // likewise
   // Steps and branches of the tracers Reap() took out of retired_: counted
   // at the swap, and what they added while stopping once they stopped.
+  static uint64_t Stops(const SoftBtsTracer::Stats& s);
   uint64_t gone_steps_ = 0, gone_branches_ = 0;  // likewise
 };
 

@@ -194,7 +194,8 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInfo& info,
   out.push_back(std::move(tracers));
   MetricFamily steps = Family(
       "pfm_tracer_steps_total",
-      "Instructions single-stepped by soft-BTS tracers since pfmd started.", kCounter);
+      "Stops soft-BTS tracers made their threads take since pfmd started: single "
+      "steps plus branch stepping's int3 stops.", kCounter);
   Add(&steps, {}, info.tracer_steps);
   out.push_back(std::move(steps));
   MetricFamily branches = Family(

@@ -113,6 +113,15 @@ json::object SessionToJson(const SessionInfo& s, bool detail) {
         {"steps", t.steps},
         {"branches", t.branches},
         {"singleblock", t.singleblock_honoured},
+        // Branch stepping (docs/host_drivers.md): stops at the tracer's
+        // int3s, branches emulated, int3s written; "stepping" says which
+        // way the tracer went (branch stepping with int3 stops, else
+        // single steps only).
+        {"stepping", t.branch_stops != 0 ? "branch" : "single"},
+        {"int3_stops", t.branch_stops},
+        {"emulated", t.emulated},
+        {"int3s", t.planted},
+        {"resyncs", t.resyncs},
         {"tasks", t.tasks},
         {"tasks_seen", t.tasks_seen},
         {"processes_seen", t.processes_seen},

@@ -429,7 +429,8 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
         inherit = live->inherit();
     }
     if (absl::Status st = tracers_->Start(spec.pid, peer, config_.max_tracers_per_uid,
-                                             inherit);
+                                             inherit,
+                                             config_.soft_bts_stepping == "branch");
         !st.ok()) {
       {
         KernelLockGuard l(&kernel_->lock());

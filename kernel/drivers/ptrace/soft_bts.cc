@@ -525,7 +525,11 @@ class SoftBtsRun {
   bool AttachAll();
   int SeizeOptions() const {
     long o = PTRACE_O_TRACEEXEC | PTRACE_O_TRACECLONE;
-    if (t_->opt_.inherit) o |= PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK;
+    // Branch stepping follows every child even when not inheriting: its
+    // copy of the code (or, after vfork, the very same code) holds the
+    // int3s, which must be taken out before it runs untraced.
+    if (t_->opt_.inherit || t_->opt_.branch_step)
+      o |= PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK;
     return static_cast<int>(o);
   }
   void UpdateTaskCount() {

@@ -281,13 +281,21 @@ bool ParseGroups(const char* s, std::vector<gid_t>* out) {
 }
 
 int RunHelper(int argc, char** argv) {
-  // argv: exe FLAG FD PID OPTIONS [UID GID GROUPS]; OPTIONS "inherit" or "-".
+  // argv: exe FLAG FD PID OPTIONS [UID GID GROUPS]; OPTIONS "-" or a comma
+  // list of "inherit" and "branch".
   if (argc != 5 && argc != 8) return 2;
   const int fd = std::atoi(argv[2]);
   const pid_t pid = static_cast<pid_t>(std::atol(argv[3]));
   if (fd < 3 || pid <= 0) return 2;
   SoftBtsOptions opt;
-  opt.inherit = std::strcmp(argv[4], "inherit") == 0;
+  for (const char* o = argv[4]; *o != '\0';) {
+    const char* comma = std::strchr(o, ',');
+    const size_t n = comma != nullptr ? static_cast<size_t>(comma - o) : std::strlen(o);
+    if (n == 7 && std::strncmp(o, "inherit", 7) == 0) opt.inherit = true;
+    else if (n == 6 && std::strncmp(o, "branch", 6) == 0) opt.branch_step = true;
+    else if (!(n == 1 && *o == '-')) return 2;
+    o += n + (comma != nullptr ? 1 : 0);
+  }
   // pfmd's stop signals are not ours: the helper follows pfmd's socket, so a
   // SIGTERM/SIGINT to pfmd's cgroup or terminal does not cut a trace short
   // or leave a trap flag behind.

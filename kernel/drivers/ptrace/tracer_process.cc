@@ -68,7 +68,10 @@ int TracerProcess::Start(pid_t pid, const std::optional<Credentials>& creds,
   // argv[0] names the helper for ps; the program is `exe`.
   std::vector<std::string> args = {"pfm-tracer", kTracerHelperFlag, "3",
                                     std::to_string(pid),
-                                    options.inherit ? "inherit" : "-"};
+                                    options.inherit && options.branch_step ? "inherit,branch"
+                                    : options.inherit                    ? "inherit"
+                                    : options.branch_step                ? "branch"
+                                                                         : "-"};
   if (creds.has_value()) {
     std::string groups;
     for (gid_t g : creds->groups)

@@ -76,6 +76,8 @@ int MaybeRunTracerHelper(int argc, char** argv);
 struct TracerProcessOptions {
   // Follow the processes the traced ones create (SoftBtsOptions::inherit).
   bool inherit = false;
+  // Branch stepping (SoftBtsOptions::branch_step).
+  bool branch_step = false;
 };
 
 class TracerProcess {

@@ -114,7 +114,8 @@ WireStats ToWire(const SoftBtsTracer::Stats& s) {
                    s.reg_reads,  s.computed,       s.mispredictions,
                    s.resyncs,    s.tasks,          s.tasks_seen,
                    s.processes_seen, s.switches,   s.switch_artifacts,
-                   s.switch_errno};
+                   s.switch_errno,
+                   s.branch_stops,  s.emulated,   s.planted};
 }
 
 SoftBtsTracer::Stats FromWire(const WireStats& w) {
@@ -132,6 +133,9 @@ SoftBtsTracer::Stats FromWire(const WireStats& w) {
   s.switches = w.switches;
   s.switch_artifacts = w.switch_artifacts;
   s.switch_errno = w.switch_errno;
+  s.branch_stops = w.branch_stops;
+  s.emulated = w.emulated;
+  s.planted = w.planted;
   return s;
 }
 
