@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <map>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -568,9 +569,38 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
       if (absl::Status s = emit(&sum.side_records); !s.ok()) return s;
     }
   }
-  if (options.maps != nullptr) {
-    const uint32_t pid = options.maps->pid > 0 ? static_cast<uint32_t>(options.maps->pid) : task;
-    for (const Mapping& m : options.maps->mappings) {
+  std::vector<const ProcessMaps*> blocks = options.all_maps;
+  if (blocks.empty() && options.maps != nullptr) blocks.push_back(options.maps);
+  std::map<uint32_t, std::string> exe_of;  // per pid: the program it runs
+  std::map<uint32_t, std::string> comm_of;  // per pid: the last COMM written
+  if (task != 0 && !info.command.empty()) comm_of[task] = CommOf(info.command);
+  for (const ProcessMaps* pm : blocks) {
+    if (pm == nullptr || pm->mappings.empty()) continue;
+    const uint32_t pid = pm->pid > 0 ? static_cast<uint32_t>(pm->pid) : task;
+    const bool first_of_pid = exe_of.count(pid) == 0;
+    const uint64_t at = first_of_pid ? t_first : std::max(pm->time_ns, t_first);
+    // The program: its first file mapping (the lowest address). A child,
+    // or a process whose program changed (an exec), gets a COMM naming it.
+    std::string exe;
+    for (const Mapping& m : pm->mappings)
+      if (!m.path.empty() && m.path[0] == '/') {
+        exe = m.path;
+        break;
+      }
+    const bool renamed = first_of_pid ? pid != task : exe_of[pid] != exe;
+    exe_of[pid] = exe;
+    if (renamed && !exe.empty() && comm_of[pid] != CommOf(exe)) {
+      comm_of[pid] = CommOf(exe);
+      {
+        Bytes& c = rb.Begin(PERF_RECORD_COMM, PERF_RECORD_MISC_COMM_EXEC);
+        c.U32(pid);
+        c.U32(pid);
+        c.Padded(CommOf(exe), 8);
+        AppendSampleId(c, first, pid, pid, at, 0);
+        if (absl::Status s = emit(&sum.side_records); !s.ok()) return s;
+      }
+    }
+    for (const Mapping& m : pm->mappings) {
       Bytes& r = rb.Begin(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER);
       r.U32(pid);
       r.U32(pid);
@@ -584,7 +614,7 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
       r.U32(PROT_READ | PROT_EXEC | (m.writable ? PROT_WRITE : 0));
       r.U32(m.shared ? MAP_SHARED : MAP_PRIVATE);
       r.Padded(m.path.empty() ? "//anon" : m.path, 8);  // perf's name for anonymous
-      AppendSampleId(r, first, pid, pid, t_first, 0);
+      AppendSampleId(r, first, pid, pid, at, 0);
       if (absl::Status s = emit(&sum.side_records); !s.ok()) return s;
     }
   }
@@ -757,10 +787,15 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
     f.U64(t_last);
     features.emplace_back(kPerfFeatSampleTime, f.str());
   }
-  if (options.build_ids && options.maps != nullptr) {
+  if (options.build_ids && !blocks.empty()) {
     Bytes f;
     std::set<std::string> seen;
-    for (const Mapping& m : options.maps->mappings) {
+    std::vector<const Mapping*> all_mappings;
+    for (const ProcessMaps* pm : blocks)
+      if (pm != nullptr)
+        for (const Mapping& m : pm->mappings) all_mappings.push_back(&m);
+    for (const Mapping* mp : all_mappings) {
+      const Mapping& m = *mp;
       if (m.path.empty() || m.path[0] != '/' || !seen.insert(m.path).second) continue;
       // The build-id recorded with the trace names the binary that ran; the
       // file now may be another (rebuilt, upgraded): say so, and keep the

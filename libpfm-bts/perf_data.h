@@ -85,6 +85,13 @@ struct PerfDataOptions {
   // start (stamped with the first record's time, so they govern every
   // sample). pid 0 takes the trace header's pid. Null: none.
   const ProcessMaps* maps = nullptr;
+  // Every process's mappings over time (a trace's MAPS blocks: children,
+  // execs, dlopen). When not empty it replaces `maps`: each block becomes
+  // MMAP2 records of its pid, the first of a pid stamped at the first
+  // record's time, later ones (an exec, a dlopen) at their own time; a pid
+  // other than the traced command's gets a COMM (named after its first
+  // file mapping) so perf shows which program it ran.
+  std::vector<const ProcessMaps*> all_maps;
   // HEADER_CMDLINE (`perf report --header`: "# cmdline : ..."); empty: no
   // such feature.
   std::vector<std::string> cmdline;

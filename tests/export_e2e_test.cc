@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -192,6 +193,51 @@ TEST_F(HostExportE2e, PerfScriptPrintsTheRecordedBranchesInOrderWithTheProgramsS
   ASSERT_EQ(ids.exit_code, 0) << ids.err;
   EXPECT_TRUE(Contains(ids.out, id + " ")) << id << " in:\n" << ids.out;
   EXPECT_TRUE(Contains(ids.out, "export_prog")) << ids.out;
+}
+
+// A process tree (issue 13): `sh -c 'true; echo'` traced with its children.
+// The export carries every process's mappings under its own pid (the
+// forked /bin/true's, and the shell's before and after it execs echo), so
+// perf names the branches of each program, each under its own comm.
+TEST_F(HostExportE2e, PerfNamesTheBranchesOfEveryProcessOfATree) {
+  const std::string trace = dir_ + "/tree.pfmtrace", data = dir_ + "/tree.data";
+  Result rec = Pfmctl(socket(), {"record", "-o", trace, "--", "/bin/sh", "-c",
+                                 "/bin/true; /bin/echo tree"});
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  Result ex = Export({trace, "-o", data});
+  ASSERT_EQ(ex.exit_code, 0) << ex.err;
+  absl::StatusOr<Trace> t = ReadTrace(trace);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::set<uint32_t> pids;
+  for (const pfm_record& r : OfType(*t, PFM_REC_BRANCH)) pids.insert(r.pid);
+  ASSERT_GE(pids.size(), 2u) << "the shell and its forked /bin/true";
+
+  Result script = Perf({"script", "-F", "comm,pid,ip,sym,dso", "-i", data});
+  // Per comm (the program each process ran; the shell is dash): lines,
+  // lines in the program's own binary, and lines perf named with a symbol
+  // (Debian's binaries are stripped; ld.so and libc are named).
+  std::map<std::string, uint64_t> lines, own, named;
+  std::set<std::string> pids_of_true;
+  for (const std::string& line : Lines(script.out)) {
+    const std::vector<std::string> w = Words(line);
+    if (w.size() < 4) continue;
+    const std::string& comm = w[0];
+    ++lines[comm];
+    if (!Contains(line, "[unknown]")) ++named[comm];
+    const std::string bin = comm == "dash" ? "(/usr/bin/dash)" : "(/usr/bin/" + comm + ")";
+    if (Contains(line, bin)) ++own[comm];
+    if (comm == "true") pids_of_true.insert(w[1]);
+  }
+  for (const char* comm : {"dash", "true", "echo"}) {
+    EXPECT_GT(lines[comm], 100u) << comm << "\n" << script.out.substr(0, 2000);
+    EXPECT_GT(own[comm], 5u) << comm;
+    EXPECT_GT(named[comm], 50u) << comm;
+  }
+  EXPECT_EQ(pids_of_true.size(), 1u);
+  EXPECT_TRUE(Contains(script.out, "_dl_start")) << script.out.substr(0, 2000);
+  Result task = Perf({"script", "--show-task-events", "-F", "comm,pid", "-i", data});
+  EXPECT_TRUE(Contains(task.out, "PERF_RECORD_COMM exec: true")) << task.out.substr(0, 3000);
+  EXPECT_TRUE(Contains(task.out, "PERF_RECORD_COMM exec: echo")) << task.out.substr(0, 3000);
 }
 
 TEST_F(HostExportE2e, RecordWithOutputFormatPerfKeepsTheTraceNextToIt) {

@@ -24,10 +24,12 @@ struct ExportFormat {
   ExportFn write;
 };
 
-// perf.data, symbolized with the mappings `report` uses (SymbolMaps).
+// perf.data, symbolized with every process's mappings as the trace's MAPS
+// blocks give them over time (children, execs), as `report` names records.
 absl::StatusOr<json::object> ExportPerf(const Trace& trace, const ExportRequest& request) {
   PerfDataOptions options;
   options.maps = SymbolMaps(trace);
+  for (const ProcessMaps& pm : trace.maps) options.all_maps.push_back(&pm);
   options.cmdline = request.cmdline;
   absl::StatusOr<PerfDataSummary> s = WritePerfData(trace, options, request.out_path);
   if (!s.ok()) return s.status();
