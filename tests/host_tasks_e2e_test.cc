@@ -3,11 +3,14 @@
 // its own task, a shell's children followed across fork and exec (and not
 // with --no-inherit), and the kernel's own switch records (voluntary for a
 // program that sleeps). The trace files are read with the client library.
+#include <sched.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -35,16 +38,18 @@ class HostTasksE2e : public testing::DaemonTest {
     ASSERT_NO_FATAL_FAILURE(StartDaemon({"--driver", "host"}));
     dir_ = testing::MakeTempDir("tasks");
   }
-  Trace Record(const std::vector<std::string>& flags_and_cmd) {
+  // `pfmctl record` through the fixture's daemon, or the one at `sock`.
+  Trace Record(const std::vector<std::string>& flags_and_cmd, const std::string& sock = "") {
     const std::string file = dir_ + "/t" + std::to_string(++n_) + ".trace";
     std::vector<std::string> args = {"record", "-o", file};
     args.insert(args.end(), flags_and_cmd.begin(), flags_and_cmd.end());
-    testing::Result r = Pfmctl(socket(), args);
+    testing::Result r = Pfmctl(sock.empty() ? socket() : sock, args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     absl::StatusOr<Trace> t = ReadTrace(file);
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? *t : Trace();
   }
+  std::vector<uint64_t> RecordThreads(const std::string& sock);
   std::string dir_;
   int n_ = 0;
 };
@@ -90,10 +95,30 @@ TEST_F(HostTasksE2e, AThreadIdAsAPidIsRefusedNamingItsProcess) {
   th.join();
 }
 
+// The 4-thread program recorded through the daemon at `sock` (the
+// fixture's when empty): every check of the test below; each worker's
+// branch count in its own function, in the program's order.
 TEST_F(HostTasksE2e, FourThreadsAreFourTasksWithBranchesInTheirOwnFunctions) {
+  const std::vector<uint64_t> branch = RecordThreads("");
+  // The same program through a daemon whose tracers single-step: every
+  // worker's count within 1% of it (pfmd branch-steps by default).
+  testing::Daemon single({"--driver", "host", "--soft-bts-stepping", "single"});
+  ASSERT_TRUE(single.started());
+  const std::vector<uint64_t> stepped = RecordThreads(single.socket());
+  ASSERT_EQ(branch.size(), 4u);
+  ASSERT_EQ(stepped.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_LE(std::fabs(double(branch[i]) - double(stepped[i])), 0.01 * double(stepped[i]))
+        << "worker " << i << ": " << branch[i] << " branch-stepped, " << stepped[i]
+        << " single-stepped";
+}
+
+std::vector<uint64_t> HostTasksE2e::RecordThreads(const std::string& sock) {
+  std::vector<uint64_t> counts;
   const std::string out = dir_ + "/threads.out";
-  Trace t = Record({"--", testing::Runfile("kernel/drivers/ptrace/testdata_threads_bin"), out});
-  ASSERT_TRUE(t.complete) << t.cut_reason;
+  Trace t = Record({"--", testing::Runfile("kernel/drivers/ptrace/testdata_threads_bin"), out},
+                   sock);
+  EXPECT_TRUE(t.complete) << t.cut_reason;
   std::ifstream in(out);
   std::string line;
   std::vector<std::vector<uint64_t>> workers;  // tid, lo, hi
@@ -111,7 +136,8 @@ TEST_F(HostTasksE2e, FourThreadsAreFourTasksWithBranchesInTheirOwnFunctions) {
       workers.push_back({std::stoull(first), lo, hi});
     }
   }
-  ASSERT_EQ(workers.size(), 4u);
+  EXPECT_EQ(workers.size(), 4u);
+  if (workers.size() != 4) return counts;
   std::set<uint32_t> pids, tids;
   std::map<uint32_t, uint64_t> exits;
   for (const pfm_record& r : t.records) {
@@ -136,7 +162,9 @@ TEST_F(HostTasksE2e, FourThreadsAreFourTasksWithBranchesInTheirOwnFunctions) {
     EXPECT_GT(own, 100u) << "worker " << i;
     EXPECT_EQ(foreign, 0u) << "worker " << i;
     EXPECT_EQ(exits[tid], 1u) << "worker " << i << ": one EXIT record";
+    counts.push_back(own);
   }
+  return counts;
 }
 
 // The names of a branch source in the maps the trace carries for its
@@ -201,6 +229,47 @@ TEST_F(HostTasksE2e, SleepingProgramSwitchesOutVoluntarilyInTheKernelsRecords) {
   EXPECT_GE(voluntary, 1u);
   // The tracer's own stops (two kernel records per step) are not in it.
   EXPECT_LT(out, branches / 10);
+}
+
+// A program that stays on its CPU (a REP MOVSB of 32 MiB per round, run
+// natively under branch stepping) pinned to a CPU that a busy loop shares:
+// the kernel preempts it, and its switch-outs say so (OUT_PREEMPT); those
+// of a sleeping program (above) are voluntary.
+TEST_F(HostTasksE2e, SpinningProgramOnABusyCpuIsPreemptedInTheKernelsRecords) {
+  cpu_set_t cpu0;
+  CPU_ZERO(&cpu0);
+  CPU_SET(0, &cpu0);
+  const pid_t hog = fork();
+  ASSERT_GE(hog, 0);
+  if (hog == 0) {
+    sched_setaffinity(0, sizeof(cpu0), &cpu0);
+    for (volatile uint64_t i = 0;; ++i) {
+    }
+  }
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{hog};
+  Trace t = Record({"--", "/usr/bin/taskset", "-c", "0", testing::Runfile("tests/spin_copy"),
+                    "40"});
+  ASSERT_TRUE(t.complete) << t.cut_reason;
+  const boost::json::value* src = t.trailer.contains("soft_bts")
+                                      ? t.trailer.at("soft_bts").as_object().if_contains("switch_source")
+                                      : nullptr;
+  ASSERT_NE(src, nullptr);
+  if (src->as_string() != "kernel") GTEST_SKIP() << "switch records inferred here";
+  uint64_t out = 0, preempted = 0;
+  for (const pfm_record& r : t.records) {
+    if (r.type != PFM_REC_SWITCH_OUT) continue;
+    ++out;
+    preempted += (r.misc & PFM_MISC_SWITCH_PREEMPT) != 0;
+  }
+  EXPECT_GE(preempted, 3u) << out << " switch-outs";
+  std::printf("spin_copy on a busy CPU: %llu switch-outs, %llu preempted\n",
+              (unsigned long long)out, (unsigned long long)preempted);
 }
 
 }  // namespace
