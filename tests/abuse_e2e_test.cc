@@ -234,7 +234,9 @@ TEST(AbuseE2e, PipelinedRequestsThenHalfCloseGetEveryReplyInOrder) {
   Daemon d(kSimFlags);
   ASSERT_TRUE(d.started());
   // More replies than the socket holds: pfmd pauses reading, resumes as the
-  // client reads, and writes what is queued after the client's EOF.
+  // client reads, and writes what is queued after the client's EOF. The
+  // 2000 requests also take 125 turns of the per-connection budget
+  // (kRequestsPerTurn): each turn goes on where the last stopped.
   constexpr int kRequests = 2000;
   const int fd = ConnectRaw(d.socket());
   ASSERT_GE(fd, 0);

@@ -134,10 +134,25 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   // then reads more (or waits for the queue to drain: the write handler in
   // WaitWritable resumes).
   void HandleFrames() {
+    if (turn_posted_) return;  // the posted turn goes on from here
     std::string body;
-    while (!finished_ && !closing_ && !Paused() && decoder_.Next(&body))
+    size_t handled = 0;
+    while (!finished_ && !closing_ && !Paused() && handled < kRequestsPerTurn &&
+           decoder_.Next(&body)) {
       HandleFrame(body);
+      ++handled;
+    }
     if (finished_ || closing_ || Paused()) return;
+    if (handled == kRequestsPerTurn) {
+      // The budget of this turn is spent: the rest after the others'.
+      turn_posted_ = true;
+      auto self = shared_from_this();
+      asio::post(socket_.get_executor(), [this, self] {
+        turn_posted_ = false;
+        if (!finished_) HandleFrames();
+      });
+      return;
+    }
     Read();
   }
 
@@ -297,6 +312,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer stall_timer_;
   bool stall_timer_armed_ = false;
   bool reading_ = false;   // an async_read_some is pending
+  bool turn_posted_ = false;  // HandleFrames posted to go on (kRequestsPerTurn)
   bool writing_ = false;   // an async_wait(write) is pending
   bool closing_ = false;   // no more requests; Finish once flushed
   bool finished_ = false;

@@ -43,6 +43,11 @@ inline constexpr size_t kPauseReadingReplies = 16;
 inline constexpr size_t kPauseReadingBytes = 1 << 20;
 inline constexpr size_t kMaxQueuedReplies = 64;
 inline constexpr size_t kMaxQueuedReplyBytes = 4 << 20;
+// Requests of one connection handled in one turn of the event loop. What
+// else it already sent waits behind every other ready connection (and the
+// listener), so a client that pipelines thousands of requests in one write
+// delays another client by at most this many of its requests, not by all.
+inline constexpr size_t kRequestsPerTurn = 16;
 // A connection with replies waiting that the peer has not let us write for
 // this long is dropped: it stopped reading.
 inline constexpr std::chrono::milliseconds kReplyStallTimeout{5000};
