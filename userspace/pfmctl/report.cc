@@ -275,6 +275,10 @@ void RenderReportText(const TraceReport& rep, std::ostream& out) {
     out << "exit: " << JsonText(s) << "\n";
   if (const json::value* s = rep.trailer.if_contains("steps"))
     out << "soft-BTS steps: " << JsonText(s) << "\n";
+  // Branch stepping's stops (docs/host_drivers.md), when the tracer did so.
+  if (const json::value* sb = rep.trailer.if_contains("soft_bts"); sb != nullptr && sb->is_object())
+    if (const json::value* i = sb->as_object().if_contains("int3_stops"); i != nullptr && i->is_number())
+      out << "soft-BTS int3 stops (branch stepping): " << JsonText(i) << "\n";
   if (rep.lost) out << "lost: " << rep.lost << " records\n";
   if (!rep.hot.empty()) {
     out << "\nbranches by source function:\n";
