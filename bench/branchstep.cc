@@ -78,19 +78,8 @@ double Untraced(const std::vector<std::string>& argv) {
 
 int Traced(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
            SoftBtsRunResult* res, uint64_t* lost) {
-  DsAllocator ds(static_cast<int>(sysconf(_SC_NPROCESSORS_CONF)), DsLimits{});
-  ConsumerId id = 0;
-  auto attach = [&](pid_t pid) {
-    const int rc = AttachLosslessConsumer(&ds, pid, "branchstep");
-    if (rc < 0) return rc;
-    id = rc;
-    return 0;
-  };
-  if (int rc = TraceProgram(argv, &ds, attach, res, opt); rc != 0) return rc;
-  ConsumerStats st;
-  ds.Stats(id, &st);
-  *lost = st.lost;
-  return 0;
+  uint64_t ring_records = 0;
+  return TraceLossless(argv, opt, "branchstep", res, &ring_records, lost);
 }
 
 }  // namespace

@@ -77,6 +77,25 @@ int AttachLosslessConsumer(DsAllocator* ds, pid_t pid, const char* who) {
   return rc;
 }
 
+int TraceLossless(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
+                  const char* who, SoftBtsRunResult* res, uint64_t* ring_records,
+                  uint64_t* lost) {
+  DsAllocator ds(static_cast<int>(sysconf(_SC_NPROCESSORS_CONF)), DsLimits{});
+  ConsumerId id = 0;
+  auto attach = [&](pid_t pid) {
+    const int rc = AttachLosslessConsumer(&ds, pid, who);
+    if (rc < 0) return rc;
+    id = rc;
+    return 0;
+  };
+  if (int rc = TraceProgram(argv, &ds, attach, res, opt); rc != 0) return rc;
+  ConsumerStats st;
+  ds.Stats(id, &st);
+  *ring_records = st.records;
+  *lost = st.lost;
+  return 0;
+}
+
 int BareStepLoop(const std::vector<std::string>& argv, BareStepResult* out,
                  const std::function<int(pid_t)>& at_exec) {
   const pid_t pid = fork();

@@ -74,6 +74,13 @@ int TraceProgram(const std::vector<std::string>& argv, DsAllocator* ds,
 // `who`.
 int AttachLosslessConsumer(DsAllocator* ds, pid_t pid, const char* who);
 
+// TraceProgram into a fresh DsAllocator with that consumer (what pfmd's host
+// driver does for a profiler); *ring_records and *lost: the consumer's
+// counts at the end. 0 or a negative errno (message on stderr, by `who`).
+int TraceLossless(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
+                  const char* who, SoftBtsRunResult* res, uint64_t* ring_records,
+                  uint64_t* lost);
+
 // The minimum any single-stepping tracer pays, the baseline of
 // bench/softbts and bench/watchpoint: fork, PTRACE_TRACEME, exec `argv`,
 // `at_exec(pid)` at the exec stop (0 or -errno; nothing by default), then

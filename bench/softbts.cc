@@ -32,20 +32,7 @@ namespace {
 
 int Traced(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
            SoftBtsRunResult* res, uint64_t* ring_records, uint64_t* lost) {
-  DsAllocator ds(static_cast<int>(sysconf(_SC_NPROCESSORS_CONF)), DsLimits{});
-  ConsumerId id = 0;
-  auto attach = [&](pid_t pid) {
-    const int rc = AttachLosslessConsumer(&ds, pid, "softbts");
-    if (rc < 0) return rc;
-    id = rc;
-    return 0;
-  };
-  if (int rc = TraceProgram(argv, &ds, attach, res, opt); rc != 0) return rc;
-  ConsumerStats st;
-  ds.Stats(id, &st);
-  *ring_records = st.records;
-  *lost = st.lost;
-  return 0;
+  return TraceLossless(argv, opt, "softbts", res, ring_records, lost);
 }
 
 }  // namespace
