@@ -488,6 +488,13 @@ class SoftBtsRun {
   bool Planted(const AddressSpace* as, uint64_t addr) const {
     return as->plants != nullptr && as->plants->orig.count(addr) != 0;
   }
+  // Whether `t`, stopped by a SIGTRAP with RIP at + 1, ran into our int3 at
+  // `at`: it ran freely towards one, or was about to run that instruction
+  // (a step from there, or from an unknown place after a signal or event).
+  bool StoppedByPlant(const Task* t, uint64_t at) const {
+    return Planted(t->as.get(), at) &&
+           (t->bs_conted || !t->have_prev || t->prev_rip == at);
+  }
   // Before a syscall that changes mappings runs (the tracer single-steps
   // syscalls): lifts the int3s where it acts.
   void BeforeMapSyscall(Task* t, const user_regs_struct& regs);
@@ -1078,10 +1085,7 @@ bool SoftBtsRun::UndoInt3(Task* t) {
   user_regs_struct regs;
   if (ptrace(PTRACE_GETREGS, t->id.tid, nullptr, &regs) != 0) return false;
   const uint64_t at = regs.rip - 1;
-  const bool ours = (t->bs_conted && at == t->bs_expect) ||
-                    (Planted(t->as.get(), at) &&
-                     (t->bs_conted || !t->have_prev || t->prev_rip == at));
-  if (!ours) return false;
+  if (!(t->bs_conted && at == t->bs_expect) && !StoppedByPlant(t, at)) return false;
   regs.rip = at;
   return ptrace(PTRACE_SETREGS, t->id.tid, nullptr, &regs) == 0;
 }
@@ -1213,8 +1217,7 @@ void SoftBtsRun::OnBranchModeTrap(Task* t) {
     return;
   }
   const uint64_t at = regs.rip - 1;
-  const bool ours = Planted(t->as.get(), at);
-  if (ours && (t->bs_conted || !t->have_prev || t->prev_rip == at)) {
+  if (StoppedByPlant(t, at)) {
     // Stopped by an int3 of ours: the task stands on the branch at `at`.
     if (t->bs_conted && at != t->bs_expect)
       t_->resyncs_.fetch_add(1, std::memory_order_relaxed);  // ran past the block's end

@@ -168,6 +168,32 @@ int64_t TraceToExit(const std::vector<std::string>& argv, const SoftBtsOptions& 
   return status;
 }
 
+// "" when `a` and `b` hold the same branches in the same order; else where
+// they first differ, with the records around it.
+std::string FirstDifference(const std::vector<pfm_bts_raw>& a,
+                            const std::vector<pfm_bts_raw>& b) {
+  const size_t common = std::min(a.size(), b.size());
+  size_t first = common;
+  for (size_t i = 0; i < common; ++i) {
+    if (a[i].from != b[i].from || a[i].to != b[i].to) {
+      first = i;
+      break;
+    }
+  }
+  if (first == common && a.size() == b.size()) return "";
+  std::ostringstream msg;
+  msg << "records " << a.size() << " vs " << b.size() << ", first difference at " << first
+      << std::hex;
+  for (size_t i = first >= 3 ? first - 3 : 0; i < first + 3 && i < std::max(a.size(), b.size());
+       ++i) {
+    msg << "\n  [" << std::dec << i << std::hex << "] ";
+    if (i < a.size()) msg << a[i].from << "->" << a[i].to;
+    msg << " | ";
+    if (i < b.size()) msg << b[i].from << "->" << b[i].to;
+  }
+  return msg.str();
+}
+
 // The /proc/PID/maps parser the tracer uses is tested with the rest of
 // kernel/uapi/proc_maps (proc_maps_test.cc).
 
@@ -282,26 +308,14 @@ TEST(SoftBts, BranchRecordsAreIdenticalWithAndWithoutComputedRips) {
       EXPECT_LT(sb.reg_reads, sb.steps / 2) << argv[0];
       EXPECT_EQ(sb.resyncs, 0u) << argv[0];
       ASSERT_GT(a.size(), 100u) << argv[0];
-      std::ostringstream msg;
-      msg << argv[0] << " attempt " << attempt << ": ";
-      if (sa.steps != sb.steps || a.size() != b.size()) {
-        msg << "steps " << sa.steps << " vs " << sb.steps << ", records "
-            << a.size() << " vs " << b.size();
-        why += msg.str() + "\n";
+      const std::string where = argv[0] + " attempt " + std::to_string(attempt) + ": ";
+      if (sa.steps != sb.steps) {
+        why += where + "steps " + std::to_string(sa.steps) + " vs " +
+               std::to_string(sb.steps) + "\n";
         continue;
       }
-      size_t first_diff = a.size();
-      for (size_t i = 0; i < a.size(); ++i) {
-        if (a[i].from != b[i].from || a[i].to != b[i].to) {
-          first_diff = i;
-          break;
-        }
-      }
-      if (first_diff != a.size()) {
-        msg << "record " << first_diff << " differs: " << std::hex
-            << a[first_diff].from << "->" << a[first_diff].to << " vs "
-            << b[first_diff].from << "->" << b[first_diff].to;
-        why += msg.str() + "\n";
+      if (const std::string diff = FirstDifference(a, b); !diff.empty()) {
+        why += where + diff + "\n";
         continue;
       }
       same = true;
@@ -356,26 +370,8 @@ TEST(SoftBts, BranchSteppingRecordsEqualSingleSteppingOnRealPrograms) {
                   (unsigned long long)a.size(), (unsigned long long)sb.branch_stops,
                   (unsigned long long)sb.steps, (unsigned long long)b.size(),
                   (unsigned long long)sb.emulated, (unsigned long long)sb.planted);
-      std::ostringstream msg;
-      msg << argv[0] << " attempt " << attempt << ": ";
-      size_t first_diff = std::min(a.size(), b.size());
-      for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-        if (a[i].from != b[i].from || a[i].to != b[i].to) {
-          first_diff = i;
-          break;
-        }
-      }
-      if (first_diff != a.size() || a.size() != b.size()) {
-        msg << "records " << a.size() << " vs " << b.size() << ", first difference at "
-            << first_diff << std::hex;
-        for (size_t i = first_diff >= 3 ? first_diff - 3 : 0;
-             i < first_diff + 3 && i < std::max(a.size(), b.size()); ++i) {
-          msg << "\n  [" << std::dec << i << std::hex << "] ";
-          if (i < a.size()) msg << a[i].from << "->" << a[i].to;
-          msg << " | ";
-          if (i < b.size()) msg << b[i].from << "->" << b[i].to;
-        }
-        why += msg.str() + "\n";
+      if (const std::string diff = FirstDifference(a, b); !diff.empty()) {
+        why += argv[0] + " attempt " + std::to_string(attempt) + ": " + diff + "\n";
         continue;
       }
       same = true;
