@@ -136,6 +136,11 @@ void Kernel::TaskCreated(TaskId parent, TaskId child, uint64_t) {
   ds_.TaskCreated(parent, child);
 }
 
+void Kernel::TaskExec(TaskId task, uint64_t now_ns) {
+  lock_.AssertHeld();
+  ds_.TaskExec(task, now_ns);
+}
+
 void Kernel::TaskDetached(TaskId task, uint64_t) {
   lock_.AssertHeld();
   ds_.TaskDetached(task);

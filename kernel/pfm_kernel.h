@@ -98,6 +98,7 @@ class Kernel : public CoreHooks, public PebsRouter, public ScheduleObserver {
   void TaskSignaled(TaskId task, uint64_t now_ns, int signo) override;
   void TaskCreated(TaskId parent, TaskId child, uint64_t now_ns) override;
   void TaskDetached(TaskId task, uint64_t now_ns) override;
+  void TaskExec(TaskId task, uint64_t now_ns) override;
 
   // PebsRouter (called back by the DS allocator during a drain).
   uint32_t OwnerOf(int cpu, int counter) const override;

@@ -17,6 +17,8 @@ std::string RecordTypeName(uint16_t type) {
     case PFM_REC_RESIZED: return "resized";
     case PFM_REC_EXIT: return "exit";
     case PFM_REC_SCHEDULE: return "schedule";
+    case PFM_REC_GAP: return "gap";
+    case PFM_REC_EXEC: return "exec";
     default: return absl::StrCat("type_", type);
   }
 }
@@ -69,6 +71,10 @@ boost::json::object RecordToJson(const pfm_record& r) {
       o["request"] = r.u.sched.request;
       o["slot"] = r.u.sched.slot;
       o["on"] = (r.misc & PFM_MISC_SCHED_ON) != 0;
+      break;
+    case PFM_REC_GAP:
+      o["from"] = Hex(r.u.gap.from);
+      o["to"] = Hex(r.u.gap.to);
       break;
     default:
       break;

@@ -371,7 +371,7 @@ TEST(RingReader, GarbageDataIsDataLossNotACrash) {
   absl::StatusOr<RingReader> r = f.Map();
   ASSERT_TRUE(r.ok());
   // An escaped record with an unknown type.
-  memset(f.data, 0xcf, 100);
+  memset(f.data, 0xdf, 100);
   __atomic_store_n(&f.hdr->head, 100, __ATOMIC_RELEASE);
   std::vector<pfm_record> out;
   EXPECT_EQ(r->Snapshot(&out).code(), absl::StatusCode::kDataLoss);

@@ -3,7 +3,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "kernel/uapi/pfm_uapi.h"
 
 namespace pfm {
 namespace {
@@ -183,6 +187,12 @@ json::object SessionSpec::ToJson() const {
                  {"detached", detached}};
   if (inherit) o["inherit"] = true;
   if (debug) o["debug"] = true;
+  if (!address_filters.empty()) {
+    json::array a;
+    for (const std::string& f : address_filters) a.push_back(json::value(f));
+    o["address_filters"] = std::move(a);
+  }
+  if (!start.empty()) o["start"] = start;
   if (pid >= 0) o["pid"] = pid;
   if (cpu >= 0) o["cpu"] = cpu;
   if (buffer_bytes) o["buffer_bytes"] = buffer_bytes;
@@ -197,6 +207,77 @@ json::object SessionSpec::ToJson() const {
   for (const BreakpointSpec& bp : breakpoints) b.push_back(json::value(bp.ToString()));
   o["breakpoints"] = std::move(b);
   return o;
+}
+
+bool SessionSpec::HasUnresolvedNames() const {
+  if (HasUnresolvedBreakpoints()) return true;
+  for (const std::string& f : address_filters) {
+    absl::StatusOr<AddressFilter> a = ParseAddressFilter(f);
+    if (a.ok() && !a->resolved()) return true;
+  }
+  absl::StatusOr<uint64_t> s = ParseStart(start);
+  return !start.empty() && s.ok() && *s == 0;
+}
+
+namespace {
+bool ParseAddr(absl::string_view t, uint64_t* v) {
+  if (absl::StartsWith(t, "0x") || absl::StartsWith(t, "0X"))
+    return !t.substr(2).empty() && absl::SimpleHexAtoi(t.substr(2), v);
+  return absl::SimpleAtoi(t, v);
+}
+// "TEXT (label)" -> TEXT.
+absl::string_view Unlabelled(absl::string_view t) {
+  const size_t sp = t.find(" (");
+  return sp != absl::string_view::npos && absl::EndsWith(t, ")") ? t.substr(0, sp) : t;
+}
+bool IsName(absl::string_view t) {
+  if (t.empty() || t.size() > kMaxBreakpointNameBytes) return false;
+  if (absl::ascii_isdigit(static_cast<unsigned char>(t[0]))) return false;
+  for (char c : t)
+    if (c <= ' ' || c == 0x7f) return false;
+  return true;
+}
+}  // namespace
+
+absl::StatusOr<AddressFilter> ParseAddressFilter(const std::string& text) {
+  AddressFilter f;
+  absl::string_view t = text;
+  if (absl::StartsWith(t, "@")) {
+    t = absl::StripLeadingAsciiWhitespace(t.substr(1));
+    if (t.empty() || t[0] != '/')
+      return Bad(absl::StrCat("address filter '", text, "': '@ FILE' needs an absolute path"));
+    f.file = std::string(t);
+    return f;
+  }
+  const bool range_word = absl::StartsWith(t, "range ");
+  if (range_word) t = absl::StripLeadingAsciiWhitespace(t.substr(6));
+  t = Unlabelled(t);
+  const size_t dash = t.find('-');
+  if (dash != absl::string_view::npos && (range_word || absl::StartsWith(t, "0x"))) {
+    if (!ParseAddr(absl::StripAsciiWhitespace(t.substr(0, dash)), &f.lo) ||
+        !ParseAddr(absl::StripAsciiWhitespace(t.substr(dash + 1)), &f.hi) || f.lo >= f.hi ||
+        f.hi > PFM_X86_USER_ADDR_END)
+      return Bad(absl::StrCat("address filter '", text,
+                              "': a range is LO-HI with LO < HI, user addresses"));
+    return f;
+  }
+  if (range_word || !IsName(t))
+    return Bad(absl::StrCat("address filter '", text,
+                            "': expected a function name, 'range LO-HI' or '@ /path/to/file'"));
+  f.name = std::string(t);
+  return f;
+}
+
+absl::StatusOr<uint64_t> ParseStart(const std::string& text) {
+  absl::string_view t = Unlabelled(text);
+  uint64_t a = 0;
+  if (!t.empty() && absl::ascii_isdigit(static_cast<unsigned char>(t[0]))) {
+    if (!ParseAddr(t, &a) || a == 0 || a >= PFM_X86_USER_ADDR_END)
+      return Bad(absl::StrCat("start '", text, "': expected a user address or a name"));
+    return a;
+  }
+  if (!IsName(t)) return Bad(absl::StrCat("start '", text, "': expected an address or a name"));
+  return 0;
 }
 
 bool SessionSpec::HasUnresolvedBreakpoints() const {
@@ -223,6 +304,28 @@ absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o,
   if (!(st = GetBool(o, "detached", &s.detached)).ok()) return st;
   if (!(st = GetBool(o, "inherit", &s.inherit)).ok()) return st;
   if (!(st = GetBool(o, "debug", &s.debug)).ok()) return st;
+  if (!(st = GetString(o, "start", &s.start)).ok()) return st;
+  if (!s.start.empty()) {
+    absl::StatusOr<uint64_t> a = ParseStart(s.start);
+    if (!a.ok()) return a.status();
+    if (*a == 0 && names == UnresolvedNames::kRefuse)
+      return Bad(absl::StrCat("start '", s.start,
+                              "' is a name: resolve it to an address first"));
+  }
+  if (const json::value* f = o.if_contains("address_filters")) {
+    if (!f->is_array()) return Bad("\"address_filters\" must be an array of strings");
+    if (f->as_array().size() > kMaxAddressFilters)
+      return Bad(absl::StrCat("at most ", kMaxAddressFilters, " address filters"));
+    for (const json::value& e : f->as_array()) {
+      if (!e.is_string()) return Bad("\"address_filters\" must be an array of strings");
+      absl::StatusOr<AddressFilter> a = ParseAddressFilter(std::string(e.as_string()));
+      if (!a.ok()) return a.status();
+      if (!a->resolved() && names == UnresolvedNames::kRefuse)
+        return Bad(absl::StrCat("address filter '", a->name,
+                                "' is a name: resolve it to an address range first"));
+      s.address_filters.emplace_back(e.as_string());
+    }
+  }
   if (const json::value* c = o.if_contains("counters")) {
     if (!c->is_array()) return Bad("\"counters\" must be an array of event names");
     for (const json::value& e : c->as_array()) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -241,6 +242,57 @@ TEST_F(HostE2e, StatCountsACommandAndAProcessLikePerfStat) {
   int ws;
   waitpid(child, &ws, 0);
   // Nothing left behind.
+  EXPECT_EQ(PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
+}
+
+// Address filters (issue 17, docs/host_drivers.md "Address filters"):
+// `--filter '@ /bin/ls'` records ls's own branches only, with gap records
+// where ls ran in libc and ld.so; bad filters change nothing.
+TEST_F(HostE2e, FileFilterRecordsOnlyThatFilesBranchesWithGaps) {
+  const std::string all = dir_ + "/all.trace", ls = dir_ + "/ls.trace";
+  testing::Result r = Pfmctl(socket(), {"record", "-o", all, "--", "/bin/ls", "/"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Pfmctl(socket(), {"record", "--filter", "@ /bin/ls", "-o", ls, "--", "/bin/ls", "/"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json::value a = ReportAll(all), f = ReportAll(ls);
+  const uint64_t branches_all = Num(a.at("summary").at("by_type").at("branch"));
+  const json::object& by_type = f.at("summary").at("by_type").as_object();
+  const uint64_t branches = Num(by_type.at("branch"));
+  EXPECT_GT(branches, 1000u);
+  EXPECT_LT(branches, branches_all / 3);
+  ASSERT_NE(by_type.if_contains("gap"), nullptr);
+  EXPECT_GT(Num(by_type.at("gap")), 10u);
+  // Every branch leaves from ls's text (one mapping, ~90 KiB), and every
+  // gap ends in it, where tracing resumed.
+  auto addr = [](const json::value& v) {
+    return std::stoull(std::string(v.as_string()), nullptr, 16);
+  };
+  uint64_t lo = UINT64_MAX, hi = 0;
+  size_t gaps = 0;
+  for (const json::value& rec : f.at("records").as_array()) {
+    if (rec.at("type").as_string() != "branch") continue;
+    lo = std::min<uint64_t>(lo, addr(rec.at("from")));
+    hi = std::max<uint64_t>(hi, addr(rec.at("from")));
+  }
+  EXPECT_LT(hi - lo, 0x20000u);
+  for (const json::value& rec : f.at("records").as_array()) {
+    if (rec.at("type").as_string() != "gap") continue;
+    ++gaps;
+    EXPECT_GE(addr(rec.at("to")), lo - 0x1000) << json::serialize(rec);  // _init: no branch before
+    EXPECT_LE(addr(rec.at("to")), hi) << json::serialize(rec);
+  }
+  EXPECT_EQ(gaps, Num(by_type.at("gap")));
+  // Refusals: a stripped program has no `main`; bad ranges and files.
+  const std::string bad = dir_ + "/bad.trace";
+  r = Pfmctl(socket(), {"record", "--start", "main", "-o", bad, "--", "/bin/ls", "/"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("NOT_FOUND: no symbol 'main' in /usr/bin/ls"), std::string::npos) << r.err;
+  r = Pfmctl(socket(), {"record", "--filter", "range 0x5000-0x4000", "-o", bad, "--", "/bin/true"});
+  EXPECT_NE(r.err.find("INVALID_ARGUMENT: address filter 'range 0x5000-0x4000'"),
+            std::string::npos) << r.err;
+  r = Pfmctl(socket(), {"record", "--filter", "@ /no/such/file", "-o", bad, "--", "/bin/true"});
+  EXPECT_NE(r.err.find("NOT_FOUND: --filter '@ /no/such/file'"), std::string::npos) << r.err;
+  EXPECT_NE(access(bad.c_str(), F_OK), 0);
   EXPECT_EQ(PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
 }
 

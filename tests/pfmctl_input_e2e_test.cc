@@ -40,7 +40,7 @@ std::string WriteValidTrace(const std::string& path) {
                                       {"pid", 4242}});
   EXPECT_TRUE(w.ok()) << w.status();
   std::vector<pfm_record> recs;
-  for (uint16_t type = 1; type <= PFM_REC_SCHEDULE + 1; ++type) {
+  for (uint16_t type = 1; type <= PFM_REC_TYPE_MAX; ++type) {  // and one unknown
     for (int i = 0; i < 20; ++i) {
       pfm_record r{};
       r.type = type;
@@ -204,7 +204,7 @@ TEST_F(PfmctlInputE2e, ValidTraceAndItsCutsEndCleanly) {
   EXPECT_EQ(failures_, 0);
   const testing::Result script = testing::Run({testing::PfmctlPath(), "script", valid});
   EXPECT_EQ(script.exit_code, 0) << script.err;
-  EXPECT_EQ(testing::CountOf(script.out, "\n"), 11u * 20 + 50);
+  EXPECT_EQ(testing::CountOf(script.out, "\n"), size_t{PFM_REC_TYPE_MAX} * 20 + 50);
   // Cut at 60 offsets spread over the file, and at every byte of its start
   // (magic, version, header).
   const std::string cut = dir_ + "/cut.pfmtrace";

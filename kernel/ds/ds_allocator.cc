@@ -28,7 +28,10 @@ uint64_t WorstCaseBytes(uint64_t records) {
 // the record in a local and copying it stalls on store forwarding.
 inline void TranslateBts(const pfm_bts_raw& b, uint64_t time, uint16_t cpu,
                          uint32_t pid, uint32_t tid, pfm_record* out) {
-  out->type = PFM_REC_BRANCH;
+  // Soft BTS's gap marker (PFM_BTS_RAW_GAP) is a gap record of the same
+  // layout; hardware never sets the bit.
+  const bool gap = (b.flags & PFM_BTS_RAW_GAP) != 0;
+  out->type = gap ? PFM_REC_GAP : PFM_REC_BRANCH;
   out->cpu = cpu;
   out->misc =
       ((b.flags & PFM_BTS_RAW_PREDICTED) ? PFM_MISC_BRANCH_PREDICTED : 0u) |
@@ -38,7 +41,7 @@ inline void TranslateBts(const pfm_bts_raw& b, uint64_t time, uint16_t cpu,
   out->tid = tid;
   out->u.branch.from = b.from;
   out->u.branch.to = b.to;
-  out->u.branch.flags = b.flags;
+  out->u.branch.flags = gap ? 0 : b.flags;
   std::memset(out->u.raw + sizeof(out->u.branch), 0,
               sizeof(out->u.raw) - sizeof(out->u.branch));
 }
@@ -611,6 +614,8 @@ void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record* recs,
       case PFM_REC_SWITCH_IN:
       case PFM_REC_SWITCH_OUT:
         return c->switches();
+      case PFM_REC_GAP:  // a gap in the branches: for who takes branches
+        return c->bts();
       default:
         return true;
     }
@@ -708,6 +713,18 @@ void DsAllocator::TaskDetached(TaskId task) {
   group_live_.erase(g);
   for (auto it = family_.begin(); it != family_.end();)
     it = it->second == root ? family_.erase(it) : std::next(it);
+}
+
+void DsAllocator::TaskExec(TaskId task, uint64_t now) {
+  Context* ctx = LiveTaskContext(RootOf(task.pid));
+  if (ctx == nullptr) return;
+  pfm_record rec{};
+  rec.type = PFM_REC_EXEC;
+  rec.time = now;
+  rec.pid = static_cast<uint32_t>(task.pid);
+  rec.tid = static_cast<uint32_t>(task.tid);
+  for (Consumer* c : ctx->consumers)
+    if (c->p.req.bts != PFM_BTS_HISTORY && !c->frozen) Deliver(c, rec);
 }
 
 void DsAllocator::TaskExit(TaskId task, uint64_t now, int64_t status) {

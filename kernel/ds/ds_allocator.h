@@ -167,6 +167,10 @@ class DsAllocator {
   // group without an EXIT; a group left empty is forgotten (its pids may be
   // reused).
   void TaskDetached(TaskId task);
+  // The task exec'd (CoreHooks::TaskExec): an EXEC record to the consumers
+  // of its context (not history rings, as EXIT), after its branches from
+  // before the exec (the driver hands those over first).
+  void TaskExec(TaskId task, uint64_t now);
   // The task got a fatal signal: history consumers of the task freeze (their
   // ring ends), so the snapshot shows how it got there.
   void TaskCrashed(TaskId task, uint64_t now, int signo);

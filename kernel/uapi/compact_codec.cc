@@ -64,7 +64,8 @@ size_t UnionBytes(uint32_t type) {
     case PFM_REC_RESIZED: return 16;
     case PFM_REC_EXIT: return 8;
     case PFM_REC_SCHEDULE: return 8;
-    default: return 0;
+    case PFM_REC_GAP: return 16;
+    default: return 0;  // PFM_REC_EXEC: no fields
   }
 }
 
@@ -199,6 +200,10 @@ size_t EncodeLong(const pfm_record& r, const CodecState& st, uint8_t* buf) {
     case PFM_REC_SCHEDULE:
       o.Varint(r.u.sched.request);
       o.Varint(r.u.sched.slot);
+      break;
+    case PFM_REC_GAP:
+      o.Varint(r.u.gap.from);
+      o.Varint(r.u.gap.to);
       break;
   }
   const size_t n = static_cast<size_t>(o.p - buf);
@@ -571,6 +576,10 @@ int DecodeOne(const uint8_t* in, size_t avail, CodecState* st,
     case PFM_REC_SCHEDULE:
       r.u.sched.request = i.Varint32();
       r.u.sched.slot = i.Varint32();
+      break;
+    case PFM_REC_GAP:
+      r.u.gap.from = i.Varint();
+      r.u.gap.to = i.Varint();
       break;
   }
   if (!i.ok) return -EINVAL;

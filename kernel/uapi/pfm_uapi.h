@@ -18,7 +18,7 @@
 /* 2: the compact short-branch form gained time +-1 and predicted-flip bits
  * 3: the compact reset marker (lead byte 0x0D), so that one encoding of a
  *    batch can be copied into several rings (docs/rings.md) */
-#define PFM_UAPI_VERSION 3
+#define PFM_UAPI_VERSION 4
 
 /* ------------------------------------------------------------------------ */
 /* Raw hardware layouts (what a driver writes into a DS area).               */
@@ -35,6 +35,10 @@ struct pfm_bts_raw {
   __u64 flags;
 };
 #define PFM_BTS_RAW_PREDICTED (1ULL << 4)
+/* pfm's soft BTS only (hardware leaves the bit 0, reserved): not a branch
+ * but a gap in the trace of an address filter, {from: where the untraced run
+ * began, to: where tracing resumed}; it becomes a PFM_REC_GAP record. */
+#define PFM_BTS_RAW_GAP (1ULL << 63)
 
 /*
  * PEBS record, format 3 (Skylake). Source: Intel SDM Vol. 3B, "PEBS Data
@@ -107,7 +111,15 @@ enum pfm_record_type {
    * context holds the request, 0 for a CPU context. Only to consumers that
    * ask (PFM_CONSUMER_SCHEDULE). */
   PFM_REC_SCHEDULE = 10,
-  PFM_REC_TYPE_MAX = 11,
+  /* An address filter's gap (soft BTS, docs/host_drivers.md "Address
+   * filters"): the task ran untraced from u.gap.from (the first address
+   * outside the filter, or where it was when tracing began) and tracing
+   * resumed at u.gap.to at `time`. Branches between are not recorded. */
+  PFM_REC_GAP = 11,
+  /* The task exec'd a new program at `time` (its maps are new: a reader
+   * names the addresses that follow with the maps of after this time). */
+  PFM_REC_EXEC = 12,
+  PFM_REC_TYPE_MAX = 13,
 };
 
 /* misc bits, by type */
@@ -164,6 +176,10 @@ struct pfm_record {
     struct {
       __s64 status; /* wait status of the exited task */
     } exit;
+    struct {
+      __u64 from; /* the untraced run began here */
+      __u64 to;   /* tracing resumed here */
+    } gap;
     struct {
       __u32 request; /* arbiter request id */
       __u32 slot;    /* counter: GP i or 32 + fixed i; breakpoint: DR i */

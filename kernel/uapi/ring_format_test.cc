@@ -222,7 +222,7 @@ TEST_P(EachFormat, CursorBatchesAreNextOneByOne) {
     EXPECT_EQ(cur.pos, a.head);
   }
   // Corrupt record 200: 200 records, then -EINVAL with pos on it.
-  a.data[a.starts[200] & (kData - 1)] = 0x0c;
+  a.data[a.starts[200] & (kData - 1)] = 0xdf;  // type 223 / escaped type 13: unknown
   RingCursor cur;
   cur.pos = first;
   std::vector<pfm_record> got(1000);
@@ -304,7 +304,7 @@ TEST_P(EachFormat, SnapshotOfMalformedDataIsEinvalAndEmpty) {
   constexpr uint64_t kData = 2 * PFM_RING_CHUNK;
   Area a(GetParam(), kData);
   for (uint64_t id = 0; id < 10; ++id) a.Write(Branch(id));
-  a.data[a.starts[5]] = 0x0c;  // no type, short branch, escape or marker
+  a.data[a.starts[5]] = 0xdf;  // type 223 (fixed), escaped type 13 (compact): unknown
   std::vector<pfm_record> out(3);
   uint64_t bad = 0;
   EXPECT_EQ(DecodeRingSnapshot(a.data.data(), kData, GetParam(), 0, a.head, 0,

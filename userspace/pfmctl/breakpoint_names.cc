@@ -82,12 +82,45 @@ absl::Status ResolveNamesIn(const std::vector<Mapping>& maps, const std::string&
           absl::StrCat("breakpoint '", b.name, "' resolves to address 0"));
     b.addr = r->addr;
   }
+  // Address filters by function name: the function's bytes.
+  for (std::string& text : out.address_filters) {
+    absl::StatusOr<AddressFilter> a = ParseAddressFilter(text);
+    if (!a.ok()) return a.status();
+    if (a->resolved()) continue;
+    absl::StatusOr<ResolvedLocation> r = ResolveLocation(a->name, maps, exe, LocationUse::kCode);
+    if (!r.ok()) {
+      if (missing != nullptr && r.status().code() == absl::StatusCode::kNotFound) {
+        missing->emplace_back(r.status().message());
+        continue;
+      }
+      return r.status();
+    }
+    if (r->size == 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "address filter '", a->name, "': ", r->description,
+          " has no size (a line or a symbol without one): give 'range LO-HI'"));
+    text = absl::StrFormat("0x%x-0x%x (%s)", r->addr, r->addr + r->size, a->name);
+  }
+  if (!out.start.empty()) {
+    absl::StatusOr<uint64_t> s = ParseStart(out.start);
+    if (!s.ok()) return s.status();
+    if (*s == 0) {
+      absl::StatusOr<ResolvedLocation> r = ResolveLocation(out.start, maps, exe, LocationUse::kCode);
+      if (!r.ok()) {
+        if (missing == nullptr || r.status().code() != absl::StatusCode::kNotFound)
+          return r.status();
+        missing->emplace_back(r.status().message());
+      } else {
+        out.start = absl::StrFormat("0x%x (%s)", r->addr, out.start);
+      }
+    }
+  }
   *spec = std::move(out);
   return absl::OkStatus();
 }
 
 absl::Status ResolveBreakpointNames(pid_t pid, SessionSpec* spec) {
-  if (!spec->HasUnresolvedBreakpoints()) return absl::OkStatus();
+  if (!spec->HasUnresolvedNames()) return absl::OkStatus();
   absl::StatusOr<std::vector<Mapping>> maps = ReadProcMaps(pid);
   if (!maps.ok()) return maps.status();
   return ResolveNamesIn(*maps, Exe(pid), spec);
@@ -108,7 +141,7 @@ void LaunchedChild::Kill() {
 }
 
 absl::Status LaunchedChild::ResolveNames(SessionSpec* spec) {
-  if (!spec->HasUnresolvedBreakpoints() || state_ != State::kHeld) return absl::OkStatus();
+  if (!spec->HasUnresolvedNames() || state_ != State::kHeld) return absl::OkStatus();
   // EXITKILL: if pfmctl dies now, the child does not run on untraced.
   if (::ptrace(PTRACE_SEIZE, pid_, nullptr,
                reinterpret_cast<void*>(long{PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL})) != 0)

@@ -81,6 +81,8 @@ commands:
                  [--format fixed|compact] [--block] [--pebs EVENT[:period]]
                  [--counter EVENT]... [--breakpoint ADDR:LEN:r|w|rw|x]... [--pinned]
                  [--inherit]  (host BTS of a pid: follow its children too)
+                 [--filter FUNCTION|'range LO-HI'|'@ FILE']... [--start LOCATION]
+                              (host BTS: address filters; outside, full speed)
                               a session (detached: it lives until `session kill`)
   session list | show ID | kill ID
   snapshot ID [-o FILE]       the records in a session's ring, oldest first

@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "libpfm-bts/units.h"
 
 namespace pfm {
@@ -153,7 +154,6 @@ absl::StatusOr<SessionSpec> ParseSessionFlags(CommandFlags& f) {
   absl::StatusOr<std::string> role = f.Take("--role", "");
   if (!role.ok()) return role.status();
   for (auto [flag, dst] : {std::pair{"--bts", &s.bts},
-                           std::pair{"--filter", &s.filter},
                            std::pair{"--format", &s.format}}) {
     absl::StatusOr<std::string> v = f.Take(flag, *dst);
     if (!v.ok()) return v.status();
@@ -206,6 +206,34 @@ absl::StatusOr<SessionSpec> ParseSessionFlags(CommandFlags& f) {
     if (!bp.ok()) return bp.status();
     s.breakpoints.push_back(*bp);
   }
+  // --filter: user|kernel|all (privilege), or an address filter (a
+  // function, 'range LO-HI', '@ FILE'), repeatable.
+  all = f.TakeAll("--filter");
+  if (!all.ok()) return all.status();
+  bool privilege = false;
+  for (const std::string& v : *all) {
+    if (v == "user" || v == "kernel" || v == "all") {
+      if (privilege) return UsageError("--filter user|kernel|all given twice");
+      privilege = true;
+      s.filter = v;
+      continue;
+    }
+    absl::StatusOr<AddressFilter> a = ParseAddressFilter(v);
+    if (!a.ok()) return a.status();
+    if (!a->file.empty()) {
+      // As /proc/PID/maps names it: /bin/ls is /usr/bin/ls on Debian.
+      char real[PATH_MAX];
+      if (::realpath(a->file.c_str(), real) == nullptr)
+        return absl::NotFoundError(absl::StrCat("--filter '", v, "': ", a->file, ": ",
+                                                std::strerror(errno)));
+      s.address_filters.push_back(absl::StrCat("@ ", real));
+      continue;
+    }
+    s.address_filters.push_back(a->name.empty() ? absl::StrFormat("0x%x-0x%x", a->lo, a->hi)
+                                                : a->name);
+  }
+  if (v = f.Take("--start"); !v.ok()) return v.status();
+  s.start = *v;
   s.pinned = f.TakeBool("--pinned");
   s.block = f.TakeBool("--block");
   s.inherit = f.TakeBool("--inherit");

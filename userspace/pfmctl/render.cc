@@ -157,6 +157,10 @@ void RenderRecordLine(const pfm_record& r, std::ostream& out) {
           << ((r.misc & PFM_MISC_SCHED_ON) ? " on" : " off") << " slot "
           << r.u.sched.slot;
       break;
+    case PFM_REC_GAP:
+      out << "untraced " << JsonText(o.if_contains("from")) << " .. "
+          << JsonText(o.if_contains("to"));
+      break;
     default:
       break;
   }

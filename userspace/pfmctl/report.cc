@@ -128,7 +128,7 @@ const TraceSymbols::Symbol& TraceSymbols::Lookup(int maps, uint64_t addr) {
 ReportRecord Symbolized(const pfm_record& r, TraceSymbols& symbols) {
   ReportRecord out{r, "", "", ""};
   // Each name is copied before the next Lookup (which may empty the cache).
-  if (r.type == PFM_REC_BRANCH) {
+  if (r.type == PFM_REC_BRANCH || r.type == PFM_REC_GAP) {  // gap: the same layout
     out.from_sym = symbols.At(r.time, r.u.branch.from, r.pid).name;
     out.to_sym = symbols.At(r.time, r.u.branch.to, r.pid).name;
   } else if (r.type == PFM_REC_PEBS) {
@@ -327,7 +327,7 @@ void RenderReportText(const TraceReport& rep, std::ostream& out) {
 
 json::object RecordJson(const ReportRecord& rr) {
   json::object o = RecordToJson(rr.record);
-  if (rr.record.type == PFM_REC_BRANCH) {
+  if (rr.record.type == PFM_REC_BRANCH || rr.record.type == PFM_REC_GAP) {
     o["from_sym"] = rr.from_sym;
     o["to_sym"] = rr.to_sym;
   } else if (rr.record.type == PFM_REC_PEBS) {

@@ -102,7 +102,7 @@ class TraceSymbols {
 // ("function+0xoff", "" when unmapped).
 struct ReportRecord {
   pfm_record record;
-  std::string from_sym, to_sym;  // branches
+  std::string from_sym, to_sym;  // branches and gaps
   std::string ip_sym;            // PEBS samples
 };
 

@@ -94,6 +94,10 @@ void AppendScriptLine(const ReportRecord& rr, std::string* out) {
       absl::StrAppendFormat(out, "request %u %s slot %u", r.u.sched.request,
                             (r.misc & PFM_MISC_SCHED_ON) ? "on" : "off", r.u.sched.slot);
       break;
+    case PFM_REC_GAP:
+      absl::StrAppendFormat(out, "untraced from %x %s to %x %s", r.u.gap.from,
+                            SymOrUnknown(rr.from_sym), r.u.gap.to, SymOrUnknown(rr.to_sym));
+      break;
     default:
       break;
   }

@@ -39,7 +39,7 @@ absl::StatusOr<int> Create(const CliContext& ctx, const CommandArgs& args) {
   if (!spec.ok()) return spec.status();
   absl::StatusOr<Client> c = Connect(ctx);
   if (!c.ok()) return c.status();
-  if (spec->HasUnresolvedBreakpoints()) {
+  if (spec->HasUnresolvedNames()) {
     // Names are looked up in the target's files now (breakpoint_names.h).
     if (spec->pid < 0)
       return UsageError("breakpoint names need a process (--pid PID): a CPU has no files "

@@ -23,18 +23,25 @@ HostTracers::~HostTracers() {
 }
 
 absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
-                                bool inherit, bool branch_step) {
+                                const TracerProcess::Options& options, bool as_is) {
+  const bool inherit = options.inherit;
   {
     KernelLockGuard l(&kernel_->lock());
     auto it = live_.find(pid);
     if (it != live_.end()) {
       if (!it->second.process->done()) {
-        if (it->second.process->inherit() == inherit) return absl::OkStatus();
-        return absl::FailedPreconditionError(absl::StrCat(
-            "pid ", pid, " is traced ",
-            it->second.process->inherit() ? "with" : "without",
-            " its children (--inherit) by another session; its sessions "
-            "share one tracer, so ask the same"));
+        if (as_is) return absl::OkStatus();
+        if (it->second.process->inherit() != inherit)
+          return absl::FailedPreconditionError(absl::StrCat(
+              "pid ", pid, " is traced ",
+              it->second.process->inherit() ? "with" : "without",
+              " its children (--inherit) by another session; its sessions "
+              "share one tracer, so ask the same"));
+        if (!it->second.process->options().SameFilter(options))
+          return absl::FailedPreconditionError(absl::StrCat(
+              "pid ", pid, " is traced with other address filters (--filter, --start) by "
+              "another session; its sessions share one tracer, so ask the same"));
+        return absl::OkStatus();
       }
       // The pid's earlier process is gone (pid reuse): a new tracer.
       retired_.push_back(std::move(it->second.process));
@@ -62,9 +69,6 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
     host.signaled = [cb = callbacks_.signaled, task](int signo) { cb(task, signo); };
   std::unique_ptr<TracerProcess> t;
   ErrorDetail d;
-  TracerProcess::Options options;
-  options.inherit = inherit;
-  options.branch_step = branch_step;
   const int err = TracerProcess::Start(pid, peer.TracerCredentials(), std::move(host), &t,
                                        &d, "/proc/self/exe", options);
   if (err < 0) return ErrnoToStatus(err, d);

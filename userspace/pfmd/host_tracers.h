@@ -42,12 +42,13 @@ class HostTracers {
   // Makes sure a live tracer runs for `pid`, starting one for `peer` if
   // none does (RESOURCE_EXHAUSTED past `max_per_uid` tracers of an
   // unprivileged uid). The tracer of an exited process at a recycled pid is
-  // retired first. `inherit`: the tracer follows the pid's children too; a
-  // live tracer that does not do what is asked is FAILED_PRECONDITION (one
-  // tracer per process: the sessions on a pid share it).
-  // `branch_step`: the tracer's stepping (SoftBtsOptions::branch_step).
+  // retired first. `options`: whether the tracer follows the pid's
+  // children, its stepping and its address filters; a live tracer that
+  // does not do what is asked is FAILED_PRECONDITION (one tracer per
+  // process: the sessions on a pid share it), unless `as_is` (a debugger
+  // takes the tracer as it is).
   absl::Status Start(int32_t pid, const Peer& peer, int max_per_uid,
-                     bool inherit = false, bool branch_step = true);
+                     const TracerProcess::Options& options, bool as_is = false);
   // The pid's live tracer, or null.
   TracerProcess* FindLocked(int32_t pid) const;
   // Queues the pid's tracer to be stopped by Reap().

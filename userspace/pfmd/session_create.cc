@@ -371,6 +371,15 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     return absl::UnimplementedError(
         "debug: run control needs the host driver (the sim's tasks are not processes)");
   const bool need_tracer = !sim_ && (spec.bts != BtsMode::kOff || spec.debug);
+  if (spec.address_filtered()) {
+    if (!need_tracer || spec.bts == BtsMode::kOff || !spec.task())
+      return absl::InvalidArgumentError(
+          "address filters (--filter FUNCTION|'range LO-HI'|'@ FILE', --start) are a property "
+          "of host branch tracing by soft BTS: --bts on a pid, with the host driver");
+    if (config_.soft_bts_stepping != "branch")
+      return absl::FailedPreconditionError(
+          "address filters need branch stepping: this pfmd runs --soft-bts-stepping single");
+  }
   if (spec.inherit && !need_tracer)
     return absl::InvalidArgumentError(
         sim_ ? "inherit: the sim driver's tasks have no children to follow"
@@ -422,15 +431,20 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     // A debugger's session (run control, a history for GDB) takes the
     // pid's tracer as it is: the children a profiler asked to follow do
     // not concern it (its reader picks its threads by tid).
-    bool inherit = spec.inherit;
-    if (spec.role == Role::kDebugger && !spec.inherit) {
+    TracerProcess::Options options;
+    options.inherit = spec.inherit;
+    options.branch_step = config_.soft_bts_stepping == "branch";
+    for (const auto& [lo, hi] : spec.filter_ranges) options.filter_ranges.push_back({lo, hi});
+    options.filter_files = spec.filter_files;
+    options.start_at = spec.start_at;
+    bool as_is = false;  // take the pid's tracer with the options it has
+    if (spec.role == Role::kDebugger && !spec.inherit && !spec.address_filtered()) {
       KernelLockGuard l(&kernel_->lock());
       if (TracerProcess* live = tracers_->FindLocked(spec.pid); live != nullptr && !live->done())
-        inherit = live->inherit();
+        as_is = true;
     }
     if (absl::Status st = tracers_->Start(spec.pid, peer, config_.max_tracers_per_uid,
-                                             inherit,
-                                             config_.soft_bts_stepping == "branch");
+                                             options, as_is);
         !st.ok()) {
       {
         KernelLockGuard l(&kernel_->lock());

@@ -109,6 +109,22 @@ absl::StatusOr<TypedSpec> TypedSpec::From(const SessionSpec& s) {
   t.detached = s.detached;
   t.inherit = s.inherit;
   t.debug = s.debug;
+  for (const std::string& f : s.address_filters) {
+    absl::StatusOr<AddressFilter> a = ParseAddressFilter(f);
+    if (!a.ok()) return a.status();
+    if (!a->resolved())
+      return absl::InvalidArgumentError(absl::StrCat("address filter '", f, "' is a name"));
+    if (!a->file.empty())
+      t.filter_files.push_back(a->file);
+    else
+      t.filter_ranges.emplace_back(a->lo, a->hi);
+  }
+  if (!s.start.empty()) {
+    absl::StatusOr<uint64_t> a = ParseStart(s.start);
+    if (!a.ok()) return a.status();
+    if (*a == 0) return absl::InvalidArgumentError(absl::StrCat("start '", s.start, "' is a name"));
+    t.start_at = *a;
+  }
   return t;
 }
 

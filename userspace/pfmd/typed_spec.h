@@ -48,6 +48,13 @@ struct TypedSpec {
   bool detached = false;
   bool inherit = false;
   bool debug = false;  // run control for a debugger (session_debug)
+  // Address filters (SessionSpec::address_filters, start), parsed.
+  std::vector<std::pair<uint64_t, uint64_t>> filter_ranges;
+  std::vector<std::string> filter_files;
+  uint64_t start_at = 0;
+  bool address_filtered() const {
+    return !filter_ranges.empty() || !filter_files.empty() || start_at != 0;
+  }
 
   bool task() const { return pid >= 0; }
   // A consumer of the context's Debug Store stream (a ring).

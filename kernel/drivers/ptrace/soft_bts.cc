@@ -37,6 +37,7 @@
 #include "kernel/drivers/perf/perf_events.h"
 #include "kernel/drivers/ptrace/branch_decoder.h"
 #include "kernel/drivers/ptrace/branch_emulator.h"
+#include "kernel/drivers/ptrace/function_entries.h"
 
 namespace pfm {
 namespace {
@@ -225,7 +226,10 @@ int SoftBtsWakeSignal() { return SIGRTMAX - 2; }
 // The tracer thread's state: lives on that thread's stack for one run.
 class SoftBtsRun {
  public:
-  explicit SoftBtsRun(SoftBtsTracer* t) : t_(t), root_(t->pid_) {}
+  explicit SoftBtsRun(SoftBtsTracer* t) : t_(t), root_(t->pid_) {
+    filtering_ = t->opt_.branch_step && t->opt_.filtering();
+    started_ = t->opt_.start_at == 0;
+  }
   ~SoftBtsRun() {
     for (auto& [tid, task] : tasks_)
       if (task->stat_fd >= 0) close(task->stat_fd);
@@ -271,6 +275,15 @@ class SoftBtsRun {
     // decode cache.
     std::shared_ptr<Plants> plants;
     std::unordered_map<uint64_t, uint64_t> blocks;
+    // Address filters: whether the filter's ranges apply (the root's
+    // program as at Start, and its children until they exec); the filter
+    // here, sorted [lo, hi) pairs; the gates planted (function entries and
+    // return addresses inside it); and the return addresses of the calls
+    // seen inside it (where a gate may go: an instruction's start).
+    bool image = false;
+    std::vector<std::pair<uint64_t, uint64_t>> in;
+    std::set<uint64_t> gates;
+    std::set<uint64_t> ret_sites;
   };
   // One traced thread.
   struct Task {
@@ -297,6 +310,10 @@ class SoftBtsRun {
     // to single-step the branch under it, to plant again at the next stop.
     bool bs_cont = false;
     bool bs_conted = false;
+    // Address filters: running untraced outside the filter (resumed with
+    // PTRACE_SYSCALL), since gap_from.
+    bool outside = false;
+    uint64_t gap_from = 0;
     uint64_t bs_expect = 0;
     uint64_t bs_replant = 0;
     // A process not followed (kDetach): the int3s its memory holds, to
@@ -384,9 +401,10 @@ class SoftBtsRun {
     DrainAll(NowNs());
     t_->drains_served_.fetch_add(1, std::memory_order_release);
   }
-  void Record(Task* t, uint64_t from, uint64_t to) {
-    pfm_bts_raw r{from, to, 0};
-    t_->branches_.fetch_add(1, std::memory_order_relaxed);
+  // A branch, or with PFM_BTS_RAW_GAP an address filter's gap.
+  void Record(Task* t, uint64_t from, uint64_t to, uint64_t flags = 0) {
+    pfm_bts_raw r{from, to, flags};
+    (flags == 0 ? t_->branches_ : t_->gaps_).fetch_add(1, std::memory_order_relaxed);
     // The core's area for the task (none: no consumer wants branches now).
     // Tasks of one context may share one area (an in-process core): hand
     // over another task's records before writing this one's.
@@ -537,6 +555,7 @@ class SoftBtsRun {
     // int3s, which must be taken out before it runs untraced.
     if (t_->opt_.inherit || t_->opt_.branch_step)
       o |= PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK;
+    if (filtering_) o |= PTRACE_O_TRACESYSGOOD;  // outside: syscall stops
     return static_cast<int>(o);
   }
   void UpdateTaskCount() {
@@ -594,6 +613,38 @@ class SoftBtsRun {
   int64_t root_status_ = -1;
   DsArea* last_area_ = nullptr;   // Record's last area, and whose records it holds
   TaskId last_writer_;
+
+  // Address filters (SoftBtsOptions::filter_ranges): whether any applies
+  // (off under debug control), whether the start address was reached (or
+  // there is none), and the function entries of the files read so far.
+  bool filtering_ = false;
+  bool started_ = true;
+  std::map<std::string, ElfCode> elf_code_;
+  bool HasRanges() const {
+    return !t_->opt_.filter_ranges.empty() || !t_->opt_.filter_files.empty();
+  }
+  bool InFilter(const AddressSpace* as, uint64_t a) const {
+    if (!filtering_) return true;
+    if (!started_) return false;
+    if (!HasRanges()) return true;
+    auto it = std::upper_bound(as->in.begin(), as->in.end(), std::make_pair(a, UINT64_MAX));
+    return it != as->in.begin() && a < std::prev(it)->second;
+  }
+  // Recomputes as->in from `maps` and plants its gates.
+  void ComputeFilter(AddressSpace* as, const std::vector<Mapping>& maps);
+  // Plan() found `t` at regs->rip outside the filter: it runs untraced.
+  void GoOutside(Task* t, const user_regs_struct& regs);
+  // `t` runs inside the filter again from `at`: the gap record.
+  void GoInside(Task* t, uint64_t at);
+  // Stops of a task running outside: a SIGTRAP, a syscall stop, and any
+  // other stop (where it may be inside again: interrupted, exec, ...).
+  void OnOutsideTrap(Task* t);
+  void OnOutsideSyscall(Task* t);
+  void ReconsiderOutside(Task* t);
+  void NoteCall(Task* t, const DecodedInsn& d, uint64_t from) {
+    if (filtering_ && (d.kind == BranchKind::kCallRel || d.kind == BranchKind::kCallInd))
+      t->as->ret_sites.insert(from + d.length);
+  }
 };
 
 namespace {
@@ -676,8 +727,188 @@ void SoftBtsRun::RefreshMaps(AddressSpace* as) {
             [](const Region& a, const Region& b) { return a.start < b.start; });
   for (auto& [tid, t] : tasks_)
     if (t->as.get() == as) t->region = Region();
+  if (filtering_) ComputeFilter(as, m);
   std::lock_guard<std::mutex> lk(t_->mu_);
   t_->maps_[as->pid].swap(m);
+}
+
+void SoftBtsRun::ComputeFilter(AddressSpace* as, const std::vector<Mapping>& maps) {
+  const SoftBtsOptions& o = t_->opt_;
+  as->in.clear();
+  if (as->image)
+    for (const SoftBtsOptions::AddrRange& r : o.filter_ranges) as->in.emplace_back(r.lo, r.hi);
+  for (const Mapping& m : maps)
+    if (std::find(o.filter_files.begin(), o.filter_files.end(), m.path) != o.filter_files.end())
+      as->in.emplace_back(m.start, m.end);
+  std::sort(as->in.begin(), as->in.end());
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& r : as->in) {
+    if (!merged.empty() && r.first <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, r.second);
+    else
+      merged.push_back(r);
+  }
+  as->in.swap(merged);
+  // Gates: the function entries inside the filter of every file mapped
+  // there, and the start address.
+  std::vector<uint64_t> gates;
+  for (const Mapping& m : maps) {
+    if (m.path.empty() || m.path[0] != '/') continue;
+    bool overlaps = false;
+    for (const auto& r : as->in) overlaps = overlaps || (r.first < m.end && m.start < r.second);
+    if (!overlaps) continue;
+    auto it = elf_code_.find(m.path);
+    if (it == elf_code_.end()) {
+      ElfCode code;
+      ReadElfCode(m.path, &code);
+      it = elf_code_.emplace(m.path, std::move(code)).first;
+    }
+    std::vector<uint64_t> entries;
+    MappedEntries(it->second, m, &entries);
+    const bool ranges_before = started_;
+    started_ = true;  // InFilter by the ranges alone
+    for (uint64_t a : entries)
+      if (InFilter(as, a)) gates.push_back(a);
+    started_ = ranges_before;
+  }
+  if (!started_ && as->image) gates.push_back(o.start_at);
+  for (uint64_t g : gates)
+    if (as->gates.count(g) != 0 || Plant(as, g)) as->gates.insert(g);
+}
+
+void SoftBtsRun::GoOutside(Task* t, const user_regs_struct& regs) {
+  AddressSpace* as = t->as.get();
+  t->outside = true;
+  t->gap_from = regs.rip;
+  t->bs_cont = false;
+  t->have_prev = false;
+  if (!started_ || as->plants == nullptr) return;
+  // Left by a call, or by a jump from a PLT stub: the return address is
+  // where it comes back, on top of the stack, or under the two words the
+  // lazy-binding stub (PLT0) pushes. A gate on each of the top words that
+  // is the return address of a call seen inside (so an instruction's
+  // start; a word that only looks like one costs a needless gate).
+  uint64_t top[3] = {};
+  const ssize_t n = pread(as->plants->mem_fd, top, sizeof top, static_cast<off_t>(regs.rsp));
+  for (ssize_t i = 0; i < n / 8; ++i) {
+    const uint64_t ret = top[i];
+    if (as->ret_sites.count(ret) != 0 && as->gates.count(ret) == 0 && InFilter(as, ret) &&
+        Plant(as, ret))
+      as->gates.insert(ret);
+  }
+}
+
+void SoftBtsRun::GoInside(Task* t, uint64_t at) {
+  Record(t, t->gap_from, at, PFM_BTS_RAW_GAP);
+  t->outside = false;
+  t->have_prev = false;
+  t->bs_cont = false;
+}
+
+void SoftBtsRun::OnOutsideTrap(Task* t) {
+  user_regs_struct regs;
+  if (!ReadRegs(t, &regs)) return;
+  AddressSpace* as = t->as.get();
+  const uint64_t at = regs.rip - 1;
+  if (!Planted(as, at)) {  // not ours: the task's own SIGTRAP
+    t->pending_sig = SIGTRAP;
+    return;
+  }
+  regs.rip = at;
+  if (!started_ && as->image && at == t_->opt_.start_at) {
+    // The start: every task is traced from now on where the filter says;
+    // the ones running outside look again at their next stop.
+    started_ = true;
+    for (auto& [tid, o] : tasks_)
+      if (o.get() != t && o->outside && o->state == Task::kRunning)
+        ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
+  }
+  if (!InFilter(as, at)) {
+    // An int3 of ours where this task is not traced (the start address
+    // outside the filter, or a plant of a range the maps no longer have):
+    // taken out, and the task runs on over it.
+    Plants* p = as->plants.get();
+    (void)!pwrite(p->mem_fd, &p->orig[at], 1, static_cast<off_t>(at));
+    p->orig.erase(at);
+    as->gates.erase(at);
+    as->blocks.clear();
+    if (ptrace(PTRACE_SETREGS, t->id.tid, nullptr, &regs) != 0) t->have_prev = false;
+    return;
+  }
+  GoInside(t, at);
+  Plan(t, &regs, true, true);
+}
+
+// PTRACE_GET_SYSCALL_INFO's reply (linux/ptrace.h, struct
+// ptrace_syscall_info; glibc's sys/ptrace.h has the request only).
+struct SyscallInfo {
+  uint8_t op;  // 1 entry, 2 exit, 3 seccomp
+  uint8_t pad[3];
+  uint32_t arch;
+  uint64_t instruction_pointer;
+  uint64_t stack_pointer;
+  union {
+    struct {
+      uint64_t nr;
+      uint64_t args[6];
+    } entry;
+    struct {
+      int64_t rval;
+      uint8_t is_error;
+    } exit;
+  };
+};
+
+void SoftBtsRun::OnOutsideSyscall(Task* t) {
+  SyscallInfo info{};
+  if (ptrace(PTRACE_GET_SYSCALL_INFO, t->id.tid, reinterpret_cast<void*>(sizeof info),
+             &info) <= 0)
+    return;
+  AddressSpace* as = t->as.get();
+  if (info.op == 1) {
+    // As OnStepStop before a syscall instruction: mapping changes.
+    user_regs_struct r{};
+    r.rax = info.entry.nr;
+    r.rdi = info.entry.args[0];
+    r.rsi = info.entry.args[1];
+    r.rdx = info.entry.args[2];
+    r.r10 = info.entry.args[3];
+    const uint64_t nr = r.rax;
+    if (((nr == SYS_mmap || nr == SYS_mprotect || nr == SYS_pkey_mprotect) &&
+         (r.rdx & PROT_EXEC) != 0) ||
+        nr == SYS_munmap)
+      as->maps_dirty = true;
+    BeforeMapSyscall(t, r);
+    return;
+  }
+  if (info.op == 2) {
+    if (as->maps_dirty) {
+      as->maps_dirty = false;
+      as->cache.Clear();
+      RefreshMaps(as);
+    }
+    // A syscall instruction inside the filter (a static program's own).
+    if (InFilter(as, info.instruction_pointer)) GoInside(t, info.instruction_pointer);
+  }
+}
+
+void SoftBtsRun::ReconsiderOutside(Task* t) {
+  if (t->mode != kBranch) return;
+  if (!filtering_) {
+    if (t->outside) {
+      t->outside = false;
+      t->have_prev = false;
+    }
+    return;
+  }
+  user_regs_struct regs;
+  if (!ReadRegs(t, &regs)) return;
+  const bool in = InFilter(t->as.get(), regs.rip);
+  if (t->outside && in) {
+    GoInside(t, regs.rip);
+  } else if (!t->outside && !in) {
+    GoOutside(t, regs);
+  }
 }
 
 void SoftBtsRun::OpenSwitches(Task* t) {
@@ -800,6 +1031,15 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
   if (t->as == nullptr) {
     t->as = std::make_shared<AddressSpace>(tgid, t_->opt_.decode_cache_entries);
     t_->processes_seen_.fetch_add(1, std::memory_order_relaxed);
+    // The filter's ranges are the root program's, and its children's
+    // until they exec (their copy of it); so are the gates they hold.
+    if (parent == nullptr) {
+      t->as->image = tgid == root_;
+    } else if (new_process && parent->as != nullptr) {
+      t->as->image = parent->as->image;
+      t->as->gates = parent->as->gates;
+      t->as->ret_sites = parent->as->ret_sites;
+    }
     if (new_process && parent->as != nullptr && parent->as->plants != nullptr) {
       if (shared_mm) {
         t->as->SetPlants(parent->as->plants);
@@ -939,6 +1179,7 @@ void SoftBtsRun::OnStepStop(Task* t, const user_regs_struct* pre) {
         // somewhere: a record from prev_rip would be invented.
         t_->resyncs_.fetch_add(1, std::memory_order_relaxed);
       } else if (BranchTaken(t->prev_insn, t->prev_rip, rip)) {
+        NoteCall(t, t->prev_insn, t->prev_rip);
         Record(t, t->prev_rip, rip);
       }
     } else if (rip < t->prev_rip || rip > t->prev_rip + 15) {
@@ -1153,10 +1394,19 @@ void SoftBtsRun::Plan(Task* t, user_regs_struct* regs, bool dirty, bool may_emul
     Plant(as, std::exchange(t->bs_replant, 0));
   }
   t->bs_cont = false;
+  bool left = false;
   for (int i = 0; i < 256; ++i) {
     const uint64_t r = regs->rip;
+    if (filtering_ && !InFilter(as, r)) {
+      GoOutside(t, *regs);
+      left = true;
+      break;
+    }
     const uint64_t e = BlockEnd(t, r);
     if (e == 0) break;
+    // Standing on an int3 of ours that is not this block's branch (an
+    // address filter's gate): single-step it first.
+    if (e != r && Planted(as, r)) break;
     if (e != r) {
       if (!Plant(as, e)) break;
       t->bs_cont = true;
@@ -1174,9 +1424,12 @@ void SoftBtsRun::Plan(Task* t, user_regs_struct* regs, bool dirty, bool may_emul
     if (EmulateBranch(bytes, d.length, d, regs, &mem, &taken) != EmuResult::kDone) break;
     dirty = true;
     t_->emulated_.fetch_add(1, std::memory_order_relaxed);
-    if (BranchTaken(d, r, regs->rip)) Record(t, r, regs->rip);
+    if (BranchTaken(d, r, regs->rip)) {
+      NoteCall(t, d, r);
+      Record(t, r, regs->rip);
+    }
   }
-  if (!t->bs_cont) {
+  if (!t->bs_cont && !left) {
     // Single-step from here, as the single-step tracer does (OnStepStop
     // records its branch). An int3 of ours under RIP is lifted for the
     // step and planted again at the next stop.
@@ -1197,7 +1450,7 @@ void SoftBtsRun::Plan(Task* t, user_regs_struct* regs, bool dirty, bool may_emul
     t->prev_computed = false;
     t->have_prev = true;
   }
-  if (t->bs_cont && (regs->eflags & kTrapFlag) != 0) {
+  if ((t->bs_cont || left) && (regs->eflags & kTrapFlag) != 0) {
     // A single-stepped POPF (or IRET) left the trap flag it pushed while
     // being stepped; the kernel then takes it for the task's own and keeps
     // it across PTRACE_CONT, which would trap after the next instruction.
@@ -1219,7 +1472,7 @@ void SoftBtsRun::OnBranchModeTrap(Task* t) {
   const uint64_t at = regs.rip - 1;
   if (StoppedByPlant(t, at)) {
     // Stopped by an int3 of ours: the task stands on the branch at `at`.
-    if (t->bs_conted && at != t->bs_expect)
+    if (t->bs_conted && at != t->bs_expect && t->as->gates.count(at) == 0)
       t_->resyncs_.fetch_add(1, std::memory_order_relaxed);  // ran past the block's end
     t_->branch_stops_.fetch_add(1, std::memory_order_relaxed);
     regs.rip = at;
@@ -1250,7 +1503,9 @@ void SoftBtsRun::Resume(Task* t) {
     t->held = false;
     --held_;
   }
-  const auto req = t->mode == kBranch ? (t->bs_cont ? PTRACE_CONT : PTRACE_SINGLESTEP)
+  const auto req = t->mode == kBranch ? (t->outside  ? PTRACE_SYSCALL
+                                          : t->bs_cont ? PTRACE_CONT
+                                                       : PTRACE_SINGLESTEP)
                    : t->mode == kStep ? PTRACE_SINGLESTEP
                                       : PTRACE_SINGLEBLOCK;
   t->bs_conted = req == PTRACE_CONT;
@@ -1348,10 +1603,12 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
       for (size_t i = 0; i < dbg_.hw.size(); ++i) DebugArmHw(t, i, &err);
     }
     if (DebugOnStop(t, StopCause::kOther, 0)) return;
+    if (filtering_) ReconsiderOutside(t);
     Resume(t);
     return;
   }
   StopCause cause = StopCause::kOther;
+  bool outside_seen = false;  // a stop of the outside run handled
   switch (event) {
     case PTRACE_EVENT_CLONE:
     case PTRACE_EVENT_FORK:
@@ -1400,6 +1657,17 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
       }
       break;
     case 0:
+      if (sig == (SIGTRAP | 0x80)) {  // a syscall stop (running outside a filter)
+        if (t->outside) OnOutsideSyscall(t);
+        outside_seen = true;
+        break;
+      }
+      if (sig == SIGTRAP && t->outside) {
+        OnOutsideTrap(t);
+        outside_seen = true;
+        cause = StopCause::kStep;
+        break;
+      }
       if (sig == SIGTRAP && t->bs_conted && t->mode != kBranch && UndoInt3(t)) {
         // Ran into an int3 after debug control turned branch stepping off.
         t->have_prev = false;
@@ -1437,6 +1705,9 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
     default:
       t->have_prev = false;
   }
+  // Any other stop of a task running outside the filter: it may be inside
+  // now (the start was reached, an exec, a signal handler).
+  if (t->outside && !outside_seen) ReconsiderOutside(t);
   if (DebugOnStop(t, cause, sig)) return;
   Resume(t);
 }
@@ -1822,11 +2093,18 @@ int SoftBtsRun::DebugEnable(bool stop_at_exec, DebugEventFn events) {
   // Breakpoints are checked at every instruction: no block steps, and no
   // branch stepping (its int3s go; a thread running towards one is
   // interrupted and single-steps from where it stops).
+  // Address filters go too: the debugger sees every instruction.
+  filtering_ = false;
+  started_ = true;
   for (auto& [tid, t] : tasks_) {
-    if (t->mode == kBranch && t->state == Task::kRunning && t->bs_conted)
+    if (t->mode == kBranch && t->state == Task::kRunning && (t->bs_conted || t->outside))
       ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
     t->mode = kStep;
     t->bs_cont = false;
+    if (t->outside) {
+      t->outside = false;
+      t->have_prev = false;
+    }
   }
   LiftAll();
   if (stop_at_exec) {
@@ -2231,6 +2509,7 @@ SoftBtsTracer::Stats SoftBtsTracer::stats() const {
   s.branch_stops = branch_stops_.load(std::memory_order_relaxed);
   s.emulated = emulated_.load(std::memory_order_relaxed);
   s.planted = planted_.load(std::memory_order_relaxed);
+  s.gaps = gaps_.load(std::memory_order_relaxed);
   return s;
 }
 

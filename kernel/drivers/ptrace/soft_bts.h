@@ -84,10 +84,13 @@
 
 namespace pfm {
 
+// The default SoftBtsOptions::ds_records.
+inline constexpr uint32_t kSoftBtsDsRecords = 8192;
+
 struct SoftBtsOptions {
   // Size of the task DS area a tracer's own core gives it (the tracer
   // process's, see tracer_process.h); threshold = full.
-  uint32_t ds_records = 8192;
+  uint32_t ds_records = kSoftBtsDsRecords;
   bool try_singleblock = true;           // probe PTRACE_SINGLEBLOCK once
   uint32_t decode_cache_entries = 1u << 16;  // rounded up to a power of two
   uint32_t cpu_poll_steps = 4096;        // read /proc/PID/stat every N steps
@@ -119,6 +122,31 @@ struct SoftBtsOptions {
   // stack. Off: every instruction is single-stepped. Never under debug
   // control (which turns it off and takes the int3s out).
   bool branch_step = false;
+  // Address filters (docs/host_drivers.md, "Address filters"), with
+  // branch_step only, like Intel PT's: a thread's branches are recorded
+  // only while it runs inside the filter. When it leaves, it runs at full
+  // speed (PTRACE_SYSCALL: stops only at syscalls, to see mapping changes)
+  // until it hits a gate: an int3 on a function entry inside the filter
+  // (function_entries.h), on the return address of the call that left it,
+  // or on a branch planned earlier; then one PFM_REC_GAP record {where the
+  // untraced run began, where tracing resumed} and tracing goes on. With
+  // no filter and no start address, everything is traced.
+  struct AddrRange {
+    uint64_t lo = 0;  // [lo, hi)
+    uint64_t hi = 0;
+  };
+  // Ranges of the root process's program as it is at Start (its children
+  // until they exec).
+  std::vector<AddrRange> filter_ranges;
+  // Every executable mapping of these files (paths as /proc/PID/maps
+  // shows them), in every traced process, across exec.
+  std::vector<std::string> filter_files;
+  // Nothing is traced until a thread of the root reaches this address (an
+  // instruction's); then the filter (or everything) is.
+  uint64_t start_at = 0;
+  bool filtering() const {
+    return !filter_ranges.empty() || !filter_files.empty() || start_at != 0;
+  }
 };
 
 // The signal Stop() uses to interrupt the tracer thread's waitpid().
@@ -228,6 +256,8 @@ class SoftBtsTracer {
     uint64_t branch_stops = 0;
     uint64_t emulated = 0;
     uint64_t planted = 0;
+    // Address filters: gap records written (a return into the filter).
+    uint64_t gaps = 0;
   };
   Stats stats() const;
 
@@ -329,6 +359,7 @@ class SoftBtsTracer {
   std::atomic<uint64_t> branch_stops_{0};
   std::atomic<uint64_t> emulated_{0};
   std::atomic<uint64_t> planted_{0};
+  std::atomic<uint64_t> gaps_{0};
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;

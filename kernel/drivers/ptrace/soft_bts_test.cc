@@ -382,6 +382,60 @@ TEST(SoftBts, BranchSteppingRecordsEqualSingleSteppingOnRealPrograms) {
   personality(old);
 }
 
+// Address filters: with '@ /usr/bin/ls', ls's own branches are exactly the
+// ones an unfiltered run records from ls's code, in the same order (ASLR
+// off: the same addresses), with gap records where it ran elsewhere (libc,
+// ld.so), and far fewer stops.
+TEST(SoftBts, FileFilterRecordsExactlyTheFilesBranches) {
+  const int old = personality(0xffffffff);
+  ASSERT_NE(old, -1);
+  if (personality(old | ADDR_NO_RANDOMIZE) == -1)
+    GTEST_SKIP() << "cannot turn address-space randomisation off";
+  const std::vector<std::string> argv = {"/bin/ls", "/"};
+  SoftBtsOptions all;
+  all.branch_step = true;
+  SoftBtsOptions filtered = all;
+  filtered.filter_files = {"/usr/bin/ls"};
+  std::vector<pfm_bts_raw> a, b;
+  SoftBtsTracer::Stats sa, sb;
+  EXPECT_EQ(TraceToExit(argv, all, &a, &sa, true), 0);
+  EXPECT_EQ(TraceToExit(argv, filtered, &b, &sb, true), 0);
+  personality(old);
+  // ls's text: the executable mapping of /usr/bin/ls (the same in both).
+  uint64_t lo = 0, hi = 0;
+  std::vector<pfm_bts_raw> want, got;
+  size_t gaps = 0;
+  for (const pfm_bts_raw& r : b) {
+    if (r.flags & PFM_BTS_RAW_GAP) {
+      ++gaps;
+      continue;
+    }
+    got.push_back(r);
+  }
+  ASSERT_GT(got.size(), 1000u);
+  // Every recorded branch leaves from one mapping: ls's. Its bounds are
+  // those of the recorded sources (ls is one executable mapping).
+  lo = got.front().from;
+  hi = got.front().from;
+  for (const pfm_bts_raw& r : got) {
+    lo = std::min<uint64_t>(lo, r.from);
+    hi = std::max<uint64_t>(hi, r.from);
+  }
+  EXPECT_LT(hi - lo, 0x20000u) << "sources beyond ls's text";
+  for (const pfm_bts_raw& r : a)
+    if (r.from >= lo && r.from <= hi) want.push_back(r);
+  EXPECT_EQ(FirstDifference(want, got), "");
+  EXPECT_GT(gaps, 10u);
+  EXPECT_EQ(sb.gaps, gaps);
+  EXPECT_EQ(sb.resyncs, 0u);
+  std::printf("ls /: unfiltered %zu branches, %llu int3 stops + %llu steps; '@ /usr/bin/ls' "
+              "%zu branches, %zu gaps, %llu int3 stops + %llu steps\n",
+              a.size(), (unsigned long long)sa.branch_stops, (unsigned long long)sa.steps,
+              got.size(), gaps, (unsigned long long)sb.branch_stops,
+              (unsigned long long)sb.steps);
+  EXPECT_LT(sb.branch_stops + sb.steps, (sa.branch_stops + sa.steps) / 2);
+}
+
 void RunCountsEveryBackwardBranchOfAKnownLoop(bool branch_step) {
   constexpr long kIterations = 2000;
   const std::string out = TmpPath("loop_addr");

@@ -282,7 +282,8 @@ bool ParseGroups(const char* s, std::vector<gid_t>* out) {
 
 int RunHelper(int argc, char** argv) {
   // argv: exe FLAG FD PID OPTIONS [UID GID GROUPS]; OPTIONS "-" or a comma
-  // list of "inherit" and "branch".
+  // list of "inherit", "branch", "range:LO:HI", "file:HEXPATH", "start:ADDR"
+  // (hex numbers; TracerProcess::Start writes them).
   if (argc != 5 && argc != 8) return 2;
   const int fd = std::atoi(argv[2]);
   const pid_t pid = static_cast<pid_t>(std::atol(argv[3]));
@@ -291,9 +292,37 @@ int RunHelper(int argc, char** argv) {
   for (const char* o = argv[4]; *o != '\0';) {
     const char* comma = std::strchr(o, ',');
     const size_t n = comma != nullptr ? static_cast<size_t>(comma - o) : std::strlen(o);
-    if (n == 7 && std::strncmp(o, "inherit", 7) == 0) opt.inherit = true;
-    else if (n == 6 && std::strncmp(o, "branch", 6) == 0) opt.branch_step = true;
-    else if (!(n == 1 && *o == '-')) return 2;
+    const std::string item(o, n);
+    if (item == "inherit") {
+      opt.inherit = true;
+    } else if (item == "branch") {
+      opt.branch_step = true;
+    } else if (item.rfind("range:", 0) == 0) {
+      SoftBtsOptions::AddrRange r;
+      char* end = nullptr;
+      r.lo = std::strtoull(item.c_str() + 6, &end, 16);
+      if (*end != ':') return 2;
+      r.hi = std::strtoull(end + 1, &end, 16);
+      if (*end != '\0' || r.lo >= r.hi) return 2;
+      opt.filter_ranges.push_back(r);
+    } else if (item.rfind("file:", 0) == 0) {
+      std::string path;
+      for (size_t i = 5; i + 1 < item.size(); i += 2) {
+        const std::string two = item.substr(i, 2);
+        char* end = nullptr;
+        const unsigned long c = std::strtoul(two.c_str(), &end, 16);
+        if (*end != '\0') return 2;
+        path.push_back(static_cast<char>(c));
+      }
+      if (path.empty() || (item.size() - 5) % 2 != 0) return 2;
+      opt.filter_files.push_back(path);
+    } else if (item.rfind("start:", 0) == 0) {
+      char* end = nullptr;
+      opt.start_at = std::strtoull(item.c_str() + 6, &end, 16);
+      if (*end != '\0' || opt.start_at == 0) return 2;
+    } else if (item != "-") {
+      return 2;
+    }
     o += n + (comma != nullptr ? 1 : 0);
   }
   // pfmd's stop signals are not ours: the helper follows pfmd's socket, so a

@@ -66,12 +66,32 @@ int TracerProcess::Start(pid_t pid, const std::optional<Credentials>& creds,
   // Everything the child needs, built before fork: between fork and exec
   // only async-signal-safe calls.
   // argv[0] names the helper for ps; the program is `exe`.
+  // OPTIONS: a comma list (RunHelper); a file's path goes in hex (it may
+  // hold commas).
+  std::string opts;
+  auto add = [&opts](const std::string& o) { opts += (opts.empty() ? "" : ",") + o; };
+  if (options.inherit) add("inherit");
+  if (options.branch_step) add("branch");
+  char buf[64];
+  for (const SoftBtsOptions::AddrRange& r : options.filter_ranges) {
+    std::snprintf(buf, sizeof buf, "range:%llx:%llx", static_cast<unsigned long long>(r.lo),
+                  static_cast<unsigned long long>(r.hi));
+    add(buf);
+  }
+  for (const std::string& f : options.filter_files) {
+    std::string hex = "file:";
+    for (unsigned char c : f) {
+      std::snprintf(buf, sizeof buf, "%02x", c);
+      hex += buf;
+    }
+    add(hex);
+  }
+  if (options.start_at != 0) {
+    std::snprintf(buf, sizeof buf, "start:%llx", static_cast<unsigned long long>(options.start_at));
+    add(buf);
+  }
   std::vector<std::string> args = {"pfm-tracer", kTracerHelperFlag, "3",
-                                    std::to_string(pid),
-                                    options.inherit && options.branch_step ? "inherit,branch"
-                                    : options.inherit                    ? "inherit"
-                                    : options.branch_step                ? "branch"
-                                                                         : "-"};
+                                    std::to_string(pid), opts.empty() ? "-" : opts};
   if (creds.has_value()) {
     std::string groups;
     for (gid_t g : creds->groups)
@@ -246,7 +266,7 @@ void TracerProcess::ReadLoop() {
             // Soft BTS sees user mode only: a kernel address is not a
             // branch this tracer can have seen.
             if (PFM_ADDR_IS_KERNEL(r.from) || PFM_ADDR_IS_KERNEL(r.to)) continue;
-            r.flags = 0;
+            r.flags &= PFM_BTS_RAW_GAP;  // the only flag soft BTS writes
             if (area->WriteBts(r) != DsArea::kStored)
               core->TaskDsInterrupt(task, cpu_of(cpu), now);
           }

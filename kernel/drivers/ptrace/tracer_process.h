@@ -78,6 +78,20 @@ struct TracerProcessOptions {
   bool inherit = false;
   // Branch stepping (SoftBtsOptions::branch_step).
   bool branch_step = false;
+  // Address filters (SoftBtsOptions::filter_ranges, filter_files,
+  // start_at), with branch_step.
+  std::vector<SoftBtsOptions::AddrRange> filter_ranges;
+  std::vector<std::string> filter_files;
+  uint64_t start_at = 0;
+  // The same filter (sessions of one pid share its tracer).
+  bool SameFilter(const TracerProcessOptions& o) const {
+    if (filter_ranges.size() != o.filter_ranges.size()) return false;
+    for (size_t i = 0; i < filter_ranges.size(); ++i)
+      if (filter_ranges[i].lo != o.filter_ranges[i].lo ||
+          filter_ranges[i].hi != o.filter_ranges[i].hi)
+        return false;
+    return filter_files == o.filter_files && start_at == o.start_at;
+  }
 };
 
 class TracerProcess {
@@ -120,6 +134,7 @@ class TracerProcess {
   // As last reported by the helper (at every drain and a few times a second).
   SoftBtsTracer::Stats stats() const;
   bool inherit() const { return options_.inherit; }
+  const Options& options() const { return options_; }
   // The tracee's executable mappings as last reported by the helper (at
   // attach and whenever they changed, before the records taken with them),
   // stamped with the time pfmd received them; time_ns 0 and no mappings

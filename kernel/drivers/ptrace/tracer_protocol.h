@@ -66,7 +66,7 @@ inline constexpr size_t kDrainHead = sizeof(WireStats) + sizeof(WireTask) + 8;
 
 // The DS area of a helper's tracer, in records (SoftBtsOptions' default),
 // and the largest message either side accepts.
-inline constexpr uint32_t kHelperDsRecords = SoftBtsOptions{}.ds_records;
+inline constexpr uint32_t kHelperDsRecords = kSoftBtsDsRecords;
 inline constexpr uint32_t kMaxMsgBytes =
     kDrainHead + kHelperDsRecords * sizeof(pfm_bts_raw);
 // A helper that has not attached within this long is given up on.

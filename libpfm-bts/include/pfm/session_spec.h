@@ -55,6 +55,15 @@ struct SessionSpec {
   // the session's client may ask for a debug channel (session_debug).
   // Host driver, a pid, role debugger.
   bool debug = false;
+  // Address filters of host branch tracing (docs/pfmctl.md, "Address
+  // filters"): "0xLO-0xHI" or "0xLO-0xHI (label)" (a range of the
+  // program as it is when the session starts), "@ /abs/path" (every
+  // executable mapping of that file, in every traced process); not yet
+  // resolved: a function's name. See ParseAddressFilter.
+  std::vector<std::string> address_filters;
+  // Nothing is traced before the pid's first thread reaches this: "0xADDR"
+  // or "0xADDR (label)"; unresolved: a name. Empty: from the start.
+  std::string start;
 
   boost::json::object ToJson() const;
   // pfmd parses with kRefuse: it has no way to resolve a name. pfmctl
@@ -64,7 +73,26 @@ struct SessionSpec {
       const boost::json::object& o, UnresolvedNames names = UnresolvedNames::kRefuse);
 
   bool HasUnresolvedBreakpoints() const;
+  // Breakpoints, address filters or the start given by name.
+  bool HasUnresolvedNames() const;
 };
+
+inline constexpr size_t kMaxAddressFilters = 16;
+
+// One address filter, parsed: a range [lo, hi), or a file, or (neither) a
+// name still to resolve.
+struct AddressFilter {
+  uint64_t lo = 0, hi = 0;
+  std::string file;
+  std::string name;
+  bool resolved() const { return hi != 0 || !file.empty(); }
+};
+// "0xLO-0xHI[ (label)]", "range LO-HI" (hex 0x... or decimal), "@ /path"
+// (absolute), or a name (no spaces). INVALID_ARGUMENT for anything else or
+// an empty range.
+absl::StatusOr<AddressFilter> ParseAddressFilter(const std::string& text);
+// "0xADDR[ (label)]" -> ADDR; a name -> 0 (unresolved).
+absl::StatusOr<uint64_t> ParseStart(const std::string& text);
 
 // Sizes and limits of the spec (named so a refusal can quote them).
 inline constexpr uint64_t kMinRingBytes = 64;  // one fixed record (history)
