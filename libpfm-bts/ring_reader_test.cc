@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <random>
 #include <vector>
 
@@ -276,14 +277,32 @@ TEST_P(EachFormat, ChildWritesParentConsumesAcrossFork) {
 
 // The writer overwrites while the parent snapshots: every snapshot must be a
 // run of consecutive, intact records (torn ones are dropped, not returned).
+// The writer runs until the parent has seen enough non-empty snapshots, so a
+// loaded machine that schedules the parent late cannot leave the test with
+// nothing checked (a fixed record count once finished before the parent's
+// first snapshot under a full CI run).
 TEST_P(EachFormat, HistorySnapshotsWhileTheWriterRunsAreNeverTorn) {
   constexpr uint64_t kKeep = 200;
+  constexpr int kWantNonEmpty = 50;
+  constexpr int kMaxSnapshots = 2'000'000;  // bounds the test if none is
   auto ring = MakeRing(PFM_RING_HISTORY, GetParam(), kKeep);
   RingReader rd = MapOrDie(*ring);
+  struct Shared {
+    int stop;
+    uint64_t written;
+  };
+  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* shared = new (mem) Shared{0, 0};
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    for (uint64_t id = 0; id < 400000; ++id) ring->Write(Mixed(id));
+    uint64_t id = 0;
+    for (; id < kKeep || !__atomic_load_n(&shared->stop, __ATOMIC_ACQUIRE);
+         ++id)
+      ring->Write(Mixed(id));
+    __atomic_store_n(&shared->written, id, __ATOMIC_RELEASE);
     ring->End();
     _exit(0);
   }
@@ -291,7 +310,8 @@ TEST_P(EachFormat, HistorySnapshotsWhileTheWriterRunsAreNeverTorn) {
   int snapshots = 0, nonempty = 0;
   while (!rd.ended()) {
     ASSERT_TRUE(rd.Snapshot(&snap).ok());
-    ++snapshots;
+    if (++snapshots >= kMaxSnapshots || nonempty >= kWantNonEmpty)
+      __atomic_store_n(&shared->stop, 1, __ATOMIC_RELEASE);
     if (snap.empty()) continue;
     ++nonempty;
     ASSERT_LE(snap.size(), kKeep);
@@ -299,12 +319,16 @@ TEST_P(EachFormat, HistorySnapshotsWhileTheWriterRunsAreNeverTorn) {
     for (size_t i = 0; i < snap.size(); ++i) ExpectIs(snap[i], first + i);
     if (HasFailure()) break;
   }
+  __atomic_store_n(&shared->stop, 1, __ATOMIC_RELEASE);
   waitpid(child, nullptr, 0);
+  const uint64_t written = __atomic_load_n(&shared->written, __ATOMIC_ACQUIRE);
+  munmap(mem, sizeof(Shared));
   ASSERT_TRUE(rd.Snapshot(&snap).ok());
   ASSERT_EQ(snap.size(), kKeep);
-  ExpectIs(snap.back(), 400000 - 1);
-  EXPECT_GT(nonempty, 0);
+  ExpectIs(snap.back(), written - 1);
+  EXPECT_GE(nonempty, kWantNonEmpty) << "of " << snapshots << " snapshots";
   RecordProperty("snapshots", snapshots);
+  RecordProperty("written", static_cast<int>(written));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, EachFormat,
