@@ -142,18 +142,73 @@ int SpawnForTrace(const std::vector<std::string>& argv, pid_t* pid) {
   return 0;
 }
 
+namespace {
+
+// Lets a SpawnStopped child exec and leaves it stopped (SIGSTOP) at its
+// program's first instruction, untraced: what pfmctl does before pfmd
+// attaches when addresses of the program are given (the filter's ranges
+// and the start address are the program's, not the held copy's).
+int RunToExec(pid_t pid) {
+  if (ptrace(PTRACE_SEIZE, pid, nullptr,
+             reinterpret_cast<void*>(long{PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL})) != 0) {
+    std::perror("PTRACE_SEIZE");
+    return -errno;
+  }
+  ErrorDetail d;
+  if (int rc = Release(pid, &d); rc != 0) {
+    std::fprintf(stderr, "Release: %s\n", d.message);
+    return rc;
+  }
+  for (;;) {
+    int st = 0;
+    if (waitpid(pid, &st, __WALL) != pid || WIFEXITED(st) || WIFSIGNALED(st)) return -ECHILD;
+    if (!WIFSTOPPED(st)) continue;
+    if ((st >> 16) == PTRACE_EVENT_EXEC) break;
+    const int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
+    ptrace(PTRACE_CONT, pid, nullptr, reinterpret_cast<void*>(long{sig}));
+  }
+  kill(pid, SIGSTOP);
+  if (ptrace(PTRACE_DETACH, pid, nullptr, nullptr) != 0) return -errno;
+  int st = 0;
+  if (waitpid(pid, &st, WUNTRACED) != pid || !WIFSTOPPED(st)) return -ECHILD;
+  return 0;
+}
+
+}  // namespace
+
 int TraceSpawned(pid_t pid, DsAllocator* ds, const SoftBtsOptions& opt,
                  SoftBtsRunResult* out) {
   DsSink sink(ds);
   std::unique_ptr<SoftBtsTracer> tracer;
   ErrorDetail d;
+  // Addresses of the program: attach after its exec (timed from before it).
+  const bool after_exec = opt.start_at != 0 || !opt.filter_ranges.empty();
+  const uint64_t t_exec = MonotonicNs();
+  if (after_exec) {
+    if (int rc = RunToExec(pid); rc != 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      return rc;
+    }
+  }
   if (int rc = SoftBtsTracer::Start(pid, opt, &sink, &tracer, &d); rc != 0) {
     std::fprintf(stderr, "SoftBtsTracer::Start: %s\n", d.message);
-    Abandon(pid, nullptr);
+    if (after_exec) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    } else {
+      Abandon(pid, nullptr);
+    }
     return rc;
   }
-  const uint64_t t0 = MonotonicNs();
-  if (int rc = Release(pid, &d); rc != 0) {
+  const uint64_t t0 = after_exec ? t_exec : MonotonicNs();
+  if (after_exec) {
+    if (kill(pid, SIGCONT) != 0) {
+      std::perror("SIGCONT");
+      tracer->Stop();
+      return -errno;
+    }
+  } else if (int rc = Release(pid, &d); rc != 0) {
     std::fprintf(stderr, "Release: %s\n", d.message);
     tracer->Stop();
     return rc;

@@ -392,6 +392,68 @@ bool InMappings(const SearchFile& f, uint64_t addr) {
   return false;
 }
 
+// `main` of a program without a symbol table (Debian's /bin/true, ls, ...),
+// as an ELF vaddr: the first argument its entry code passes to
+// __libc_start_main. glibc's x86-64 _start (sysdeps/x86_64/start.S) loads
+// it just before that call:
+//   lea main(%rip),%rdi    48 8d 3d rel32   (PIE)
+//   mov $main,%rdi         48 c7 c7 imm32   (non-PIE)
+// followed by one of
+//   call *__libc_start_main@GOTPCREL(%rip)   ff 15 rel32
+//   call __libc_start_main                   e8 rel32
+//   addr32 call __libc_start_main            67 e8 rel32 (relaxed GOT call)
+// Only that exact pair, within the first 64 bytes at e_entry, counts; the
+// result must lie in an executable PT_LOAD. Anything else (another libc's
+// start code, hand-written _start): nullopt.
+std::optional<uint64_t> MainFromEntry(Elf* elf) {
+  GElf_Ehdr eh;
+  if (elf == nullptr || gelf_getehdr(elf, &eh) == nullptr || eh.e_machine != EM_X86_64)
+    return std::nullopt;
+  size_t nphdr = 0;
+  if (elf_getphdrnum(elf, &nphdr) != 0) return std::nullopt;
+  size_t raw_size = 0;
+  const char* raw = elf_rawfile(elf, &raw_size);
+  if (raw == nullptr) return std::nullopt;
+  auto exec_segment = [&](uint64_t vaddr, GElf_Phdr* out) {
+    for (size_t i = 0; i < nphdr; ++i) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr) continue;
+      if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X) != 0 && vaddr >= ph.p_vaddr &&
+          vaddr - ph.p_vaddr < ph.p_filesz) {
+        *out = ph;
+        return true;
+      }
+    }
+    return false;
+  };
+  GElf_Phdr text;
+  if (!exec_segment(eh.e_entry, &text)) return std::nullopt;
+  const uint64_t off = text.p_offset + (eh.e_entry - text.p_vaddr);
+  const uint64_t avail = std::min<uint64_t>(
+      {64, text.p_filesz - (eh.e_entry - text.p_vaddr), off < raw_size ? raw_size - off : 0});
+  const auto* b = reinterpret_cast<const uint8_t*>(raw) + off;
+  auto rel32 = [&](size_t i) {
+    int32_t v;
+    std::memcpy(&v, b + i, 4);
+    return static_cast<int64_t>(v);
+  };
+  for (size_t i = 0; i + 7 + 2 <= avail; ++i) {
+    if (b[i] != 0x48 || (b[i + 1] != 0x8d && b[i + 1] != 0xc7) ||
+        (b[i + 1] == 0x8d ? b[i + 2] != 0x3d : b[i + 2] != 0xc7))
+      continue;
+    const size_t c = i + 7;  // the call
+    const bool call = (b[c] == 0xff && b[c + 1] == 0x15) || b[c] == 0xe8 ||
+                      (b[c] == 0x67 && c + 2 <= avail && b[c + 1] == 0xe8);
+    if (!call) continue;
+    const uint64_t main = b[i + 1] == 0x8d ? eh.e_entry + c + rel32(i + 3)
+                                           : static_cast<uint64_t>(rel32(i + 3));
+    GElf_Phdr seg;
+    if (!exec_segment(main, &seg)) return std::nullopt;
+    return main;
+  }
+  return std::nullopt;
+}
+
 std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
 
 // "in /p/prog" or "in /p/prog (and its libraries searched: a, b)".
@@ -607,6 +669,25 @@ absl::StatusOr<ResolvedLocation> ResolveLocation(absl::string_view text,
             "'", text, "' in ", f.path, " is at ", Hex(out.addr),
             ", which no executable mapping of that file covers"));
       return out;
+    }
+    // A stripped program's main: where its _start sends __libc_start_main
+    // (what GDB's `start` needs symbols for).
+    if (loc->symbol == "main" && loc->offset == 0 && use == LocationUse::kCode) {
+      for (size_t i = 0; i < files.size(); ++i) {
+        const SearchFile& f = files[i];
+        if (f.mod == nullptr || f.path != exe) continue;
+        Dwarf_Addr elf_bias = 0;
+        std::optional<uint64_t> vaddr = MainFromEntry(dwfl_module_getelf(f.mod, &elf_bias));
+        if (!vaddr) break;
+        out.addr = *vaddr + biases[i];
+        out.path = f.path;
+        out.elf_addr = *vaddr;
+        out.size = 0;
+        out.description = absl::StrCat(
+            "main in ", f.path, " (no symbol: the address its _start passes to __libc_start_main)");
+        if (!InMappings(f, out.addr)) break;
+        return out;
+      }
     }
     return absl::NotFoundError(
         absl::StrCat("no symbol '", loc->symbol, "' ", Searched(files)));

@@ -200,13 +200,13 @@ int MarkerLine(const std::string& marker) {
 // `names_prog wait`, running, and the addresses it printed.
 class RunningProg {
  public:
-  RunningProg() {
+  explicit RunningProg(const char* path = kProg) {
     int fds[2];
     if (pipe(fds) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       dup2(fds[1], 1);
-      execl(kProg, kProg, "wait", static_cast<char*>(nullptr));
+      execl(path, path, "wait", static_cast<char*>(nullptr));
       _exit(127);
     }
     close(fds[1]);
@@ -427,6 +427,62 @@ TEST_F(NamesTest, TheLoadBiasComesFromTheMappings) {
   r = ResolveLocation("write", alone, exe_);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(std::string(r.status().message()), "no symbol 'write' in " + exe_);
+}
+
+// Debian's programs have no symbol table; `main` (for --start main, a
+// breakpoint on main) is the address _start hands __libc_start_main.
+TEST(StrippedMain, IsFoundFromTheEntryCodeInPieAndNonPiePrograms) {
+  for (const char* path :
+       {"libpfm-bts/names_prog_stripped", "libpfm-bts/names_prog_nopie_stripped"}) {
+    SCOPED_TRACE(path);
+    RunningProg prog(path);
+    ASSERT_GT(prog.pid(), 0);
+    ASSERT_NE(prog.printed("main"), 0u) << "the program did not print its addresses";
+    absl::StatusOr<std::vector<Mapping>> maps = ReadProcMaps(prog.pid());
+    ASSERT_TRUE(maps.ok()) << maps.status();
+    const std::string exe = RealPath(path);
+    absl::StatusOr<ResolvedLocation> r = ResolveLocation("main", *maps, exe);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->addr, prog.printed("main"));
+    EXPECT_EQ(r->path, exe);
+    EXPECT_EQ(r->size, 0u);
+    EXPECT_TRUE(Contains(r->description, "__libc_start_main")) << r->description;
+    // Only main: other functions of a stripped program have no name.
+    EXPECT_EQ(ResolveLocation("pfm_names_work", *maps, exe).status().code(),
+              absl::StatusCode::kNotFound);
+    EXPECT_EQ(ResolveLocation("main+0x1", *maps, exe).status().code(),
+              absl::StatusCode::kNotFound);
+    // Not for a watchpoint: main is code.
+    EXPECT_EQ(ResolveLocation("main", *maps, exe, LocationUse::kData).status().code(),
+              absl::StatusCode::kNotFound);
+  }
+}
+
+TEST(StrippedMain, StartCodeThatIsNotGlibcsIsNotGuessed) {
+  // /bin/true's real start code, with the call after `lea ...,%rdi` turned
+  // into a nop: no main.
+  const std::string copy = ::testing::TempDir() + "/true_no_call";
+  std::string bytes = Slurp("/bin/true");
+  ASSERT_FALSE(bytes.empty());
+  const std::string lea_call("\x48\x8d\x3d", 3);
+  size_t at = std::string::npos;
+  for (size_t i = bytes.find(lea_call); i != std::string::npos; i = bytes.find(lea_call, i + 1))
+    if (static_cast<uint8_t>(bytes[i + 7]) == 0xff && bytes[i + 8] == 0x15) {
+      at = i;
+      break;
+    }
+  ASSERT_NE(at, std::string::npos) << "/bin/true's _start is not glibc's";
+  bytes[at + 7] = static_cast<char>(0x90);
+  bytes[at + 8] = static_cast<char>(0x90);
+  FILE* f = fopen(copy.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+  fclose(f);
+  // Mapped where its text would be: one executable mapping over the file.
+  const std::vector<Mapping> maps = {Mapping{0x555555554000, 0x555555554000 + (1 << 20), 0,
+                                             RealPath(copy)}};
+  absl::StatusOr<ResolvedLocation> r = ResolveLocation("main", maps, RealPath(copy));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
 }
 
 TEST(BuildId, ReadsTheGnuNoteAsReadelfDoes) {

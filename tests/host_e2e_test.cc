@@ -282,11 +282,12 @@ TEST_F(HostE2e, FileFilterRecordsOnlyThatFilesBranchesWithGaps) {
     EXPECT_LE(addr(rec.at("to")), hi) << json::serialize(rec);
   }
   EXPECT_EQ(gaps, Num(by_type.at("gap")));
-  // Refusals: a stripped program has no `main`; bad ranges and files.
+  // Refusals: a name no file has; bad ranges and files.
   const std::string bad = dir_ + "/bad.trace";
-  r = Pfmctl(socket(), {"record", "--start", "main", "-o", bad, "--", "/bin/ls", "/"});
+  r = Pfmctl(socket(), {"record", "--start", "pfm_no_such_fn", "-o", bad, "--", "/bin/ls", "/"});
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("NOT_FOUND: no symbol 'main' in /usr/bin/ls"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("NOT_FOUND: no symbol 'pfm_no_such_fn' in /usr/bin/ls"), std::string::npos)
+      << r.err;
   r = Pfmctl(socket(), {"record", "--filter", "range 0x5000-0x4000", "-o", bad, "--", "/bin/true"});
   EXPECT_NE(r.err.find("INVALID_ARGUMENT: address filter 'range 0x5000-0x4000'"),
             std::string::npos) << r.err;
@@ -294,6 +295,87 @@ TEST_F(HostE2e, FileFilterRecordsOnlyThatFilesBranchesWithGaps) {
   EXPECT_NE(r.err.find("NOT_FOUND: --filter '@ /no/such/file'"), std::string::npos) << r.err;
   EXPECT_NE(access(bad.c_str(), F_OK), 0);
   EXPECT_EQ(PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
+}
+
+// `--start main` on Debian's stripped /bin/true (GDB's `start`, Intel PT's
+// start filter): main is found from _start (symbolizer.cc, MainFromEntry);
+// nothing before it is recorded, one gap from the first instruction to
+// main stands for it. main's address is checked against binutils' reading
+// of _start (objdump), an independent decoder.
+TEST_F(HostE2e, StartMainOnAStrippedProgramSkipsTheLoader) {
+  const std::string all = dir_ + "/all.trace", started = dir_ + "/started.trace";
+  testing::Result r = Pfmctl(socket(), {"record", "-o", all, "--", "/bin/true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Pfmctl(socket(), {"record", "--start", "main", "-o", started, "--", "/bin/true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // objdump's view of _start: `lea -0x..(%rip),%rdi        # 2310 <...>`.
+  testing::Result hdr = testing::Run({"/usr/bin/readelf", "-h", "/usr/bin/true"});
+  ASSERT_EQ(hdr.exit_code, 0) << hdr.err;
+  const size_t e = hdr.out.find("Entry point address:");
+  ASSERT_NE(e, std::string::npos);
+  const uint64_t entry = std::stoull(hdr.out.substr(e + 20), nullptr, 16);
+  testing::Result dis = testing::Run(
+      {"/usr/bin/objdump", "-d", "--start-address=" + std::to_string(entry),
+       "--stop-address=" + std::to_string(entry + 0x30), "/usr/bin/true"});
+  ASSERT_EQ(dis.exit_code, 0) << dis.err;
+  const size_t lea = dis.out.find(",%rdi");
+  ASSERT_NE(lea, std::string::npos) << dis.out;
+  const size_t hash = dis.out.find("# ", lea);
+  ASSERT_NE(hash, std::string::npos) << dis.out;
+  const uint64_t main_vaddr = std::stoull(dis.out.substr(hash + 2), nullptr, 16);
+  char want[64];
+  snprintf(want, sizeof(want), "[/usr/bin/true+0x%llx]", (unsigned long long)main_vaddr);
+
+  json::value a = ReportAll(all), f = ReportAll(started);
+  const uint64_t branches_all = Num(a.at("summary").at("by_type").at("branch"));
+  const json::object& by_type = f.at("summary").at("by_type").as_object();
+  ASSERT_NE(by_type.if_contains("gap"), nullptr);
+  EXPECT_EQ(Num(by_type.at("gap")), 1u);
+  const uint64_t branches = Num(by_type.at("branch"));
+  EXPECT_GT(branches, 20u);  // main, exit, the atexit handlers
+  EXPECT_LT(branches, branches_all / 10) << "the loader was traced";
+  bool seen_gap = false;
+  for (const json::value& rec : f.at("records").as_array()) {
+    const std::string type(rec.at("type").as_string());
+    if (type == "gap") {
+      seen_gap = true;
+      EXPECT_EQ(testing::Str(rec.at("to_sym")), want) << json::serialize(rec);
+      EXPECT_TRUE(testing::StartsWith(testing::Str(rec.at("from_sym")), "_start"))
+          << json::serialize(rec);  // ld.so's entry: where the untraced run began
+    }
+    if (type == "branch") {
+      EXPECT_TRUE(seen_gap) << "a branch before main: " << json::serialize(rec);
+      break;
+    }
+  }
+  EXPECT_TRUE(f.at("complete").as_bool());
+}
+
+// `--start ADDR` as a number, for `record -- CMD`: the program's address
+// (a non-PIE program's main, which it prints), not the address in the copy
+// of pfmctl held before the exec (pfmctl runs the command to its exec stop
+// first, as for names; breakpoint_names.h).
+TEST_F(HostE2e, StartAtANumberIsTheCommandsAddress) {
+  const std::string prog = testing::Runfile("libpfm-bts/names_prog_nopie_stripped");
+  testing::Result plain = testing::Run({prog});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_TRUE(testing::StartsWith(plain.out, "main=0x")) << plain.out;
+  const std::string main_hex = plain.out.substr(5, plain.out.find('\n') - 5);
+  const std::string file = dir_ + "/started.trace";
+  testing::Result r =
+      Pfmctl(socket(), {"record", "--start", main_hex, "-o", file, "--", prog});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(testing::Contains(r.out, main_hex)) << r.out;  // it printed and ran on
+  json::value f = ReportAll(file);
+  const json::object& by_type = f.at("summary").at("by_type").as_object();
+  ASSERT_NE(by_type.if_contains("gap"), nullptr) << "main was never reached";
+  EXPECT_EQ(Num(by_type.at("gap")), 1u);
+  EXPECT_GT(Num(by_type.at("branch")), 20u);
+  for (const json::value& rec : f.at("records").as_array()) {
+    if (rec.at("type").as_string() != "gap") continue;
+    EXPECT_EQ(testing::Addr(rec.at("to")), std::stoull(main_hex, nullptr, 16))
+        << json::serialize(rec);
+  }
 }
 
 TEST_F(HostE2e, RecordTrueShowsThousandsOfSymbolizedBranches) {

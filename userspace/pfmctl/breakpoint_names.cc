@@ -141,7 +141,13 @@ void LaunchedChild::Kill() {
 }
 
 absl::Status LaunchedChild::ResolveNames(SessionSpec* spec) {
-  if (!spec->HasUnresolvedNames() || state_ != State::kHeld) return absl::OkStatus();
+  bool ranges = !spec->start.empty();
+  for (const std::string& f : spec->address_filters) {
+    absl::StatusOr<AddressFilter> a = ParseAddressFilter(f);
+    ranges = ranges || (a.ok() && a->file.empty());
+  }
+  if ((!spec->HasUnresolvedNames() && !ranges) || state_ != State::kHeld)
+    return absl::OkStatus();
   // EXITKILL: if pfmctl dies now, the child does not run on untraced.
   if (::ptrace(PTRACE_SEIZE, pid_, nullptr,
                reinterpret_cast<void*>(long{PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL})) != 0)

@@ -60,7 +60,12 @@ absl::Status CheckDaemonCanResolveNames(Client& c);
 //      opened later (dlopen) are not searched.
 //   3. The child is left stopped (SIGSTOP), no longer traced by pfmctl, so
 //      pfmd's own tracer can attach to it; Start() lets it go on.
-// Without names it does nothing, and Start() releases the child as before.
+// Address filters by range and a start address (given as numbers) need
+// the same exec stop, without any name: they are the program's addresses,
+// and pfmd's tracer takes them as the ones of the image it attaches to, so
+// it must attach to the program, not to the held copy of pfmctl.
+// Without names, ranges or a start it does nothing, and Start() releases the
+// child as before.
 // On failure the child is killed if it had exec'd (AbandonAndReap reaps it).
 //
 // Not thread-safe; one object per child, used by the thread that spawned it.
