@@ -194,6 +194,7 @@ json::object SessionSpec::ToJson() const {
   }
   if (!start.empty()) o["start"] = start;
   if (pid >= 0) o["pid"] = pid;
+  if (tid > 0) o["tid"] = tid;
   if (cpu >= 0) o["cpu"] = cpu;
   if (buffer_bytes) o["buffer_bytes"] = buffer_bytes;
   if (!pebs_event.empty()) {
@@ -292,6 +293,7 @@ absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o,
   absl::Status st;
   if (!(st = GetString(o, "role", &s.role)).ok()) return st;
   if (!(st = GetInt(o, "pid", -1, 0x3fffffff, &s.pid)).ok()) return st;
+  if (!(st = GetInt(o, "tid", 0, 0x3fffffff, &s.tid)).ok()) return st;
   if (!(st = GetInt(o, "cpu", -1, 65535, &s.cpu)).ok()) return st;
   if (!(st = GetString(o, "bts", &s.bts)).ok()) return st;
   if (!(st = GetInt<uint64_t>(o, "buffer_bytes", 0, UINT64_MAX, &s.buffer_bytes)).ok()) return st;
@@ -352,6 +354,10 @@ absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o,
     return Bad(absl::StrCat("role '", s.role, "': expected debugger or profiler"));
   if ((s.pid >= 0) == (s.cpu >= 0))
     return Bad("give exactly one target: --pid PID or --cpu N");
+  if (s.tid > 0 && s.pid < 0)
+    return Bad(absl::StrCat("tid ", s.tid, ": a thread of a --pid target (not with --cpu)"));
+  if (s.tid > 0 && s.inherit)
+    return Bad("--tid traces one thread: not with --inherit (its children)");
   if (!OneOf(s.bts, {"off", "history", "lossless"}))
     return Bad(absl::StrCat("bts '", s.bts, "': expected history or lossless"));
   if (!OneOf(s.filter, {"user", "kernel", "all"}))

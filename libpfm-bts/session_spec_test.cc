@@ -13,6 +13,7 @@ TEST(SessionSpec, RoundTripsThroughJson) {
   SessionSpec s;
   s.role = "debugger";
   s.pid = 1000;
+  s.tid = 1003;
   s.bts = "history";
   s.buffer_bytes = 8192;
   s.filter = "all";
@@ -30,6 +31,25 @@ TEST(SessionSpec, RoundTripsThroughJson) {
 TEST(SessionSpec, RefusesTwoTargetsOrNone) {
   EXPECT_FALSE(SessionSpec::FromJson({{"bts", "history"}}).ok());
   EXPECT_FALSE(SessionSpec::FromJson({{"bts", "history"}, {"pid", 1}, {"cpu", 0}}).ok());
+}
+
+TEST(SessionSpec, ATidIsAThreadOfAPidTarget) {
+  auto r = SessionSpec::FromJson({{"cpu", 0}, {"tid", 5}, {"bts", "lossless"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tid 5: a thread of a --pid target"), std::string::npos)
+      << r.status();
+  r = SessionSpec::FromJson({{"pid", 4}, {"tid", 5}, {"bts", "lossless"}, {"inherit", true}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--inherit"), std::string::npos) << r.status();
+  EXPECT_FALSE(SessionSpec::FromJson({{"pid", 4}, {"tid", -2}, {"bts", "lossless"}}).ok());
+  r = SessionSpec::FromJson({{"pid", 4}, {"tid", 5}, {"bts", "lossless"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tid, 5);
+  // No tid: every thread, and no "tid" on the wire.
+  r = SessionSpec::FromJson({{"pid", 4}, {"bts", "lossless"}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tid, 0);
+  EXPECT_EQ(r->ToJson().if_contains("tid"), nullptr);
 }
 
 TEST(SessionSpec, RefusesBadValuesNamingThem) {

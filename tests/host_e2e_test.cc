@@ -3,9 +3,12 @@
 // refusals for what this machine lacks. Runs the real pfmd and pfmctl.
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -241,6 +244,28 @@ TEST_F(HostE2e, StatCountsACommandAndAProcessLikePerfStat) {
   EXPECT_TRUE(testing::Contains(r.err, "msec task-clock")) << r.err;
   int ws;
   waitpid(child, &ws, 0);
+  // -t: one thread of this (multi-threaded) test process, which spins 800
+  // ms and exits; stat ends with it, this process runs on.
+  std::atomic<pid_t> tid{0};
+  std::thread spinner([&] {
+    tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(800);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+  });
+  while (tid == 0) std::this_thread::yield();
+  const auto t0 = std::chrono::steady_clock::now();
+  r = Pfmctl(socket(), {"--json", "stat", "-e", "task-clock", "-t", std::to_string(tid.load())});
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spinner.join();
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(took, 30.0) << "stat -t did not end with its thread";
+  json::value tv = json::parse(r.out);
+  const json::array& tc = tv.at("counters").as_array();
+  ASSERT_EQ(tc.size(), 1u);
+  // task-clock in ns: the thread spun for most of the 800 ms it had left.
+  EXPECT_GT(Num(tc[0].at("value")), 100'000'000u) << r.out;
   // Nothing left behind.
   EXPECT_EQ(PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
 }

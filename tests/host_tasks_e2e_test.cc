@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -93,6 +95,89 @@ TEST_F(HostTasksE2e, AThreadIdAsAPidIsRefusedNamingItsProcess) {
   }
   cv.notify_all();
   th.join();
+}
+
+// perf record -t TID: one thread of a running process. Its records only
+// (the process's other thread runs all along), and the recording ends when
+// that thread exits, while the process runs on. A tid that is not a thread
+// of the pid is refused.
+TEST_F(HostTasksE2e, RecordOneThreadGetsOnlyItsRecordsAndEndsWithIt) {
+  int in[2], out[2];
+  ASSERT_EQ(pipe(in), 0);
+  ASSERT_EQ(pipe(out), 0);
+  const std::string prog = testing::Runfile("tests/thread_pair");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    close(in[1]);
+    close(out[0]);
+    execl(prog.c_str(), prog.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  FILE* lines = fdopen(out[0], "r");
+  ASSERT_NE(lines, nullptr);
+  long main_pid = 0, worker = 0;
+  char buf[128];
+  while ((main_pid == 0 || worker == 0) && fgets(buf, sizeof buf, lines) != nullptr) {
+    sscanf(buf, "main %ld", &main_pid);
+    sscanf(buf, "worker %ld", &worker);
+  }
+  fclose(lines);
+  ASSERT_EQ(main_pid, pid);
+  ASSERT_GT(worker, 0);
+  auto finish = [&] {
+    close(in[1]);  // EOF: the main thread's second read returns
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    return ws;
+  };
+  // Refused: a tid that is not a thread of the pid; nothing created.
+  testing::Result bad = Pfmctl(socket(), {"session", "create", "--pid", std::to_string(getpid()),
+                                          "--tid", std::to_string(worker), "--bts", "lossless"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(testing::Contains(bad.err, "NOT_FOUND: tid " + std::to_string(worker) +
+                                             " is not a thread of pid " +
+                                             std::to_string(getpid())))
+      << bad.err;
+
+  const std::string file = dir_ + "/worker.trace";
+  testing::Result rec;
+  std::thread recorder([&] {
+    rec = Pfmctl(socket(), {"record", "-t", std::to_string(worker), "-o", file});
+  });
+  // Once the session is there, let the worker run.
+  for (int i = 0; i < 400; ++i) {
+    if (testing::PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size() == 1u)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(write(in[1], "g", 1), 1);
+  recorder.join();
+  EXPECT_EQ(rec.exit_code, 0) << rec.err;
+  // The recording ended with the thread: the process is still there.
+  EXPECT_EQ(kill(pid, 0), 0) << "record -t waited for the process, not the thread";
+  const int ws = finish();
+  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << ws;
+
+  absl::StatusOr<Trace> t = ReadTrace(file);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->complete) << t->cut_reason;
+  uint64_t branches = 0, exits = 0, other = 0;
+  for (const pfm_record& r : t->records) {
+    if (r.tid != static_cast<uint32_t>(worker)) ++other;
+    if (r.type == PFM_REC_BRANCH) ++branches;
+    if (r.type == PFM_REC_EXIT) ++exits;
+  }
+  EXPECT_EQ(other, 0u) << "records of another thread";
+  EXPECT_GT(branches, 2000u);  // 200 rounds of worker_work's 10-iteration loop
+  EXPECT_EQ(exits, 1u);
+  ASSERT_FALSE(t->records.empty());
+  EXPECT_EQ(t->records.back().type, PFM_REC_EXIT);
+  EXPECT_EQ(testing::PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
 }
 
 // The 4-thread program recorded through the daemon at `sock` (the

@@ -64,6 +64,11 @@ struct DsAllocator::Consumer {
   bool kernel() const { return (p.req.filter & PFM_FILTER_KERNEL) != 0; }
   bool switches() const { return (p.req.flags & PFM_CONSUMER_SWITCHES) != 0; }
   bool block() const { return (p.req.flags & PFM_CONSUMER_BLOCK) != 0; }
+  // One thread's records only (pfm_consumer_req::tid).
+  bool one_thread() const { return p.req.tid != 0; }
+  bool takes_tid(uint32_t tid) const {
+    return p.req.tid == 0 || static_cast<uint32_t>(p.req.tid) == tid;
+  }
 };
 
 struct DsAllocator::Context {
@@ -164,6 +169,10 @@ int DsAllocator::Attach(const ConsumerParams& params, uint64_t now,
                     r.ctx_kind);
   if (r.ctx_kind == PFM_CTX_TASK && r.pid <= 0)
     return SetError(detail, -EINVAL, "pid %d: expected a positive pid", r.pid);
+  if (r.tid < 0 || (r.tid != 0 && r.ctx_kind != PFM_CTX_TASK))
+    return SetError(detail, -EINVAL,
+                    "tid %d: expected 0 (every thread) or a thread of a task "
+                    "context", r.tid);
   if (r.ctx_kind == PFM_CTX_CPU && (r.cpu < 0 || r.cpu >= cpus()))
     return SetError(detail, -EINVAL, "cpu %d: this machine has cpus 0..%d",
                     r.cpu, cpus() - 1);
@@ -386,7 +395,7 @@ int64_t DsAllocator::ResizeTaskContext(int32_t pid, uint32_t bts_records,
   rec.cpu = static_cast<uint16_t>(std::max(ctx->running_cpu, 0));
   rec.u.resized.old_bytes = old_bytes;
   rec.u.resized.new_bytes = ctx->area->bytes();
-  for (Consumer* c : ctx->consumers) Deliver(c, rec);
+  for (Consumer* c : ctx->consumers) Deliver(c, rec);  // every thread's area
   return static_cast<int64_t>(ctx->area->bytes());
 }
 
@@ -576,7 +585,7 @@ DsAllocator::Consumer* DsAllocator::DirectConsumer(Context* task_ctx,
                                                    int cpu) const {
   // Only a lossless fixed ring can lend its slots (Ring::ReserveFixed).
   auto ok = [](Consumer* c) {
-    return !c->frozen && c->bts() && c->user() &&
+    return !c->frozen && c->bts() && c->user() && !c->one_thread() &&
            c->p.req.format == PFM_FORMAT_FIXED &&
            c->p.req.bts == PFM_BTS_LOSSLESS;
   };
@@ -587,6 +596,15 @@ DsAllocator::Consumer* DsAllocator::DirectConsumer(Context* task_ctx,
     if (ok(c)) return c;
   return nullptr;
 }
+
+namespace {
+// Whether every record of the batch is one thread's (a task drain's are).
+bool OneTid(const pfm_record* recs, size_t n) {
+  for (size_t i = 1; i < n; ++i)
+    if (recs[i].tid != recs[0].tid) return false;
+  return true;
+}
+}  // namespace
 
 void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record* recs,
                          size_t n, const Consumer* skip,
@@ -600,6 +618,7 @@ void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record* recs,
                       !(recs[i].misc & PFM_MISC_BRANCH_KERNEL_FROM);
   }
   auto accept = [](Consumer* c, const pfm_record& rec) {
+    if (!c->takes_tid(rec.tid)) return false;
     switch (rec.type) {
       case PFM_REC_BRANCH:
         if (!c->bts()) return false;
@@ -632,7 +651,8 @@ void DsAllocator::FanOut(Context* task_ctx, int cpu, const pfm_record* recs,
     DeliverRun(c, recs, n);
   };
   auto deliver = [&](Consumer* c) {
-    if (user_branches && c->bts() && c->user()) {
+    if (user_branches && c->bts() && c->user() &&
+        (!c->one_thread() || (n > 0 && c->takes_tid(recs[0].tid) && OneTid(recs, n)))) {
       whole(c);
       return;
     }
@@ -724,7 +744,8 @@ void DsAllocator::TaskExec(TaskId task, uint64_t now) {
   rec.pid = static_cast<uint32_t>(task.pid);
   rec.tid = static_cast<uint32_t>(task.tid);
   for (Consumer* c : ctx->consumers)
-    if (c->p.req.bts != PFM_BTS_HISTORY && !c->frozen) Deliver(c, rec);
+    if (c->p.req.bts != PFM_BTS_HISTORY && !c->frozen && c->takes_tid(rec.tid))
+      Deliver(c, rec);
 }
 
 void DsAllocator::TaskExit(TaskId task, uint64_t now, int64_t status) {
@@ -741,8 +762,15 @@ void DsAllocator::TaskExit(TaskId task, uint64_t now, int64_t status) {
       rec.pid = static_cast<uint32_t>(task.pid);
       rec.tid = static_cast<uint32_t>(task.tid);
       rec.u.exit.status = status;
-      for (Consumer* c : ctx->consumers)
-        if (c->p.req.bts != PFM_BTS_HISTORY && !c->frozen) Deliver(c, rec);
+      for (Consumer* c : ctx->consumers) {
+        if (c->frozen || !c->takes_tid(rec.tid)) continue;
+        if (c->p.req.bts != PFM_BTS_HISTORY) Deliver(c, rec);
+        // A one-thread consumer ends with its thread, as perf -t does.
+        if (c->one_thread()) {
+          c->ring->End();
+          c->frozen = true;
+        }
+      }
       return;
     }
     group_live_.erase(g);
@@ -768,7 +796,10 @@ void DsAllocator::TaskExit(TaskId task, uint64_t now, int64_t status) {
   for (Consumer* c : ctx->consumers) {
     // A history ring's N slots are for the newest N branches ("how did I get
     // here"); its end is the ring's ENDED flag, the status is in the session.
-    if (c->p.req.bts != PFM_BTS_HISTORY) Deliver(c, rec);
+    // A one-thread consumer whose thread is not the last: ended all the same
+    // (the process is gone), without another thread's EXIT.
+    if (c->p.req.bts != PFM_BTS_HISTORY && !c->frozen && c->takes_tid(rec.tid))
+      Deliver(c, rec);
     c->ring->End();
     c->frozen = true;
   }

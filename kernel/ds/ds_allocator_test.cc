@@ -564,6 +564,68 @@ TEST(DsAllocator, ExitEndsRingsWithRecordsReadable) {
   EXPECT_EQ(ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 22, &d), -ESRCH);
 }
 
+bool RingEnded(DsAllocator& ds, int id) {
+  void* m = mmap(nullptr, PFM_RING_HEADER_BYTES, PROT_READ, MAP_SHARED, ds.ring(id)->fd(), 0);
+  if (m == MAP_FAILED) return false;
+  const bool ended =
+      (static_cast<const pfm_ring_header*>(m)->flags & PFM_RING_F_ENDED) != 0;
+  munmap(m, PFM_RING_HEADER_BYTES);
+  return ended;
+}
+
+// perf's -t TID: a consumer of one thread of a task context gets that
+// thread's branches, switches and exit, nothing of its siblings', and its
+// ring ends when the thread exits; the whole-process consumer goes on. Both
+// formats (the compact one shares the whole-batch encoding path).
+TEST(DsAllocator, OneThreadConsumerGetsOnlyThatThreadAndEndsWithIt) {
+  DsAllocator ds(1, DsLimits{});
+  const int whole = ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 0, nullptr);
+  ConsumerParams one = Task(1000, PFM_BTS_LOSSLESS);
+  one.req.tid = 1001;
+  one.req.flags |= PFM_CONSUMER_SWITCHES;
+  const int fixed = ds.Attach(one, 0, nullptr);
+  one.req.format = PFM_FORMAT_COMPACT;
+  const int compact = ds.Attach(one, 0, nullptr);
+  ASSERT_GT(whole, 0);
+  ASSERT_GT(fixed, 0);
+  ASSERT_GT(compact, 0);
+  ds.TaskCreated(TaskId{1000, 1000}, TaskId{1000, 1001});
+  const TaskId main{1000, 1000}, worker{1000, 1001};
+  uint64_t now = 10;
+  auto branches = [&](TaskId t, int n, uint64_t from) {
+    ds.Switch(0, now++, TaskId{0, 0}, t, false);
+    for (int i = 0; i < n; ++i)
+      ASSERT_NE(ds.TaskArea(1000)->WriteBts(pfm_bts_raw{from + i, kUser, 0}), DsArea::kDropped);
+    ds.DrainTask(t, 0, now++);
+    ds.Switch(0, now++, t, TaskId{0, 0}, false);
+  };
+  branches(main, 5, kUser + 0x100);
+  branches(worker, 7, kUser + 0x200);
+  branches(main, 3, kUser + 0x300);
+  ds.TaskExit(worker, now++, 0);
+  EXPECT_TRUE(RingEnded(ds, fixed));
+  EXPECT_TRUE(RingEnded(ds, compact));
+  EXPECT_FALSE(RingEnded(ds, whole));
+  branches(main, 4, kUser + 0x400);
+  for (int id : {fixed, compact}) {
+    SCOPED_TRACE(id == fixed ? "fixed" : "compact");
+    std::vector<pfm_record> r = Records(ds, id);
+    for (const pfm_record& rec : r) EXPECT_EQ(rec.tid, 1001u) << rec.type;
+    std::vector<pfm_record> b = Records(ds, id, PFM_REC_BRANCH);
+    ASSERT_EQ(b.size(), 7u);
+    for (int i = 0; i < 7; ++i) EXPECT_EQ(b[i].u.branch.from, kUser + 0x200 + i);
+    EXPECT_EQ(Records(ds, id, PFM_REC_SWITCH_IN).size(), 1u);
+    EXPECT_EQ(Records(ds, id, PFM_REC_SWITCH_OUT).size(), 1u);
+    ASSERT_FALSE(r.empty());
+    EXPECT_EQ(r.back().type, PFM_REC_EXIT);
+  }
+  EXPECT_EQ(Records(ds, whole, PFM_REC_BRANCH).size(), 5u + 7u + 3u + 4u);
+  EXPECT_EQ(Records(ds, whole, PFM_REC_EXIT).size(), 1u);
+  ds.TaskExit(main, now++, 0);
+  EXPECT_TRUE(RingEnded(ds, whole));
+  ExpectInvariant(ds);
+}
+
 TEST(DsAllocator, RefusesBadRequestsNamingTheField) {
   DsAllocator ds(2, DsLimits{});
   ErrorDetail d;
@@ -578,6 +640,15 @@ TEST(DsAllocator, RefusesBadRequestsNamingTheField) {
   EXPECT_NE(std::string(d.message).find("cpu 5"), std::string::npos);
   p = Task(1000, PFM_BTS_HISTORY);
   p.history_records = 0;
+  EXPECT_EQ(ds.Attach(p, 0, &d), -EINVAL);
+  p = Task(1000, PFM_BTS_LOSSLESS);
+  p.req.tid = -3;
+  EXPECT_EQ(ds.Attach(p, 0, &d), -EINVAL);
+  EXPECT_NE(std::string(d.message).find("tid -3"), std::string::npos) << d.message;
+  p = Task(1000, PFM_BTS_LOSSLESS);
+  p.req.ctx_kind = PFM_CTX_CPU;
+  p.req.cpu = 0;
+  p.req.tid = 1001;
   EXPECT_EQ(ds.Attach(p, 0, &d), -EINVAL);
   ExpectInvariant(ds);
 }

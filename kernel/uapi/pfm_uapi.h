@@ -273,7 +273,9 @@ struct pfm_consumer_req {
   __u32 filter;   /* enum pfm_filter */
   __u32 format;   /* enum pfm_format */
   __u32 flags;    /* PFM_CONSUMER_* */
-  __u32 _pad;
+  __s32 tid;      /* PFM_CTX_TASK: 0 = every task of the context; else
+                     only this thread's records (perf's -t), and the
+                     ring ends when it exits. Was padding (0) before. */
   __u64 ring_bytes;  /* data bytes of the consumer ring */
   __u64 pebs_config; /* 0 = no PEBS; else the event encoding */
   __u64 pebs_period;

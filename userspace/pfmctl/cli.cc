@@ -76,7 +76,7 @@ std::string PfmctlUsage() {
   return absl::StrReplaceAll(R"(usage: pfmctl [--socket PATH] [--json] COMMAND [ARGS]
 commands:
   status                      the machine's PMU, sessions, memory charges
-  session create [--role debugger|profiler] (--pid PID | --cpu N)
+  session create [--role debugger|profiler] (--pid PID [--tid TID] | --cpu N)
                  [--bts history|lossless] [--buffer SIZE] [--filter user|kernel|all]
                  [--format fixed|compact] [--block] [--pebs EVENT[:period]]
                  [--counter EVENT]... [--breakpoint ADDR:LEN:r|w|rw|x]... [--pinned]
@@ -89,8 +89,9 @@ commands:
   stream ID -o FILE           lossless records to FILE until the session ends
   resources                   who holds which counter, debug register, BTS/PEBS
   record [session flags] [--output-format pfmtrace|{formats}] -o FILE -- CMD ARGS...
-  record [session flags] [--output-format ...] -o FILE -p PID
+  record [session flags] [--output-format ...] -o FILE (-p PID | -t TID)
                               attach to a running process until it exits or ^C
+                              (-t: one thread of it, until that thread exits)
                               every thread is traced, and children across fork
                               and exec unless --no-inherit (as perf record)
                               run CMD traced; exit with CMD's status (an export
@@ -100,8 +101,9 @@ commands:
                               'target remote | pfmctl gdbserver --pid PID'):
                               run control and `record btrace bts` through pfm,
                               beside other sessions on the same process
-  stat [-e EVENT]... -- CMD ARGS... | stat [-e EVENT]... -p PID
-                              counters of CMD (or of PID until it exits or ^C),
+  stat [-e EVENT]... (-- CMD ARGS... | -p PID | -t TID)
+                              counters of CMD (or of PID, or thread TID, until
+                              it exits or ^C),
                               printed as perf stat does
   report FILE [--limit N] [--records] [--timeline OUT.svg]
                               a summary, streamed: records by type, loss, hot

@@ -1,5 +1,8 @@
 #include "userspace/pfmctl/flags.h"
 
+#include <fstream>
+#include <string>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -142,6 +145,17 @@ absl::StatusOr<int> ParseIntArg(const std::string& what, const std::string& v,
   return n;
 }
 
+absl::StatusOr<int> ProcessOfThread(int tid) {
+  std::ifstream in(absl::StrCat("/proc/", tid, "/status"));
+  std::string line;
+  while (in && std::getline(in, line)) {
+    int tgid;
+    if (line.rfind("Tgid:", 0) == 0 && absl::SimpleAtoi(line.substr(5), &tgid) && tgid > 0)
+      return tgid;
+  }
+  return absl::NotFoundError(absl::StrCat("-t ", tid, ": no thread with that id"));
+}
+
 absl::StatusOr<uint64_t> ParseSessionId(const std::string& v) {
   uint64_t id;
   if (!absl::SimpleAtoi(v, &id) || id == 0)
@@ -172,6 +186,12 @@ absl::StatusOr<SessionSpec> ParseSessionFlags(CommandFlags& f) {
     absl::StatusOr<int> pid = ParseIntArg("--pid", *v, 1, 0x3fffffff);
     if (!pid.ok()) return pid.status();
     s.pid = *pid;
+  }
+  if (v = f.Take("--tid"); !v.ok()) return v.status();
+  if (!v->empty()) {
+    absl::StatusOr<int> tid = ParseIntArg("--tid", *v, 1, 0x3fffffff);
+    if (!tid.ok()) return tid.status();
+    s.tid = *tid;
   }
   if (v = f.Take("--cpu"); !v.ok()) return v.status();
   if (!v->empty()) {

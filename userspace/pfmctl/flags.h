@@ -55,10 +55,14 @@ class CommandFlags {
 absl::StatusOr<int> ParseIntArg(const std::string& what, const std::string& v,
                                 int lo, int hi);
 
+// `-t TID` (perf's): the thread's process (its Tgid in /proc/TID/status).
+// NOT_FOUND when no thread has that id.
+absl::StatusOr<int> ProcessOfThread(int tid);
+
 // A session id as the user typed it: a positive integer.
 absl::StatusOr<uint64_t> ParseSessionId(const std::string& v);
 
-// The session flags (--role, --pid, --cpu, --bts, --buffer, --filter,
+// The session flags (--role, --pid, --tid, --cpu, --bts, --buffer, --filter,
 // --format, --pebs, --counter..., --breakpoint..., --pinned, --block,
 // --detached). Sessions pfmctl creates are always detached; `record` turns
 // that off. Not validated yet: the caller may still set the target, then

@@ -1,5 +1,6 @@
 #include "userspace/pfmctl/stat_command.h"
 
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,16 +71,29 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
   if (!events.ok()) return events.status();
   absl::StatusOr<std::string> pid_s = f.Take("-p");
   if (!pid_s.ok()) return pid_s.status();
+  absl::StatusOr<std::string> tid_s = f.Take("-t");
+  if (!tid_s.ok()) return tid_s.status();
   absl::StatusOr<std::vector<std::string>> pos = f.Positional("stat");
   if (!pos.ok()) return pos.status();
   const bool run = !pos->empty() && pos->front() == "--" && pos->size() >= 2;
-  if (run == !pid_s->empty() || (!run && !pos->empty()))
-    return UsageError("usage: stat [-e EVENT]... -- CMD ARGS...  |  stat [-e EVENT]... -p PID");
-  int attach_pid = 0;
+  const int targets = (run ? 1 : 0) + (pid_s->empty() ? 0 : 1) + (tid_s->empty() ? 0 : 1);
+  if (targets != 1 || (!run && !pos->empty()))
+    return UsageError(
+        "usage: stat [-e EVENT]... (-- CMD ARGS... | -p PID | -t TID)");
+  int attach_pid = 0, attach_tid = 0;
   if (!pid_s->empty()) {
     absl::StatusOr<int> p = ParseIntArg("-p", *pid_s, 1, 0x3fffffff);
     if (!p.ok()) return p.status();
     attach_pid = *p;
+  }
+  if (!tid_s->empty()) {
+    // perf stat -t: that thread's counts alone, until it exits or ^C.
+    absl::StatusOr<int> t = ParseIntArg("-t", *tid_s, 1, 0x3fffffff);
+    if (!t.ok()) return t.status();
+    absl::StatusOr<int> p = ProcessOfThread(*t);
+    if (!p.ok()) return p.status();
+    attach_pid = *p;
+    attach_tid = *t;
   }
   const std::vector<std::string> argv = run ? std::vector<std::string>(pos->begin() + 1,
                                                                        pos->end())
@@ -123,6 +137,7 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
   spec.role = "profiler";
   spec.bts = "off";
   spec.pid = pid;
+  spec.tid = attach_tid;
   spec.counters = *events;
   spec.detached = false;  // ends with this connection
   absl::StatusOr<SessionSpec> valid = SessionSpec::FromJson(spec.ToJson());
@@ -156,6 +171,10 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
       ReplyReader r("session_show", show->result);
       const ReplyNode state = r.result().Member("state");
       if (state.present() && state.String() == "exited") break;
+      struct stat st;
+      if (attach_tid > 0 &&
+          ::stat(absl::StrCat("/proc/", attach_pid, "/task/", attach_tid).c_str(), &st) != 0)
+        break;  // the thread is gone
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
@@ -182,7 +201,8 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
       for (const std::string& a : argv) absl::StrAppend(&target, target.empty() ? "" : " ", a);
       target = absl::StrCat("'", target, "'");
     } else {
-      target = absl::StrCat("process id '", attach_pid, "'");
+      target = attach_tid > 0 ? absl::StrCat("thread id '", attach_tid, "'")
+                              : absl::StrCat("process id '", attach_pid, "'");
     }
     std::ostream& out = *ctx.err;  // as perf stat: the program's stdout stays its own
     out << "\n Performance counter stats for " << target << ":\n\n";

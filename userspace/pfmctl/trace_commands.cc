@@ -275,23 +275,36 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   if (!output_format.ok()) return output_format.status();
   absl::StatusOr<std::string> attach_s = f.Take("-p");
   if (!attach_s.ok()) return attach_s.status();
+  absl::StatusOr<std::string> thread_s = f.Take("-t");
+  if (!thread_s.ok()) return thread_s.status();
   // Children are followed by default, as perf record does.
   const bool no_inherit = f.TakeBool("--no-inherit");
   absl::StatusOr<std::vector<std::string>> pos = f.Positional("record");
   if (!pos.ok()) return pos.status();
   // -p PID: attach to a running process (perf record -p) instead of running
-  // CMD; traced until it exits or ^C.
-  const bool attach = !attach_s->empty();
+  // CMD; traced until it exits or ^C. -t TID: one thread of a running
+  // process (perf record -t), until that thread exits or ^C.
+  const bool attach = !attach_s->empty() || !thread_s->empty();
   const bool run = !pos->empty() && pos->front() == "--" && pos->size() >= 2;
-  if (out->empty() || attach == run || (attach && !pos->empty()))
+  if (out->empty() || attach == run || (attach && !pos->empty()) ||
+      (!attach_s->empty() && !thread_s->empty()))
     return UsageError(
         "usage: record [session flags] [--output-format FORMAT] -o FILE "
-        "(-- CMD ARGS... | -p PID)");
+        "(-- CMD ARGS... | -p PID | -t TID)");
   pid_t attach_pid = 0;
-  if (attach) {
+  if (!attach_s->empty()) {
     absl::StatusOr<int> p = ParseIntArg("-p", *attach_s, 1, 0x3fffffff);
     if (!p.ok()) return p.status();
     attach_pid = *p;
+  }
+  if (spec->tid > 0) return UsageError("record: one thread is -t TID (--tid is session create's)");
+  if (!thread_s->empty()) {
+    absl::StatusOr<int> t = ParseIntArg("-t", *thread_s, 1, 0x3fffffff);
+    if (!t.ok()) return t.status();
+    absl::StatusOr<int> p = ProcessOfThread(*t);
+    if (!p.ok()) return p.status();
+    attach_pid = *p;
+    spec->tid = *t;
   }
   // Another format than the trace's: the trace goes next to FILE (kept, for
   // `report` and another export), FILE gets the export.
@@ -313,7 +326,8 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     spec->bts = "lossless";
   if (no_inherit && spec->inherit)
     return UsageError("record: --inherit and --no-inherit contradict each other");
-  spec->inherit = !no_inherit && spec->bts != "off";
+  // One thread (-t) has no children to follow.
+  spec->inherit = !no_inherit && spec->bts != "off" && spec->tid == 0;
   absl::StatusOr<Client> c = Connect(ctx);
   if (!c.ok()) return c.status();
   absl::StatusOr<std::string> driver = DaemonDriver(*c);

@@ -4,6 +4,7 @@
 #include "userspace/pfmd/session_manager.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,10 +59,21 @@ absl::Status SessionManager::CheckTargetLocked(const Peer& peer,
                        : absl::StrCat(" (tasks are ", pids.front(), "..",
                                       pids.back(), ")")));
     }
+    if (spec.tid > 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tid ", spec.tid, ": the sim driver's tasks have no threads (use --pid alone)"));
     return absl::OkStatus();
   }
   absl::StatusOr<UniqueFd> fd = OpenTraceTarget(peer, spec.pid);
   if (!fd.ok()) return fd.status();
+  if (spec.tid > 0) {
+    // One thread of the process (perf's -t): it must be one of its threads
+    // now; authorization is the process's.
+    struct stat st;
+    if (::stat(absl::StrCat("/proc/", spec.pid, "/task/", spec.tid).c_str(), &st) != 0)
+      return absl::NotFoundError(
+          absl::StrCat("tid ", spec.tid, " is not a thread of pid ", spec.pid));
+  }
   // The kernel's own answer, with the client's credentials: what a tracer
   // of this client would get (a tracer shared with other sessions was
   // attached with someone else's).
@@ -113,6 +125,7 @@ absl::Status SessionManager::ChargeLocked(const Peer& peer, const TypedSpec& spe
   ConsumerParams cp;
   cp.req.ctx_kind = spec.task() ? PFM_CTX_TASK : PFM_CTX_CPU;
   cp.req.pid = spec.pid;
+  cp.req.tid = spec.tid;
   cp.req.cpu = spec.cpu;
   cp.req.bts = ToUapi(spec.bts);
   const uint64_t history_records =
@@ -193,7 +206,10 @@ absl::Status SessionManager::AdmitRequestsLocked(const Peer& peer,
     if (id < 0) return ErrnoToStatus(id, d);
     s->pebs_request = static_cast<uint32_t>(id);
   }
-  const PerfTarget target = spec.task() ? PerfTarget::Task(spec.pid) : PerfTarget::Cpu(spec.cpu);
+  // perf_event_open counts the thread it is given: the pid's main thread, or
+  // the one thread of a --tid session.
+  const PerfTarget target = spec.task() ? PerfTarget::Task(spec.tid > 0 ? spec.tid : spec.pid)
+                                        : PerfTarget::Cpu(spec.cpu);
   const std::optional<Credentials> creds = peer.TracerCredentials();
   for (size_t i = 0; i < counters.size(); ++i) {
     pfm_pmu_req r = base;
@@ -313,6 +329,7 @@ absl::Status SessionManager::AttachConsumerLocked(const TypedSpec& spec, Session
   ConsumerParams p;
   p.req.ctx_kind = spec.task() ? PFM_CTX_TASK : PFM_CTX_CPU;
   p.req.pid = spec.pid;
+  p.req.tid = spec.tid;
   p.req.cpu = spec.cpu;
   p.req.bts = ToUapi(spec.bts);
   p.req.filter = ToUapi(spec.filter);
@@ -392,7 +409,9 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     s->uid = peer.uid;
     s->conn = conn;
     s->spec = spec;
-    s->target = spec.task() ? absl::StrCat("pid ", spec.pid) : absl::StrCat("cpu ", spec.cpu);
+    s->target = spec.task() ? absl::StrCat("pid ", spec.pid,
+                                           spec.tid > 0 ? absl::StrCat(" tid ", spec.tid) : "")
+                            : absl::StrCat("cpu ", spec.cpu);
     // The task's name, for traces and their exports (perf's COMM). Read once
     // here: it is gone when the task has exited. World-readable, so this
     // reveals nothing the client could not read itself.

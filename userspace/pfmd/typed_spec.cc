@@ -98,6 +98,7 @@ absl::StatusOr<TypedSpec> TypedSpec::From(const SessionSpec& s) {
   t.filter = *filter;
   t.format = *format;
   t.pid = s.pid;
+  t.tid = s.tid;
   t.cpu = s.cpu;
   t.buffer_bytes = s.buffer_bytes;
   t.block = s.block;

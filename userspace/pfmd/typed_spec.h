@@ -34,6 +34,7 @@ pfm_format ToUapi(RecordFormat f);
 struct TypedSpec {
   Role role = Role::kProfiler;
   int32_t pid = -1;  // task target, or
+  int32_t tid = 0;   // with pid: only this thread of it (0: every thread)
   int cpu = -1;      // CPU target (catch-all)
   BtsMode bts = BtsMode::kOff;
   uint64_t buffer_bytes = 0;  // ring size; 0 = default for the mode

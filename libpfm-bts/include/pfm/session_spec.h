@@ -36,6 +36,10 @@ struct BreakpointSpec {
 struct SessionSpec {
   std::string role = "profiler";  // debugger | profiler
   int pid = -1;                   // task target, or
+  // With pid: only this thread of it (perf's -t TID): its branches,
+  // switches and exit, counters and breakpoints on it alone; the session
+  // ends when it exits. 0 = every thread.
+  int tid = 0;
   int cpu = -1;                   // CPU target (catch-all)
   std::string bts = "off";        // off | history | lossless
   uint64_t buffer_bytes = 0;      // ring size; 0 = default for the role
