@@ -145,15 +145,17 @@ absl::StatusOr<int> ParseIntArg(const std::string& what, const std::string& v,
   return n;
 }
 
-absl::StatusOr<int> ProcessOfThread(int tid) {
-  std::ifstream in(absl::StrCat("/proc/", tid, "/status"));
+absl::StatusOr<ThreadTarget> ParseThreadArg(const std::string& v) {
+  absl::StatusOr<int> tid = ParseIntArg("-t", v, 1, 0x3fffffff);
+  if (!tid.ok()) return tid.status();
+  std::ifstream in(absl::StrCat("/proc/", *tid, "/status"));
   std::string line;
   while (in && std::getline(in, line)) {
     int tgid;
     if (line.rfind("Tgid:", 0) == 0 && absl::SimpleAtoi(line.substr(5), &tgid) && tgid > 0)
-      return tgid;
+      return ThreadTarget{tgid, *tid};
   }
-  return absl::NotFoundError(absl::StrCat("-t ", tid, ": no thread with that id"));
+  return absl::NotFoundError(absl::StrCat("-t ", *tid, ": no thread with that id"));
 }
 
 absl::StatusOr<uint64_t> ParseSessionId(const std::string& v) {

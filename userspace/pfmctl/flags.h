@@ -55,9 +55,14 @@ class CommandFlags {
 absl::StatusOr<int> ParseIntArg(const std::string& what, const std::string& v,
                                 int lo, int hi);
 
-// `-t TID` (perf's): the thread's process (its Tgid in /proc/TID/status).
-// NOT_FOUND when no thread has that id.
-absl::StatusOr<int> ProcessOfThread(int tid);
+// `-t TID` (perf's), as typed: {its process (the Tgid in
+// /proc/TID/status), TID}. A usage error for a bad number, NOT_FOUND when no
+// thread has that id.
+struct ThreadTarget {
+  int pid = 0;
+  int tid = 0;
+};
+absl::StatusOr<ThreadTarget> ParseThreadArg(const std::string& v);
 
 // A session id as the user typed it: a positive integer.
 absl::StatusOr<uint64_t> ParseSessionId(const std::string& v);

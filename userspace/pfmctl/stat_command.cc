@@ -88,12 +88,10 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
   }
   if (!tid_s->empty()) {
     // perf stat -t: that thread's counts alone, until it exits or ^C.
-    absl::StatusOr<int> t = ParseIntArg("-t", *tid_s, 1, 0x3fffffff);
+    absl::StatusOr<ThreadTarget> t = ParseThreadArg(*tid_s);
     if (!t.ok()) return t.status();
-    absl::StatusOr<int> p = ProcessOfThread(*t);
-    if (!p.ok()) return p.status();
-    attach_pid = *p;
-    attach_tid = *t;
+    attach_pid = t->pid;
+    attach_tid = t->tid;
   }
   const std::vector<std::string> argv = run ? std::vector<std::string>(pos->begin() + 1,
                                                                        pos->end())

@@ -299,12 +299,10 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   }
   if (spec->tid > 0) return UsageError("record: one thread is -t TID (--tid is session create's)");
   if (!thread_s->empty()) {
-    absl::StatusOr<int> t = ParseIntArg("-t", *thread_s, 1, 0x3fffffff);
+    absl::StatusOr<ThreadTarget> t = ParseThreadArg(*thread_s);
     if (!t.ok()) return t.status();
-    absl::StatusOr<int> p = ProcessOfThread(*t);
-    if (!p.ok()) return p.status();
-    attach_pid = *p;
-    spec->tid = *t;
+    attach_pid = t->pid;
+    spec->tid = t->tid;
   }
   // Another format than the trace's: the trace goes next to FILE (kept, for
   // `report` and another export), FILE gets the export.
