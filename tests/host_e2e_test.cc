@@ -230,6 +230,11 @@ TEST_F(HostE2e, StatCountsACommandAndAProcessLikePerfStat) {
   EXPECT_GT(Num(cs[0].at("value")), 10u);  // a dynamic /bin/true faults its pages in
   EXPECT_GT(Num(cs[1].at("value")), 0u);
   EXPECT_EQ(Num(v.at("wait_status")), 0u);
+  // --json's stdout is the JSON alone: the program's output goes to stderr.
+  r = Pfmctl(socket(), {"--json", "stat", "-e", "task-clock", "--", "/bin/echo", "hello"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("counters").as_array().size(), 1u) << r.out;
+  EXPECT_TRUE(testing::Contains(r.err, "hello\n")) << r.err;
   // -p: a running process, until it exits.
   const pid_t child = fork();
   if (child == 0) {

@@ -3,6 +3,7 @@
 // its own task, a shell's children followed across fork and exec (and not
 // with --no-inherit), and the kernel's own switch records (voluntary for a
 // program that sleeps). The trace files are read with the client library.
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -267,7 +268,7 @@ std::string NameOf(const Trace& t, const pfm_record& r) {
 }
 
 TEST_F(HostTasksE2e, ShellChildrenAreFollowedAcrossForkAndExecUnlessNoInherit) {
-  // dash forks for the first command and execs the last in place.
+  // dash forks for /bin/true (and, in bookworm's dash, for /bin/echo too).
   Trace t = Record({"--", "/bin/sh", "-c", "/bin/true; /bin/echo followed"});
   ASSERT_TRUE(t.complete) << t.cut_reason;
   std::set<uint32_t> pids;
@@ -287,6 +288,47 @@ TEST_F(HostTasksE2e, ShellChildrenAreFollowedAcrossForkAndExecUnlessNoInherit) {
   std::set<int32_t> mapped;
   for (const ProcessMaps& m : t.maps) mapped.insert(m.pid);
   for (uint32_t pid : pids) EXPECT_TRUE(mapped.count(static_cast<int32_t>(pid))) << pid;
+  // Each exec is an EXEC record of its process (the shell's own exec from
+  // pfmctl's copy, each child's of /bin/true or /bin/echo), and splits the
+  // process's branches: those in the program it exec'd come after its last
+  // EXEC; a child's shell branches (between fork and exec) before it; the
+  // shell's after its exec.
+  std::map<uint32_t, std::vector<uint64_t>> execs;  // pid -> times
+  for (const pfm_record& r : t.records)
+    if (r.type == PFM_REC_EXEC) {
+      EXPECT_EQ(r.pid, r.tid);
+      execs[r.pid].push_back(r.time);
+    }
+  std::map<uint32_t, std::string> program;  // pid -> what it exec'd last
+  for (const pfm_record& r : t.records) {
+    if (r.type != PFM_REC_BRANCH) continue;
+    const std::string path = NameOf(t, r);
+    if (path == "/usr/bin/true" || path == "/usr/bin/echo") program[r.pid] = path;
+  }
+  uint64_t checked = 0;
+  for (const pfm_record& r : t.records) {
+    if (r.type != PFM_REC_BRANCH) continue;
+    const std::string path = NameOf(t, r);
+    if (path != "/usr/bin/true" && path != "/usr/bin/echo" && path != "/usr/bin/dash") continue;
+    auto e = execs.find(r.pid);
+    ASSERT_NE(e, execs.end()) << path << " ran in pid " << r.pid << " with no EXEC record";
+    const uint64_t last = e->second.back();
+    ++checked;
+    if (path != "/usr/bin/dash") {
+      EXPECT_GT(r.time, last) << path << " in pid " << r.pid << " before its last exec";
+    } else if (program.count(r.pid)) {
+      EXPECT_LT(r.time, last) << "a shell branch in child " << r.pid << " after its exec";
+    } else {
+      EXPECT_GT(r.time, last) << "a shell branch in the shell " << r.pid << " before its exec";
+    }
+  }
+  EXPECT_GT(checked, 100u);
+  std::set<uint32_t> ran_true, ran_echo;
+  for (const auto& [pid, path] : program) (path == "/usr/bin/true" ? ran_true : ran_echo).insert(pid);
+  ASSERT_EQ(ran_true.size(), 1u);
+  ASSERT_EQ(ran_echo.size(), 1u);
+  EXPECT_NE(*ran_true.begin(), *ran_echo.begin());
+  EXPECT_EQ(execs[*ran_true.begin()].size(), 1u);
 
   Trace only = Record({"--no-inherit", "--", "/bin/sh", "-c", "/bin/true; /bin/echo not"});
   ASSERT_TRUE(only.complete) << only.cut_reason;
@@ -355,6 +397,150 @@ TEST_F(HostTasksE2e, SpinningProgramOnABusyCpuIsPreemptedInTheKernelsRecords) {
   EXPECT_GE(preempted, 3u) << out << " switch-outs";
   std::printf("spin_copy on a busy CPU: %llu switch-outs, %llu preempted\n",
               (unsigned long long)out, (unsigned long long)preempted);
+}
+
+// spin_threads (tests/testdata/spin_threads.c) started with a pipe on its
+// stdin: its pid once all its workers run. Closing `*stdin_fd` ends it.
+pid_t StartSpinThreads(const std::vector<std::string>& args, int* stdin_fd) {
+  // Close-on-exec: a pfmctl started meanwhile must not hold the write end
+  // (the program would never see EOF).
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return -1;
+  const std::string prog = testing::Runfile("tests/spin_threads");
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    close(in[1]);
+    close(out[0]);
+    std::vector<char*> argv = {const_cast<char*>(prog.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(prog.c_str(), argv.data());
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  char buf[64] = {};
+  const ssize_t n = read(out[0], buf, sizeof buf - 1);
+  close(out[0]);
+  long ready = 0;
+  if (n <= 0 || sscanf(buf, "ready %ld", &ready) != 1 || ready != pid) {
+    close(in[1]);
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return -1;
+  }
+  *stdin_fd = in[1];
+  return pid;
+}
+
+// History snapshots of a running 3-thread process (debugger role, branch
+// stepping): each snapshot holds records of the threads that ran, and each
+// thread's branches in it are its own unbroken chain: in time order, and
+// every branch starts at or after where the one before it went (straight-
+// line code between taken branches) and within a page of it. A record torn,
+// lost from the middle of a thread's run, or given to the wrong thread
+// breaks the chain. Later snapshots end later.
+TEST_F(HostTasksE2e, HistorySnapshotsOfARunningThreadedProcessAreUnbrokenPerThread) {
+  int stdin_fd = -1;
+  const pid_t pid = StartSpinThreads({"3"}, &stdin_fd);
+  ASSERT_GT(pid, 0);
+  struct Ender {
+    pid_t pid;
+    int fd;
+    ~Ender() {
+      close(fd);
+      int ws;
+      ::waitpid(pid, &ws, 0);
+    }
+  } ender{pid, stdin_fd};
+  const uint64_t id = testing::Num(
+      testing::PfmctlJson(socket(), {"--json", "session", "create", "--role", "debugger",
+                                     "--pid", std::to_string(pid), "--bts", "history",
+                                     "--buffer", "256KiB"})
+          .at("id"));
+  std::set<uint32_t> tids_seen;
+  uint64_t last_end = 0, chained = 0;
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const std::string file = dir_ + "/snap" + std::to_string(i) + ".trace";
+    testing::Result r = Pfmctl(socket(), {"snapshot", std::to_string(id), "-o", file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    absl::StatusOr<Trace> t = ReadTrace(file);
+    ASSERT_TRUE(t.ok()) << t.status();
+    std::map<uint32_t, const pfm_record*> prev;  // tid -> its last branch
+    uint64_t branches = 0, end = 0;
+    for (const pfm_record& r : t->records) {
+      if (r.type != PFM_REC_BRANCH) continue;
+      ++branches;
+      EXPECT_EQ(r.pid, static_cast<uint32_t>(pid));
+      end = std::max<uint64_t>(end, r.time);
+      tids_seen.insert(r.tid);
+      const pfm_record*& p = prev[r.tid];
+      if (p != nullptr) {
+        EXPECT_GE(r.time, p->time) << "snapshot " << i << " tid " << r.tid;
+        EXPECT_TRUE(r.u.branch.from >= p->u.branch.to && r.u.branch.from - p->u.branch.to < 4096)
+            << "snapshot " << i << " tid " << r.tid << ": a branch from 0x" << std::hex
+            << r.u.branch.from << " after one to 0x" << p->u.branch.to;
+        ++chained;
+      }
+      p = &r;
+    }
+    EXPECT_GT(branches, 100u) << "snapshot " << i;
+    EXPECT_GT(end, last_end) << "snapshot " << i << " is not newer than the one before";
+    last_end = end;
+  }
+  tids_seen.erase(static_cast<uint32_t>(pid));  // the main thread waits in read
+  EXPECT_EQ(tids_seen.size(), 3u) << "workers seen across the snapshots";
+  EXPECT_GT(chained, 1000u);
+  EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+}
+
+// stat counts the whole program as perf stat does: every thread of a -p
+// process (its main thread only waits: counting that thread alone, as
+// perf_event_open on the pid does, gives about nothing), and the processes a
+// command starts unless --no-inherit.
+TEST_F(HostTasksE2e, StatCountsEveryThreadAndTheProcessesACommandStarts) {
+  auto task_clock_ms = [](const testing::Result& r) -> double {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    boost::json::value v = boost::json::parse(r.out);
+    const boost::json::array& cs = v.at("counters").as_array();
+    EXPECT_EQ(cs.size(), 1u);
+    return cs.empty() ? 0.0 : double(testing::Num(cs[0].at("value"))) / 1e6;
+  };
+  int stdin_fd = -1;
+  const pid_t pid = StartSpinThreads({"2"}, &stdin_fd);
+  ASSERT_GT(pid, 0);
+  testing::Result sr;
+  std::thread stat([&] {
+    sr = Pfmctl(socket(), {"--json", "stat", "-e", "task-clock", "-p", std::to_string(pid)});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  close(stdin_fd);  // the process ends; so does stat
+  int ws = 0;
+  ::waitpid(pid, &ws, 0);
+  stat.join();
+  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << ws;
+  const double attached = task_clock_ms(sr);
+  // Two threads spinning for most of 800 ms, on a 2-CPU machine however
+  // busy; the main thread alone would show well under 10 ms.
+  EXPECT_GT(attached, 200.0) << sr.out;
+
+  const std::string prog = testing::Runfile("tests/spin_threads");
+  const std::string cmd = prog + " 2 600; true";  // dash forks for it
+  const double inherited = task_clock_ms(
+      Pfmctl(socket(), {"--json", "stat", "-e", "task-clock", "--", "/bin/sh", "-c", cmd}));
+  const double shell_only =
+      task_clock_ms(Pfmctl(socket(), {"--json", "stat", "-e", "task-clock", "--no-inherit",
+                                      "--", "/bin/sh", "-c", cmd}));
+  EXPECT_GT(inherited, 200.0);
+  EXPECT_LT(shell_only, 100.0);
+  EXPECT_GT(inherited, 4 * shell_only);
+  std::printf("task-clock: -p %.1f ms; sh -c: %.1f ms with children, %.1f without\n", attached,
+              inherited, shell_only);
+  EXPECT_EQ(testing::PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ commands:
                  [--bts history|lossless] [--buffer SIZE] [--filter user|kernel|all]
                  [--format fixed|compact] [--block] [--pebs EVENT[:period]]
                  [--counter EVENT]... [--breakpoint ADDR:LEN:r|w|rw|x]... [--pinned]
-                 [--inherit]  (host BTS of a pid: follow its children too)
+                 [--inherit]  (host BTS or counters of a pid: its children too)
                  [--filter FUNCTION|'range LO-HI'|'@ FILE']... [--start LOCATION]
                               (host BTS: address filters; outside, full speed)
                               a session (detached: it lives until `session kill`)
@@ -101,10 +101,11 @@ commands:
                               'target remote | pfmctl gdbserver --pid PID'):
                               run control and `record btrace bts` through pfm,
                               beside other sessions on the same process
-  stat [-e EVENT]... (-- CMD ARGS... | -p PID | -t TID)
+  stat [-e EVENT]... [--no-inherit] (-- CMD ARGS... | -p PID | -t TID)
                               counters of CMD (or of PID, or thread TID, until
-                              it exits or ^C),
-                              printed as perf stat does
+                              it exits or ^C): every thread, and the processes
+                              it starts unless --no-inherit; printed as perf
+                              stat does
   report FILE [--limit N] [--records] [--timeline OUT.svg]
                               a summary, streamed: records by type, loss, hot
                               functions and their libraries, counters, the last

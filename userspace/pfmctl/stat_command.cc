@@ -73,13 +73,14 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
   if (!pid_s.ok()) return pid_s.status();
   absl::StatusOr<std::string> tid_s = f.Take("-t");
   if (!tid_s.ok()) return tid_s.status();
+  const bool no_inherit = f.TakeBool("--no-inherit");
   absl::StatusOr<std::vector<std::string>> pos = f.Positional("stat");
   if (!pos.ok()) return pos.status();
   const bool run = !pos->empty() && pos->front() == "--" && pos->size() >= 2;
   const int targets = (run ? 1 : 0) + (pid_s->empty() ? 0 : 1) + (tid_s->empty() ? 0 : 1);
   if (targets != 1 || (!run && !pos->empty()))
     return UsageError(
-        "usage: stat [-e EVENT]... (-- CMD ARGS... | -p PID | -t TID)");
+        "usage: stat [-e EVENT]... [--no-inherit] (-- CMD ARGS... | -p PID | -t TID)");
   int attach_pid = 0, attach_tid = 0;
   if (!pid_s->empty()) {
     absl::StatusOr<int> p = ParseIntArg("-p", *pid_s, 1, 0x3fffffff);
@@ -121,7 +122,7 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
 
   pid_t pid = attach_pid;
   ErrorDetail d;
-  if (run && SpawnStopped(argv, &pid, &d) < 0)
+  if (run && SpawnCommand(ctx, argv, &pid, &d) < 0)
     return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message));
   auto abandon = [&](absl::Status s) {
     if (run) {
@@ -136,6 +137,9 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
   spec.bts = "off";
   spec.pid = pid;
   spec.tid = attach_tid;
+  // Every thread of the process and, as perf stat counts them, the
+  // processes it starts, unless --no-inherit; -t counts its thread alone.
+  spec.inherit = attach_tid == 0 && !no_inherit;
   spec.counters = *events;
   spec.detached = false;  // ends with this connection
   absl::StatusOr<SessionSpec> valid = SessionSpec::FromJson(spec.ToJson());

@@ -126,6 +126,20 @@ std::function<void(const StreamResult&)> ProgressCallback(ProgressLine& line, Cl
 // What execvp would run for `name`, checked before anything is created, so
 // `record -- nosuchcmd` is NOT_FOUND and leaves no session and no trace
 // (rather than a trace of pfmctl's own failed exec).
+int SpawnCommand(const CliContext& ctx, const std::vector<std::string>& argv, pid_t* pid,
+                 ErrorDetail* d) {
+  ctx.out->flush();
+  std::fflush(stdout);
+  UniqueFd saved;
+  if (ctx.json) {
+    saved = UniqueFd(::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3));
+    if (saved.get() >= 0) ::dup2(STDERR_FILENO, STDOUT_FILENO);
+  }
+  const int rc = SpawnStopped(argv, pid, d);
+  if (saved.get() >= 0) ::dup2(saved.get(), STDOUT_FILENO);
+  return rc;
+}
+
 absl::Status CheckCommand(const std::string& name) {
   auto runnable = [](const std::string& path) {
     struct stat st {};
@@ -337,19 +351,7 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   pid_t pid = attach ? attach_pid : -1;
   ErrorDetail d;
   int spawned = 0;
-  if (run) {
-    // With --json, stdout is the one JSON document: the program's own
-    // output goes to stderr (still the terminal in an interactive run).
-    ctx.out->flush();
-    std::fflush(stdout);
-    UniqueFd saved;
-    if (ctx.json) {
-      saved = UniqueFd(::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3));
-      if (saved.get() >= 0) ::dup2(STDERR_FILENO, STDOUT_FILENO);
-    }
-    spawned = SpawnStopped(argv, &pid, &d);
-    if (saved.get() >= 0) ::dup2(saved.get(), STDOUT_FILENO);
-  }
+  if (run) spawned = SpawnCommand(ctx, argv, &pid, &d);
   if (spawned < 0)
     return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", d.message));
   // From here on, every way out reaps the child: held (Abandon makes it exit

@@ -5,10 +5,14 @@
 #ifndef PFM_USERSPACE_PFMCTL_TRACE_COMMANDS_H_
 #define PFM_USERSPACE_PFMCTL_TRACE_COMMANDS_H_
 
+#include <sys/types.h>
+
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernel/uapi/pfm_error.h"
 #include "userspace/pfmctl/context.h"
 
 namespace pfm {
@@ -36,6 +40,12 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
 // before anything is created: NOT_FOUND "NAME: command not found" (or "no
 // such file"), PERMISSION_DENIED "NAME: not an executable file".
 absl::Status CheckCommand(const std::string& name);
+
+// SpawnStopped (kernel/drivers/ptrace/soft_bts.h) for a command pfmctl
+// runs: with --json, stdout is the one JSON document, so the program's own
+// stdout goes to pfmctl's stderr (still the terminal in an interactive run).
+int SpawnCommand(const CliContext& ctx, const std::vector<std::string>& argv, pid_t* pid,
+                 ErrorDetail* d);
 
 // `report FILE [--limit N]`: see report.h.
 absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args);

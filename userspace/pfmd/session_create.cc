@@ -206,10 +206,14 @@ absl::Status SessionManager::AdmitRequestsLocked(const Peer& peer,
     if (id < 0) return ErrnoToStatus(id, d);
     s->pebs_request = static_cast<uint32_t>(id);
   }
-  // perf_event_open counts the thread it is given: the pid's main thread, or
-  // the one thread of a --tid session.
+  // Counters on a pid count the whole process as perf stat -p does: every
+  // thread, the threads they create, and with --inherit the processes they
+  // fork (PerfTarget::Process); a --tid session's counters its one thread.
+  // Breakpoints are per thread: the pid's main thread, or the --tid thread.
   const PerfTarget target = spec.task() ? PerfTarget::Task(spec.tid > 0 ? spec.tid : spec.pid)
                                         : PerfTarget::Cpu(spec.cpu);
+  const PerfTarget counter_target =
+      spec.task() && spec.tid == 0 ? PerfTarget::Process(spec.pid, spec.inherit) : target;
   const std::optional<Credentials> creds = peer.TracerCredentials();
   for (size_t i = 0; i < counters.size(); ++i) {
     pfm_pmu_req r = base;
@@ -234,9 +238,9 @@ absl::Status SessionManager::AdmitRequestsLocked(const Peer& peer,
           creds,
           [&] {
             return counters[i].hardware
-                       ? OpenHardwareCounter(perf_caps_, target, r.type, r.config,
+                       ? OpenHardwareCounter(perf_caps_, counter_target, r.type, r.config,
                                              pe.get(), &d, creds.has_value())
-                       : OpenSoftwareCounter(target, r.config, pe.get(), &d,
+                       : OpenSoftwareCounter(counter_target, r.config, pe.get(), &d,
                                              creds.has_value());
           },
           &d);
@@ -397,11 +401,13 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
       return absl::FailedPreconditionError(
           "address filters need branch stepping: this pfmd runs --soft-bts-stepping single");
   }
-  if (spec.inherit && !need_tracer)
+  // Host counters on a pid follow children too (perf stat's inherit).
+  const bool host_counters = !sim_ && spec.task() && !spec.counters.empty();
+  if (spec.inherit && !need_tracer && !host_counters)
     return absl::InvalidArgumentError(
         sim_ ? "inherit: the sim driver's tasks have no children to follow"
              : "inherit: following children is a property of host branch tracing "
-               "(--bts on a pid)");
+               "and counting (--bts or --counter on a pid)");
   SessionId created = 0;
   {
     KernelLockGuard l(&kernel_->lock());

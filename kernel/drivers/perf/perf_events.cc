@@ -1,5 +1,6 @@
 #include "kernel/drivers/perf/perf_events.h"
 
+#include <dirent.h>
 #include <linux/hw_breakpoint.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -8,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -76,7 +78,9 @@ PerfEvent& PerfEvent::operator=(PerfEvent&& o) noexcept {
   if (this != &o) {
     Close();
     fd_ = o.fd_;
+    more_ = std::move(o.more_);
     o.fd_ = -1;
+    o.more_.clear();
   }
   return *this;
 }
@@ -84,14 +88,17 @@ PerfEvent& PerfEvent::operator=(PerfEvent&& o) noexcept {
 void PerfEvent::Close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  for (int fd : more_) ::close(fd);
+  more_.clear();
 }
 
-int PerfEvent::Read(PerfCount* out, ErrorDetail* d) const {
-  if (fd_ < 0) return SetError(d, -EBADF, "perf event is not open");
+namespace {
+
+int ReadOne(int fd, PerfCount* out, ErrorDetail* d) {
   uint64_t v[3];
   ssize_t n;
   do {
-    n = ::read(fd_, v, sizeof(v));
+    n = ::read(fd, v, sizeof(v));
   } while (n < 0 && errno == EINTR);
   if (n < 0) return SetError(d, -errno, "reading perf event failed: %s", strerror(errno));
   if (n != static_cast<ssize_t>(sizeof(v)))
@@ -102,17 +109,91 @@ int PerfEvent::Read(PerfCount* out, ErrorDetail* d) const {
   return 0;
 }
 
+}  // namespace
+
+int PerfEvent::Read(PerfCount* out, ErrorDetail* d) const {
+  if (fd_ < 0) return SetError(d, -EBADF, "perf event is not open");
+  PerfCount sum;
+  if (int err = ReadOne(fd_, &sum, d); err < 0) return err;
+  for (int fd : more_) {
+    PerfCount c;
+    if (int err = ReadOne(fd, &c, d); err < 0) return err;
+    sum.value += c.value;
+    sum.time_enabled += c.time_enabled;
+    sum.time_running += c.time_running;
+  }
+  *out = sum;
+  return 0;
+}
+
 int PerfEvent::Enable(ErrorDetail* d) {
-  if (fd_ < 0 || ioctl(fd_, PERF_EVENT_IOC_ENABLE, 0) != 0)
-    return SetError(d, fd_ < 0 ? -EBADF : -errno, "enabling perf event failed");
+  if (fd_ < 0) return SetError(d, -EBADF, "enabling perf event failed");
+  if (ioctl(fd_, PERF_EVENT_IOC_ENABLE, 0) != 0)
+    return SetError(d, -errno, "enabling perf event failed");
+  for (int fd : more_)
+    if (ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0)
+      return SetError(d, -errno, "enabling perf event failed");
   return 0;
 }
 
 int PerfEvent::Disable(ErrorDetail* d) {
-  if (fd_ < 0 || ioctl(fd_, PERF_EVENT_IOC_DISABLE, 0) != 0)
-    return SetError(d, fd_ < 0 ? -EBADF : -errno, "disabling perf event failed");
+  if (fd_ < 0) return SetError(d, -EBADF, "disabling perf event failed");
+  if (ioctl(fd_, PERF_EVENT_IOC_DISABLE, 0) != 0)
+    return SetError(d, -errno, "disabling perf event failed");
+  for (int fd : more_)
+    if (ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) != 0)
+      return SetError(d, -errno, "disabling perf event failed");
   return 0;
 }
+
+namespace {
+
+// One perf_event_open; the fd, or the kernel's refusal in words.
+int OpenOne(const perf_event_attr& attr, pid_t pid, int cpu, const char* what,
+            int* fd_out, ErrorDetail* d) {
+  const long fd = syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+  if (fd >= 0) {
+    *fd_out = static_cast<int>(fd);
+    return 0;
+  }
+  const int e = errno;
+  switch (e) {
+    case ENOSPC:
+      return SetError(d, -ENOSPC,
+                      "%s: the kernel has no free slot for it (ENOSPC; "
+                      "breakpoints: x86 has 4 debug registers per task)",
+                      what);
+    case EACCES:
+    case EPERM:
+      return SetError(d, -e,
+                      "%s: not permitted (perf_event_paranoid=%d; needs "
+                      "CAP_PERFMON, root, or a lower paranoid level)",
+                      what, Paranoid());
+    case ESRCH:
+      return SetError(d, -ESRCH, "%s: no such task %d", what, pid);
+    default:
+      return SetError(d, -e, "%s: perf_event_open failed: %s", what, strerror(e));
+  }
+}
+
+// The thread ids of `pid` (/proc/PID/task), the process's own first.
+std::vector<pid_t> ThreadsOf(pid_t pid) {
+  std::vector<pid_t> tids;
+  DIR* dir = ::opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+  if (dir == nullptr) return tids;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long tid = std::strtol(e->d_name, &end, 10);
+    if (end != e->d_name && *end == '\0' && tid > 0) tids.push_back(static_cast<pid_t>(tid));
+  }
+  ::closedir(dir);
+  std::sort(tids.begin(), tids.end(), [pid](pid_t a, pid_t b) {
+    return (a == pid) != (b == pid) ? a == pid : a < b;
+  });
+  return tids;
+}
+
+}  // namespace
 
 int OpenPerfEvent(const perf_event_attr& in, PerfTarget t, const char* what,
                   PerfEvent* out, ErrorDetail* d) {
@@ -121,35 +202,35 @@ int OpenPerfEvent(const perf_event_attr& in, PerfTarget t, const char* what,
     return SetError(d, -EINVAL, "%s: target needs a pid or a cpu", what);
   if (t.pid < -1 || t.cpu < -1)
     return SetError(d, -EINVAL, "%s: bad target pid %d cpu %d", what, t.pid, t.cpu);
+  if (t.process && (t.pid <= 0 || t.cpu != -1))
+    return SetError(d, -EINVAL, "%s: a process target needs a pid and no cpu", what);
   perf_event_attr attr = in;
   attr.size = sizeof(attr);
   attr.read_format |=
       PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
-  const long fd = syscall(SYS_perf_event_open, &attr, t.pid, t.cpu, -1,
-                          PERF_FLAG_FD_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    switch (e) {
-      case ENOSPC:
-        return SetError(d, -ENOSPC,
-                        "%s: the kernel has no free slot for it (ENOSPC; "
-                        "breakpoints: x86 has 4 debug registers per task)",
-                        what);
-      case EACCES:
-      case EPERM:
-        return SetError(d, -e,
-                        "%s: not permitted (perf_event_paranoid=%d; needs "
-                        "CAP_PERFMON, root, or a lower paranoid level)",
-                        what, Paranoid());
-      case ESRCH:
-        return SetError(d, -ESRCH, "%s: no such task %d", what, t.pid);
-      default:
-        return SetError(d, -e, "%s: perf_event_open failed: %s", what,
-                        strerror(e));
+  if (!t.process) {
+    int fd = -1;
+    if (int err = OpenOne(attr, t.pid, t.cpu, what, &fd, d); err < 0) return err;
+    out->Close();
+    out->fd_ = fd;
+    return 0;
+  }
+  attr.inherit = 1;
+  attr.inherit_thread = t.children ? 0 : 1;
+  PerfEvent opened;
+  for (pid_t tid : ThreadsOf(t.pid)) {
+    int fd = -1;
+    const int err = OpenOne(attr, tid, -1, what, &fd, d);
+    if (err == -ESRCH) continue;  // the thread exited meanwhile
+    if (err < 0) return err;      // `opened` closes what it holds
+    if (opened.fd_ < 0) {
+      opened.fd_ = fd;
+    } else {
+      opened.more_.push_back(fd);
     }
   }
-  out->Close();
-  out->fd_ = static_cast<int>(fd);
+  if (opened.fd_ < 0) return SetError(d, -ESRCH, "%s: no such process %d", what, t.pid);
+  *out = std::move(opened);
   return 0;
 }
 

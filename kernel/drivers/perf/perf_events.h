@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernel/drivers/perf/perf_ring.h"
 #include "kernel/uapi/pfm_error.h"
@@ -48,12 +49,26 @@ int ProbePerfCaps(const std::string& devices_dir, PerfCaps* out,
                   ErrorDetail* d);
 
 // What an event watches: a task (pid >= 0, cpu = -1 for any CPU, or a given
-// CPU), or a whole CPU (pid = -1, cpu >= 0).
+// CPU), or a whole CPU (pid = -1, cpu >= 0), or a whole process.
+//
+// A process target (counters only: OpenSoftwareCounter, OpenHardwareCounter)
+// is counted as `perf stat -p` counts it: one event per thread the process
+// has when it is opened (/proc/PID/task), each with attr.inherit, so the
+// threads those threads create later count with them, and with `children`
+// the processes they fork too (else attr.inherit_thread: threads only). One
+// PerfEvent holds them and its Read sums them. A thread created between the
+// listing and the opening of its creator's event is not counted (perf's race
+// as well); a thread that is gone by then is skipped.
 struct PerfTarget {
   pid_t pid = -1;
   int cpu = -1;
+  bool process = false;
+  bool children = false;
   static PerfTarget Task(pid_t pid) { return PerfTarget{pid, -1}; }
   static PerfTarget Cpu(int cpu) { return PerfTarget{-1, cpu}; }
+  static PerfTarget Process(pid_t pid, bool children) {
+    return PerfTarget{pid, -1, true, children};
+  }
 };
 
 // read() with PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING.
@@ -67,13 +82,21 @@ class PerfEvent {
  public:
   PerfEvent() = default;
   ~PerfEvent() { Close(); }
-  PerfEvent(PerfEvent&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  PerfEvent(PerfEvent&& o) noexcept : fd_(o.fd_), more_(std::move(o.more_)) {
+    o.fd_ = -1;
+    o.more_.clear();
+  }
   PerfEvent& operator=(PerfEvent&& o) noexcept;
   PerfEvent(const PerfEvent&) = delete;
   PerfEvent& operator=(const PerfEvent&) = delete;
 
   bool is_open() const { return fd_ >= 0; }
+  // The first (for a process target: the first thread's) event.
   int fd() const { return fd_; }
+  // How many events: 1, or a process target's threads.
+  size_t threads() const { return fd_ >= 0 ? 1 + more_.size() : 0; }
+  // Sums over a process target's threads (values, enabled and running
+  // times, as perf stat sums per-thread counts before scaling).
   int Read(PerfCount* out, ErrorDetail* d) const;
   int Enable(ErrorDetail* d);
   int Disable(ErrorDetail* d);
@@ -83,6 +106,7 @@ class PerfEvent {
   friend int OpenPerfEvent(const perf_event_attr&, PerfTarget, const char*,
                            PerfEvent*, ErrorDetail*);
   int fd_ = -1;
+  std::vector<int> more_;  // a process target's other threads
 };
 
 // perf_event_open with pfm's defaults filled in (size, read_format,

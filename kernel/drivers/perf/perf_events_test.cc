@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -151,6 +152,82 @@ TEST(PerfEvents, CountsTaskClockAndContextSwitchesOfARealChild) {
   EXPECT_GT(c.time_running, 0u);
   ASSERT_EQ(faults.Read(&c, &d), 0);
   EXPECT_GT(c.value, 0u);  // copy-on-write after fork at least
+}
+
+// A process target counts every thread, as perf stat -p does: threads that
+// were there when it was opened, with what they fork only when asked for
+// (attr.inherit; inherit_thread otherwise). The main thread's own event (the
+// pid alone) sees nearly nothing: it only waits.
+TEST(PerfEvents, AProcessTargetCountsEveryThreadAndChildrenOnlyWhenAsked) {
+  int go[2], ready[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(go[1]);
+    close(ready[0]);
+    auto worker = [&](bool forks) {
+      char c;
+      if (read(go[0], &c, 1) != 0) _exit(2);  // EOF: the parent opened its events
+      Spin(50 * 1000 * 1000);
+      if (forks) {
+        const pid_t g = fork();
+        if (g == 0) {
+          Spin(150 * 1000 * 1000);
+          _exit(0);
+        }
+        int ws;
+        waitpid(g, &ws, 0);
+      }
+    };
+    std::thread a(worker, true), b(worker, false);
+    if (write(ready[1], "r", 1) != 1) _exit(3);
+    a.join();
+    b.join();
+    _exit(0);
+  }
+  close(go[0]);
+  close(ready[1]);
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  PerfEvent main_only, threads, with_children;
+  ErrorDetail d;
+  int rc = OpenSoftwareCounter(PerfTarget::Task(child), PERF_COUNT_SW_TASK_CLOCK, &main_only,
+                               &d);
+  if (NotPermitted(rc)) GTEST_SKIP() << d.message;
+  ASSERT_EQ(rc, 0) << d.message;
+  ASSERT_EQ(OpenSoftwareCounter(PerfTarget::Process(child, false), PERF_COUNT_SW_TASK_CLOCK,
+                                &threads, &d),
+            0)
+      << d.message;
+  ASSERT_EQ(OpenSoftwareCounter(PerfTarget::Process(child, true), PERF_COUNT_SW_TASK_CLOCK,
+                                &with_children, &d),
+            0)
+      << d.message;
+  EXPECT_EQ(main_only.threads(), 1u);
+  EXPECT_EQ(threads.threads(), 3u);
+  EXPECT_EQ(with_children.threads(), 3u);
+  close(go[1]);  // go
+  int ws = 0;
+  ASSERT_EQ(waitpid(child, &ws, 0), child);
+  ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << ws;
+  PerfCount m, t, w;
+  ASSERT_EQ(main_only.Read(&m, &d), 0) << d.message;
+  ASSERT_EQ(threads.Read(&t, &d), 0) << d.message;
+  ASSERT_EQ(with_children.Read(&w, &d), 0) << d.message;
+  // Two workers' 50 M iterations each; the grandchild's 150 M on top.
+  EXPECT_LT(m.value * 4, t.value) << m.value << " ns main thread, " << t.value << " all threads";
+  EXPECT_GT(w.value * 2, t.value * 3) << w.value << " ns with children, " << t.value;
+  EXPECT_GE(t.time_enabled, 3 * m.time_enabled / 2);  // summed over the threads
+
+  // A process that is not there.
+  PerfEvent none;
+  EXPECT_EQ(OpenSoftwareCounter(PerfTarget::Process(child, false), PERF_COUNT_SW_TASK_CLOCK,
+                                &none, &d),
+            -ESRCH);
+  EXPECT_FALSE(none.is_open());
 }
 
 TEST(PerfEvents, CountsACpuWideSoftwareEvent) {
