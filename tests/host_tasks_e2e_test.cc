@@ -25,6 +25,9 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+#include "pfm/client.h"
+#include "pfm/session_spec.h"
 #include "pfm/symbolizer.h"
 #include "pfm/trace_file.h"
 #include "tests/testing/e2e.h"
@@ -541,6 +544,63 @@ TEST_F(HostTasksE2e, StatCountsEveryThreadAndTheProcessesACommandStarts) {
   std::printf("task-clock: -p %.1f ms; sh -c: %.1f ms with children, %.1f without\n", attached,
               inherited, shell_only);
   EXPECT_EQ(testing::PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
+}
+
+// --max-perf-fds-per-uid counts what pfmd holds: a counter on a process is
+// one kernel event per thread (PerfTarget::Process). uid 65534 counts its
+// own 5-thread process under a cap of 12: two counters (10 events) fit, a
+// third (5 more) is refused with the numbers, and nothing is left of it.
+TEST_F(HostTasksE2e, PerfFdCapCountsOneEventPerThreadOfACountedProcess) {
+  testing::Daemon d({"--driver", "host", "--max-perf-fds-per-uid", "12"});
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(d.OpenToOtherUids());
+  const std::string sock = d.socket();
+  boost::json::object got = testing::AsUid(testing::kNobody, [&]() -> boost::json::object {
+    int ready[2];
+    if (pipe(ready) != 0) return {{"error", "pipe"}};
+    const pid_t target = fork();
+    if (target == 0) {
+      close(ready[0]);
+      std::vector<std::thread> threads;  // and the main thread: 5
+      for (int i = 0; i < 4; ++i) threads.emplace_back([] { pause(); });
+      (void)!write(ready[1], "r", 1);
+      pause();
+      _exit(0);
+    }
+    close(ready[1]);
+    char c;
+    const bool up = read(ready[0], &c, 1) == 1;
+    close(ready[0]);
+    boost::json::object o;
+    absl::StatusOr<Client> cl = Client::Connect(sock);
+    if (up && cl.ok()) {
+      auto create = [&](std::vector<std::string> counters) -> std::string {
+        SessionSpec spec;
+        spec.pid = target;
+        spec.bts = "off";
+        spec.counters = std::move(counters);
+        absl::StatusOr<Client::Reply> r = cl->Call("session_create", {{"spec", spec.ToJson()}});
+        return r.ok() ? "ok" : absl::StrCat(StatusCodeName(r.status().code()), ": ",
+                                            r.status().message());
+      };
+      o["two_counters"] = create({"task-clock", "page-faults"});
+      o["one_more"] = create({"context-switches"});
+      absl::StatusOr<Client::Reply> list = cl->Call("session_list");
+      o["sessions"] = list.ok() ? boost::json::serialize(list->result) : "?";
+    } else {
+      o["error"] = up ? std::string(cl.status().message()) : "target did not start";
+    }
+    kill(target, SIGKILL);
+    waitpid(target, nullptr, 0);
+    return o;
+  });
+  ASSERT_FALSE(got.contains("error") || got.contains("child_failed")) << got;
+  EXPECT_EQ(got.at("two_counters").as_string(), "ok") << got;
+  EXPECT_EQ(got.at("one_more").as_string(),
+            "RESOURCE_EXHAUSTED: uid 65534 holds 10 perf events and asks for 5 more (limit 12, "
+            "--max-perf-fds-per-uid)")
+      << got;
+  EXPECT_EQ(testing::CountOf(std::string(got.at("sessions").as_string()), "\"id\""), 1u) << got;
 }
 
 }  // namespace

@@ -86,13 +86,20 @@ absl::Status SessionManager::CheckTargetLocked(const Peer& peer,
   return absl::OkStatus();
 }
 
+int SessionManager::PerfFdsFor(const TypedSpec& spec) const {
+  if (sim_) return 0;
+  const size_t per_counter =
+      spec.task() && spec.tid == 0 ? std::max<size_t>(1, ProcessThreadCount(spec.pid)) : 1;
+  return static_cast<int>(spec.counters.size() * per_counter + spec.breakpoints.size());
+}
+
 absl::Status SessionManager::CheckCapsLocked(const Peer& peer, int perf_fds) {
   if (peer.privileged()) return absl::OkStatus();
   int sessions = 0, fds = 0;
   for (const auto& [id, o] : sessions_) {
     if (o->uid != peer.uid) continue;
     ++sessions;
-    fds += static_cast<int>(o->perf.size());
+    for (const auto& pe : o->perf) fds += static_cast<int>(pe->threads());
   }
   if (sessions >= config_.max_sessions_per_uid)
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -109,8 +116,7 @@ absl::Status SessionManager::CheckCapsLocked(const Peer& peer, int perf_fds) {
 // the context's DS buffers are checked together, in one step.
 absl::Status SessionManager::ChargeLocked(const Peer& peer, const TypedSpec& spec,
                                           Session* s) {
-  const int perf_fds = sim_ ? 0 : static_cast<int>(spec.counters.size() +
-                                                   spec.breakpoints.size());
+  const int perf_fds = PerfFdsFor(spec);
   const uint64_t overhead = kSessionOverheadBytes + uint64_t(perf_fds) * kPerfEventBytes;
   if (!spec.consumer()) {
     if (absl::Status st = accountant_.Attach(
@@ -426,9 +432,7 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
       std::getline(comm, s->comm);
     }
     if (absl::Status st = CheckTargetLocked(peer, spec, &s->pidfd); !st.ok()) return st;
-    const int perf_fds = sim_ ? 0 : static_cast<int>(spec.counters.size() +
-                                                     spec.breakpoints.size());
-    if (absl::Status st = CheckCapsLocked(peer, perf_fds); !st.ok()) return st;
+    if (absl::Status st = CheckCapsLocked(peer, PerfFdsFor(spec)); !st.ok()) return st;
     s->id = next_session_;
     // Memory, then the arbiter's admission, then the consumer: a refusal at
     // any step undoes the ones before (ReleaseLocked).

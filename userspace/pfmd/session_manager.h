@@ -279,6 +279,9 @@ class SessionManager {
                                  UniqueFd* pidfd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   absl::Status CheckCapsLocked(const Peer& peer, int perf_fds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // The perf_event fds the spec will make pfmd hold: a breakpoint one, a
+  // counter one per thread of its process (PerfTarget::Process) or one.
+  int PerfFdsFor(const TypedSpec& spec) const;
   // Steps of Create, each undone by ReleaseLocked.
   absl::Status ChargeLocked(const Peer& peer, const TypedSpec& spec, Session* s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());

@@ -195,6 +195,8 @@ std::vector<pid_t> ThreadsOf(pid_t pid) {
 
 }  // namespace
 
+size_t ProcessThreadCount(pid_t pid) { return ThreadsOf(pid).size(); }
+
 int OpenPerfEvent(const perf_event_attr& in, PerfTarget t, const char* what,
                   PerfEvent* out, ErrorDetail* d) {
   if (out == nullptr) return SetError(d, -EINVAL, "%s: no output event", what);

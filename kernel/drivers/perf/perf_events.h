@@ -109,6 +109,9 @@ class PerfEvent {
   std::vector<int> more_;  // a process target's other threads
 };
 
+// The threads process `pid` has now (/proc/PID/task); 0 if it is gone.
+size_t ProcessThreadCount(pid_t pid);
+
 // perf_event_open with pfm's defaults filled in (size, read_format,
 // CLOEXEC); `what` names the request in error messages. -EINVAL for a target
 // that is neither a task nor a CPU; otherwise the kernel's errno.
