@@ -1470,7 +1470,11 @@ void SoftBtsRun::OnBranchModeTrap(Task* t) {
     return;
   }
   const uint64_t at = regs.rip - 1;
-  if (StoppedByPlant(t, at)) {
+  // The int3 at the block's end may have been lifted after the task ran
+  // into it (LiftPlants: a mapping change or a code write, then an
+  // interrupt, whose stop comes first: see PTRACE_EVENT_STOP in Handle):
+  // the trap is still ours, as UndoInt3 takes it.
+  if (StoppedByPlant(t, at) || (t->bs_conted && at == t->bs_expect)) {
     // Stopped by an int3 of ours: the task stands on the branch at `at`.
     if (t->bs_conted && at != t->bs_expect && t->as->gates.count(at) == 0)
       t_->resyncs_.fetch_add(1, std::memory_order_relaxed);  // ran past the block's end
@@ -1645,6 +1649,21 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
       // process): the step chain holds (an instruction completed before it
       // still reports its SIGTRAP after the resume).
       if (sig == SIGTRAP) {
+        if (t->bs_conted && SigtrapPending(tid) &&
+            ptrace(PTRACE_CONT, tid, nullptr, nullptr) == 0) {
+          // Interrupted just after running into an int3 of ours: the
+          // kernel reports the interrupt before it dequeues the trap's
+          // SIGTRAP (get_signal() takes job-control traps first), so RIP
+          // is one past the int3, in the middle of the branch instruction.
+          // Planned from there, or shown to a debugger and resumed from
+          // there, the task would run the branch's operand bytes as code
+          // (seen in CI: GDB attached beside a lossless profiler, the
+          // program died of SIGSEGV at call+4). Resumed, it runs nothing
+          // before that SIGTRAP is delivered, and the SIGTRAP stop is
+          // handled as the int3 stop it is (RIP back onto the branch).
+          t->state = Task::kRunning;
+          return;
+        }
         cause = StopCause::kInterrupt;
         break;
       }
