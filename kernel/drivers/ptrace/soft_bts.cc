@@ -255,6 +255,10 @@ class SoftBtsRun {
     }
     int mem_fd = -1;
     PlantMap orig;  // address -> the byte the int3 replaced
+    // Int3s taken out (LiftPlants), with the lift's generation (lift_gen_):
+    // a thread running freely when one was lifted may have trapped on it
+    // just before (OwnLiftedTrap). Pruned to recent generations.
+    std::unordered_map<uint64_t, uint64_t> lifted;
   };
   // What the threads of one process share: the code, so the decode cache
   // and the executable mappings.
@@ -310,6 +314,7 @@ class SoftBtsRun {
     // to single-step the branch under it, to plant again at the next stop.
     bool bs_cont = false;
     bool bs_conted = false;
+    uint64_t conted_gen = 0;  // lift_gen_ when last resumed with PTRACE_CONT
     // Address filters: running untraced outside the filter (resumed with
     // PTRACE_SYSCALL), since gap_from.
     bool outside = false;
@@ -513,6 +518,20 @@ class SoftBtsRun {
     return Planted(t->as.get(), at) &&
            (t->bs_conted || !t->have_prev || t->prev_rip == at);
   }
+  // Whether `t`, resumed with PTRACE_CONT and stopped by a SIGTRAP with RIP
+  // at + 1, ran into an int3 of ours that has been lifted since: the one it
+  // was sent towards, or one that was lifted while it ran (LiftPlants takes
+  // them out one by one while the task runs on: it may pass a lifted one
+  // and trap on the next before that is lifted too). Not the program's own
+  // SIGTRAP then.
+  bool OwnLiftedTrap(const Task* t, uint64_t at) const {
+    if (!t->bs_conted) return false;
+    if (at == t->bs_expect) return true;
+    const Plants* p = t->as != nullptr ? t->as->plants.get() : nullptr;
+    if (p == nullptr) return false;
+    auto it = p->lifted.find(at);
+    return it != p->lifted.end() && it->second > t->conted_gen;
+  }
   // Before a syscall that changes mappings runs (the tracer single-steps
   // syscalls): lifts the int3s where it acts.
   void BeforeMapSyscall(Task* t, const user_regs_struct& regs);
@@ -610,6 +629,7 @@ class SoftBtsRun {
   const pid_t root_;
   std::map<pid_t, std::unique_ptr<Task>> tasks_;  // by tid
   int held_ = 0;                  // tasks held (not resumed)
+  uint64_t lift_gen_ = 0;         // LiftPlants calls that lifted something
   int64_t root_status_ = -1;
   DsArea* last_area_ = nullptr;   // Record's last area, and whose records it holds
   TaskId last_writer_;
@@ -1301,6 +1321,13 @@ void SoftBtsRun::LiftPlants(Plants* p, uint64_t start, uint64_t end) {
     it = p->orig.erase(it);
   }
   if (lifted.empty()) return;
+  ++lift_gen_;
+  if (p->lifted.size() > 65536) {
+    // A task that ran when one of these was lifted has long since stopped.
+    for (auto it = p->lifted.begin(); it != p->lifted.end();)
+      it = it->second + 4096 < lift_gen_ ? p->lifted.erase(it) : std::next(it);
+  }
+  for (uint64_t a : lifted) p->lifted[a] = lift_gen_;
   std::sort(lifted.begin(), lifted.end());
   for (auto& [tid, o] : tasks_) {
     if (o->as == nullptr || o->as->plants.get() != p) continue;
@@ -1326,7 +1353,7 @@ bool SoftBtsRun::UndoInt3(Task* t) {
   user_regs_struct regs;
   if (ptrace(PTRACE_GETREGS, t->id.tid, nullptr, &regs) != 0) return false;
   const uint64_t at = regs.rip - 1;
-  if (!(t->bs_conted && at == t->bs_expect) && !StoppedByPlant(t, at)) return false;
+  if (!OwnLiftedTrap(t, at) && !StoppedByPlant(t, at)) return false;
   regs.rip = at;
   return ptrace(PTRACE_SETREGS, t->id.tid, nullptr, &regs) == 0;
 }
@@ -1470,11 +1497,11 @@ void SoftBtsRun::OnBranchModeTrap(Task* t) {
     return;
   }
   const uint64_t at = regs.rip - 1;
-  // The int3 at the block's end may have been lifted after the task ran
-  // into it (LiftPlants: a mapping change or a code write, then an
-  // interrupt, whose stop comes first: see PTRACE_EVENT_STOP in Handle):
-  // the trap is still ours, as UndoInt3 takes it.
-  if (StoppedByPlant(t, at) || (t->bs_conted && at == t->bs_expect)) {
+  // The int3 may have been lifted after the task ran into it (LiftPlants:
+  // a mapping change or a code write, then an interrupt, whose stop comes
+  // first: see PTRACE_EVENT_STOP in Handle): the trap is still ours, as
+  // UndoInt3 takes it (OwnLiftedTrap).
+  if (StoppedByPlant(t, at) || OwnLiftedTrap(t, at)) {
     // Stopped by an int3 of ours: the task stands on the branch at `at`.
     if (t->bs_conted && at != t->bs_expect && t->as->gates.count(at) == 0)
       t_->resyncs_.fetch_add(1, std::memory_order_relaxed);  // ran past the block's end
@@ -1513,6 +1540,7 @@ void SoftBtsRun::Resume(Task* t) {
                    : t->mode == kStep ? PTRACE_SINGLESTEP
                                       : PTRACE_SINGLEBLOCK;
   t->bs_conted = req == PTRACE_CONT;
+  t->conted_gen = lift_gen_;
   if (t->sw != nullptr) t->resumed_ns = NowNs();
   if (ptrace(req, t->id.tid, nullptr,
              reinterpret_cast<void*>(long(t->pending_sig))) != 0) {

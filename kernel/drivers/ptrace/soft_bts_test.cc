@@ -546,6 +546,31 @@ TEST(SoftBts, BranchSteppingInt3sStayInTheTracedProcess) {
   EXPECT_EQ(file_bytes(), before);
 }
 
+// int3s lifted while a thread runs towards them (LiftPlants: here before
+// each madvise the main thread makes on the worker's code page, 3,000 of
+// them): the worker is interrupted, and whether its int3 trap comes before
+// that interrupt, after it (the kernel reports an interrupt before it
+// dequeues the trap's SIGTRAP), or is reaped after the lift, the trap is
+// taken as ours and the worker goes on at the branch. Before, a trap of a
+// lifted int3 was passed to the program as its own SIGTRAP, which killed it,
+// and an interrupt right after the trap left RIP inside the branch.
+TEST(SoftBts, LiftedInt3sUnderARunningThreadKeepItsBranches) {
+  SoftBtsOptions opt;
+  opt.try_singleblock = false;
+  opt.branch_step = true;
+  std::vector<pfm_bts_raw> recs;
+  SoftBtsTracer::Stats st;
+  const int64_t status = TraceToExit({TestProgram("testdata_lift_race_bin")}, opt, &recs, &st);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "wait status " << status << (WIFSIGNALED(status) ? " (killed by signal " : " (")
+      << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << ")";
+  std::printf("lift_race: %zu branches, %llu int3 stops, %llu resyncs (interrupted towards a "
+              "lifted int3)\n",
+              recs.size(), (unsigned long long)st.branch_stops,
+              (unsigned long long)st.resyncs);
+  EXPECT_GT(st.branch_stops, 1000u);
+}
+
 TEST(SoftBts, RefusesToTraceAProcessWeMayNotTrace) {
   pid_t target = 0;
   ErrorDetail d;
