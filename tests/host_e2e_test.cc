@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "pfm/trace_file.h"
 #include "tests/testing/e2e.h"
 
 namespace pfm {
@@ -312,6 +313,12 @@ TEST_F(HostE2e, FileFilterRecordsOnlyThatFilesBranchesWithGaps) {
     EXPECT_LE(addr(rec.at("to")), hi) << json::serialize(rec);
   }
   EXPECT_EQ(gaps, Num(by_type.at("gap")));
+  // The session's own count (session show's soft_bts.gaps, kept in the
+  // trailer) says the same.
+  absl::StatusOr<Trace> lt = ReadTrace(ls);
+  ASSERT_TRUE(lt.ok()) << lt.status();
+  ASSERT_TRUE(lt->trailer.contains("soft_bts")) << json::serialize(lt->trailer);
+  EXPECT_EQ(Num(lt->trailer.at("soft_bts").at("gaps")), gaps);
   // Refusals: a name no file has; bad ranges and files.
   const std::string bad = dir_ + "/bad.trace";
   r = Pfmctl(socket(), {"record", "--start", "pfm_no_such_fn", "-o", bad, "--", "/bin/ls", "/"});

@@ -121,6 +121,8 @@ json::object SessionToJson(const SessionInfo& s, bool detail) {
         {"int3_stops", t.branch_stops},
         {"emulated", t.emulated},
         {"int3s", t.planted},
+        // Address filters: gap records written (runs outside the filter).
+        {"gaps", t.gaps},
         {"resyncs", t.resyncs},
         {"tasks", t.tasks},
         {"tasks_seen", t.tasks_seen},

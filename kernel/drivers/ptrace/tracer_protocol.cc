@@ -115,7 +115,8 @@ WireStats ToWire(const SoftBtsTracer::Stats& s) {
                    s.resyncs,    s.tasks,          s.tasks_seen,
                    s.processes_seen, s.switches,   s.switch_artifacts,
                    s.switch_errno,
-                   s.branch_stops,  s.emulated,   s.planted};
+                   s.branch_stops,  s.emulated,   s.planted,
+                   s.gaps};
 }
 
 SoftBtsTracer::Stats FromWire(const WireStats& w) {
@@ -136,6 +137,7 @@ SoftBtsTracer::Stats FromWire(const WireStats& w) {
   s.branch_stops = w.branch_stops;
   s.emulated = w.emulated;
   s.planted = w.planted;
+  s.gaps = w.gaps;
   return s;
 }
 

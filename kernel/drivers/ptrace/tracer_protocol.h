@@ -58,7 +58,7 @@ struct WireStats {
   uint64_t steps, branches, singleblock, reg_reads, computed, mispredictions,
       resyncs, tasks, tasks_seen, processes_seen, switches, switch_artifacts;
   int64_t switch_errno;
-  uint64_t branch_stops, emulated, planted;
+  uint64_t branch_stops, emulated, planted, gaps;
 };
 
 // Bytes of a kDrain before its records.
