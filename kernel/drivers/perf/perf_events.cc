@@ -126,25 +126,17 @@ int PerfEvent::Read(PerfCount* out, ErrorDetail* d) const {
   return 0;
 }
 
-int PerfEvent::Enable(ErrorDetail* d) {
-  if (fd_ < 0) return SetError(d, -EBADF, "enabling perf event failed");
-  if (ioctl(fd_, PERF_EVENT_IOC_ENABLE, 0) != 0)
-    return SetError(d, -errno, "enabling perf event failed");
+int PerfEvent::Ioctl(unsigned long request, const char* what, ErrorDetail* d) {
+  if (fd_ < 0) return SetError(d, -EBADF, "%s perf event failed", what);
+  if (ioctl(fd_, request, 0) != 0) return SetError(d, -errno, "%s perf event failed", what);
   for (int fd : more_)
-    if (ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0)
-      return SetError(d, -errno, "enabling perf event failed");
+    if (ioctl(fd, request, 0) != 0) return SetError(d, -errno, "%s perf event failed", what);
   return 0;
 }
 
-int PerfEvent::Disable(ErrorDetail* d) {
-  if (fd_ < 0) return SetError(d, -EBADF, "disabling perf event failed");
-  if (ioctl(fd_, PERF_EVENT_IOC_DISABLE, 0) != 0)
-    return SetError(d, -errno, "disabling perf event failed");
-  for (int fd : more_)
-    if (ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) != 0)
-      return SetError(d, -errno, "disabling perf event failed");
-  return 0;
-}
+int PerfEvent::Enable(ErrorDetail* d) { return Ioctl(PERF_EVENT_IOC_ENABLE, "enabling", d); }
+
+int PerfEvent::Disable(ErrorDetail* d) { return Ioctl(PERF_EVENT_IOC_DISABLE, "disabling", d); }
 
 namespace {
 

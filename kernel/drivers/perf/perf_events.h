@@ -103,6 +103,8 @@ class PerfEvent {
   void Close();
 
  private:
+  // `request` on every fd (all of a process target's threads).
+  int Ioctl(unsigned long request, const char* what, ErrorDetail* d);
   friend int OpenPerfEvent(const perf_event_attr&, PerfTarget, const char*,
                            PerfEvent*, ErrorDetail*);
   int fd_ = -1;
