@@ -621,19 +621,18 @@ size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
   const uint8_t* const end = in + avail;
   pfm_record* o = out;
   pfm_record* const oend = out + max;
-  // Time delta change by lead bits 4 (same) and 6 (adjacent), as an index
-  // bit 0 / bit 1: 1 = same, 3 = +1, 2 = -1; 0 (a delta follows) is not for
-  // this loop.
-  static constexpr uint64_t kDeltaStep[4] = {0, 0, ~uint64_t{0}, 1};
-  // Per lead byte: 0 unless a short branch with a predicted time, else the
-  // kDeltaStep index (bits 0-1, never 0) and the `to` predicted bit (2).
+  // Per lead byte: 0 unless a short branch with a predicted time, else
+  // bit 2 set and bits 0-1 the time delta's change + 1: lead bits 4 (same)
+  // and 6 (adjacent) give 0 for bit 4 only, +1 for both, -1 for bit 6 only
+  // (see the header).
   struct LeadTable {
     uint8_t v[256];
     constexpr LeadTable() : v() {
       for (int b = 0; b < 256; ++b) {
-        const int step = (b >> 4 & 1) | (b >> 5 & 2);
-        if ((b & kTypeMask) == kShortBranch && step != 0)
-          v[b] = static_cast<uint8_t>(step | ((b & kToCachedBit) ? 4 : 0));
+        const bool same = (b & kTimeSameBit) != 0, adj = (b & kTimeAdjBit) != 0;
+        if ((b & kTypeMask) != kShortBranch || (!same && !adj)) continue;
+        const int step = same ? (adj ? 1 : 0) : -1;
+        v[b] = static_cast<uint8_t>(4 | (step + 1));
       }
     }
   };
@@ -649,45 +648,55 @@ size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
     const uint64_t ids = s.pid | uint64_t{s.tid} << 32;
     // A short branch is at most 1 + 3 + 3 bytes here: one 8-byte load from
     // the lead covers it, and must stay inside the input. The record's
-    // length is the loop's critical path (the next record starts there), so
-    // it comes straight from the stop bits of that word: the first stop ends
-    // `from`, the second `to` (when not predicted), without waiting for the
-    // values.
-    const uint8_t* const fast_end = avail >= 8 ? end - 7 : in;
-    while (o != oend && p < fast_end) {
+    // length comes straight from the stop bits of that word (the first stop
+    // ends `from`, the second `to` when not predicted), without waiting for
+    // the values or the table.
+    // The loop runs for a budget of records, so that it checks one bound,
+    // not two: as many as surely fit (7 bytes each, the last load inside
+    // the input) and the output holds; then a new budget.
+    const size_t in_left = static_cast<size_t>(end - p);
+    size_t budget = in_left >= 8 ? (in_left - 1) / 7 : 0;
+    if (budget > static_cast<size_t>(oend - o)) budget = static_cast<size_t>(oend - o);
+    pfm_record* const ostop = o + budget;
+#pragma GCC unroll 2
+    while (o != ostop) {
       uint64_t w;
       memcpy(&w, p, sizeof(w));
-      const uint8_t lead = static_cast<uint8_t>(w);
-      const uint8_t info = kLead.v[lead];
-      const uint64_t stops = ~w & 0x8080808080808000ull;  // bytes 1..7
-      const uint64_t stops_after = stops & (stops - 1);
-      // Byte index of the last byte of `from` (1..3) and of `to`.
-      const size_t end1 = static_cast<size_t>(__builtin_ctzll(stops | (1ull << 63))) >> 3;
-      const size_t end2 =
-          static_cast<size_t>(__builtin_ctzll(stops_after | (1ull << 63))) >> 3;
-      const bool hit = (info & 4) != 0;
-      const size_t n1 = end1;
-      const size_t n2 = end2 - end1;
-      if (info == 0 || n1 > 3 || (!hit && n2 > 3)) break;
+      const uint8_t info = kLead.v[static_cast<uint8_t>(w)];
+      // Stop bits of bytes 1..6 (the last byte of each varint), and two
+      // guard bits in byte 7 so that the second stop always exists.
+      const uint64_t stops = (w & 0x0080808080808000ull) ^ 0xc080808080808000ull;
+      // `to` follows: lead bit 5 clear (read from the word, not the table:
+      // this is on the chain from one record's start to the next).
+      static_assert(kToCachedBit == 1u << 5, "the shift below");
+      const uint64_t nh = (~w >> 5) & 1;
+      // The record's last byte: `from`'s stop when `to` was predicted, the
+      // next stop otherwise (the lowest stop cleared).
+      const unsigned last = static_cast<unsigned>(__builtin_ctzll(stops & (stops - nh))) >> 3;
+      const unsigned end1 = static_cast<unsigned>(__builtin_ctzll(stops)) >> 3;
+      // Both varints at most 3 bytes (the `to` length is 0 when predicted).
+      if (info == 0 || (end1 | (last - end1)) > 3) break;
+      p += last + 1;
       const uint64_t x = w >> 8;
       const uint64_t v1 = ((x & 0x7full) | ((x >> 1) & 0x3f80ull) |
                            ((x >> 2) & 0x1fc000ull)) &
-                          kValueMask[n1];
+                          kValueMask[end1];
       const uint64_t from = branch_to + UnZigZag(v1);
       const size_t slot = ToSlot(from);
-      uint64_t to = s.to_cache[slot];
-      if (!hit) {
+      uint64_t to;
+      if (!nh) {
+        to = s.to_cache[slot];
+      } else {
         const uint64_t x2 = w >> (8 * end1 + 8);
         const uint64_t v2 = ((x2 & 0x7full) | ((x2 >> 1) & 0x3f80ull) |
                              ((x2 >> 2) & 0x1fc000ull)) &
-                            kValueMask[n2];
+                            kValueMask[last - end1];
         to = from + UnZigZag(v2);
       }
-      p += 1 + (hit ? end1 : end2);
-      const uint64_t flip = lead >> 7;  // kPredFlipBit
+      const uint64_t flip = static_cast<uint8_t>(w) >> 7;  // kPredFlipBit
       head ^= (flip * uint64_t{PFM_MISC_BRANCH_PREDICTED}) << 32;
       branch_flags ^= flip * uint64_t{PFM_BTS_RAW_PREDICTED};
-      time_delta += kDeltaStep[info & 3];
+      time_delta += static_cast<uint64_t>(info & 3) - 1;
       time += time_delta;
       // Every byte of the record stored once, a word at a time, straight
       // into place (assembling it on the stack first stalls on store
@@ -706,12 +715,14 @@ size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
       branch_to = to;
       ++o;
     }
+    const bool budget_spent = budget != 0 && o == ostop;
     s.time = time;
     s.time_delta = time_delta;
     s.branch_to = branch_to;
     s.branch_flags = branch_flags;
     s.branch_misc = static_cast<uint32_t>(head >> 32);
     if (o == oend || p == end) break;
+    if (budget_spent) continue;  // more room may be left: a new budget
     // Anything else: one record the checked way.
     const int n = DecodeRecord(p, static_cast<size_t>(end - p), &s, o);
     if (n <= 0) {
