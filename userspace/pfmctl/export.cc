@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,12 +18,19 @@ namespace {
 
 namespace json = boost::json;
 
+// A format written from the whole trace in memory.
 using ExportFn = absl::StatusOr<json::object> (*)(const Trace& trace,
                                                   const ExportRequest& request);
+// A format that streams the trace file itself: sets *records, and *cut to
+// Trace::cut_reason when the trace had no trailer (left alone otherwise).
+using StreamExportFn = absl::StatusOr<json::object> (*)(const ExportRequest& request,
+                                                        uint64_t* records,
+                                                        std::optional<std::string>* cut);
 
 struct ExportFormat {
   const char* name;
-  ExportFn write;
+  ExportFn write;           // one of these
+  StreamExportFn stream;
 };
 
 // perf.data, symbolized with every process's mappings as the trace's MAPS
@@ -55,9 +64,16 @@ absl::StatusOr<json::object> ExportPerf(const Trace& trace, const ExportRequest&
 
 // The Trace Event Format, for Perfetto and chrome://tracing
 // (userspace/pfmctl/timeline.h, docs/timeline.md).
-absl::StatusOr<json::object> ExportChromeJson(const Trace& trace,
-                                              const ExportRequest& request) {
-  const Timeline t = BuildTimeline(trace);
+// Streams the file (BuildTimelineFromFile): the branches are counted per
+// bucket, never held.
+absl::StatusOr<json::object> ExportChromeJson(const ExportRequest& request,
+                                              uint64_t* records,
+                                              std::optional<std::string>* cut) {
+  absl::StatusOr<Timeline> built = BuildTimelineFromFile(request.trace_path);
+  if (!built.ok()) return built.status();
+  const Timeline& t = *built;
+  *records = t.records;
+  if (!t.complete) *cut = t.cut_reason;
   std::ofstream out(request.out_path, std::ios::binary | std::ios::trunc);
   out << ChromeTraceJson(t);
   out.close();
@@ -75,8 +91,8 @@ absl::StatusOr<json::object> ExportChromeJson(const Trace& trace,
 
 // The one table of formats.
 constexpr ExportFormat kExportFormats[] = {
-    {"perf", ExportPerf},
-    {"chrome-json", ExportChromeJson},
+    {"perf", ExportPerf, nullptr},
+    {"chrome-json", nullptr, ExportChromeJson},
 };
 
 const ExportFormat* FindFormat(const std::string& name) {
@@ -103,8 +119,9 @@ absl::Status CheckExportFormat(const std::string& format) {
 absl::StatusOr<ExportResult> ExportTrace(const ExportRequest& request) {
   if (absl::Status s = CheckExportFormat(request.format); !s.ok()) return s;
   const ExportFormat& format = *FindFormat(request.format);
-  absl::StatusOr<Trace> trace = ReadTrace(request.trace_path);
-  if (!trace.ok()) return trace.status();
+  // Opened first, so that a file that is no trace is refused as such.
+  absl::StatusOr<TraceReader> check = TraceReader::Open(request.trace_path);
+  if (!check.ok()) return check.status();
   // Writing would truncate the trace it was read from.
   struct stat in {}, out {};
   if (::stat(request.trace_path.c_str(), &in) == 0 &&
@@ -112,16 +129,25 @@ absl::StatusOr<ExportResult> ExportTrace(const ExportRequest& request) {
       in.st_ino == out.st_ino)
     return absl::InvalidArgumentError(absl::StrCat(
         "export: the output ", request.out_path, " is the trace itself"));
-  absl::StatusOr<json::object> detail = format.write(*trace, request);
-  if (!detail.ok()) return detail.status();
-  if (!trace->complete)
-    return absl::DataLossError(absl::StrCat(request.trace_path, ": trace cut short: ",
-                                            trace->cut_reason,
-                                            "; exported ", trace->records.size(),
-                                            " records to ", request.out_path));
   ExportResult result;
-  result.records = trace->records.size();
-  result.detail = std::move(*detail);
+  std::optional<std::string> cut;
+  if (format.stream != nullptr) {
+    absl::StatusOr<json::object> detail = format.stream(request, &result.records, &cut);
+    if (!detail.ok()) return detail.status();
+    result.detail = std::move(*detail);
+  } else {
+    absl::StatusOr<Trace> trace = ReadTrace(request.trace_path);
+    if (!trace.ok()) return trace.status();
+    absl::StatusOr<json::object> detail = format.write(*trace, request);
+    if (!detail.ok()) return detail.status();
+    result.records = trace->records.size();
+    result.detail = std::move(*detail);
+    if (!trace->complete) cut = trace->cut_reason;
+  }
+  if (cut)
+    return absl::DataLossError(absl::StrCat(request.trace_path, ": trace cut short: ", *cut,
+                                            "; exported ", result.records,
+                                            " records to ", request.out_path));
   return result;
 }
 

@@ -79,50 +79,94 @@ std::string XmlEscape(const std::string& s) {
   return out;
 }
 
-}  // namespace
 
-Timeline BuildTimeline(const Trace& trace) {
-  Timeline t;
-  t.session = UintAt(trace.header, "session").value_or(0);
-  const std::string command = StringAt(trace.header, "command");
-  const std::optional<uint64_t> target_pid = UintAt(trace.header, "pid");
+
+// The timeline in two passes over the records, in any order: Scan sees
+// every record (the time span; the few records slices are made of are kept),
+// Count every branch and PEBS sample again (per-bucket counts need the span
+// first), Finish orders the kept records and builds the slices. Memory: the
+// kept records and the buckets, never the branches.
+class TimelineBuilder {
+ public:
+  void Scan(const pfm_record& r) {
+    if (seen_ == 0 || r.time < start_) start_ = r.time;
+    if (seen_ == 0 || r.time > end_) end_ = r.time;
+    ++seen_;
+    if (r.type != PFM_REC_BRANCH && r.type != PFM_REC_PEBS) events_.push_back(r);
+  }
+  uint64_t scanned() const { return seen_; }
+
+  // After the last Scan: the bucket width from the span.
+  void Begin() {
+    t_.start = seen_ ? start_ : 0;
+    t_.end = seen_ ? end_ : 0;
+    const uint64_t span = t_.end - t_.start;
+    t_.bucket_ns =
+        std::max<uint64_t>(1000, (span + kMaxTimelineBuckets - 1) / kMaxTimelineBuckets);
+    buckets_ = static_cast<size_t>(span / t_.bucket_ns) + 1;
+  }
+
+  // A record seen by Scan (others, outside the span, are not counted).
+  void Count(const pfm_record& r) {
+    if (r.type != PFM_REC_BRANCH && r.type != PFM_REC_PEBS) return;
+    if (r.time < t_.start || r.time > t_.end) return;
+    ThreadTrack& th = Thread(r.pid, r.tid);
+    const size_t bucket = static_cast<size_t>((r.time - t_.start) / t_.bucket_ns);
+    if (r.type == PFM_REC_BRANCH) {
+      if (th.branches_per_bucket.empty()) th.branches_per_bucket.assign(buckets_, 0);
+      ++th.branches_per_bucket[bucket];
+      ++th.branches;
+    } else {
+      if (th.samples_per_bucket.empty()) th.samples_per_bucket.assign(buckets_, 0);
+      ++th.samples_per_bucket[bucket];
+      ++th.samples;
+    }
+  }
+
+  Timeline Finish(const json::object& header, const json::object& trailer);
+
+ private:
+  ThreadTrack& Thread(uint32_t pid, uint32_t tid) {
+    ThreadTrack& th = threads_[{pid, tid}];
+    th.pid = pid;
+    th.tid = tid;
+    return th;
+  }
+
+  Timeline t_;
+  uint64_t seen_ = 0, start_ = 0, end_ = 0;
+  size_t buckets_ = 1;
+  std::vector<pfm_record> events_;  // switches, exits, schedules, losses
+  std::map<std::pair<uint32_t, uint32_t>, ThreadTrack> threads_;
+};
+
+Timeline TimelineBuilder::Finish(const json::object& header, const json::object& trailer) {
+  Timeline t = std::move(t_);
+  t.records = seen_;
+  t.session = UintAt(header, "session").value_or(0);
+  const std::string command = StringAt(header, "command");
+  const std::optional<uint64_t> target_pid = UintAt(header, "pid");
   if (!command.empty() && target_pid) {
     t.title = absl::StrCat("pid ", *target_pid, " (", command, ")");
   } else {
     t.title = absl::StrCat("session ", t.session);
   }
+  // Records need not be in time order (a drain stamps branches after the
+  // switch that ended them); slices are built in time order, equal times
+  // in the trace's order.
+  std::stable_sort(events_.begin(), events_.end(),
+                   [](const pfm_record& a, const pfm_record& b) { return a.time < b.time; });
 
-  std::vector<const pfm_record*> recs;
-  recs.reserve(trace.records.size());
-  for (const pfm_record& r : trace.records) recs.push_back(&r);
-  std::stable_sort(recs.begin(), recs.end(), [](const pfm_record* a, const pfm_record* b) {
-    return a->time < b->time;
-  });
-  if (!recs.empty()) {
-    t.start = recs.front()->time;
-    t.end = recs.back()->time;
-  }
-  const uint64_t span = t.end - t.start;
-  t.bucket_ns = std::max<uint64_t>(1000, (span + kMaxTimelineBuckets - 1) / kMaxTimelineBuckets);
-  const size_t buckets = static_cast<size_t>(span / t.bucket_ns) + 1;
-
-  std::map<std::pair<uint32_t, uint32_t>, ThreadTrack> threads;
   struct Open { uint64_t start; uint16_t cpu; uint32_t slot; };
   std::map<std::pair<uint32_t, uint32_t>, Open> running;
   std::map<uint32_t, RequestTrack> requests;
-  NameRequests(trace.trailer, &requests);
+  NameRequests(trailer, &requests);
   std::map<uint32_t, Open> on_hw;
 
-  auto thread = [&](uint32_t pid, uint32_t tid) -> ThreadTrack& {
-    ThreadTrack& th = threads[{pid, tid}];
-    th.pid = pid;
-    th.tid = tid;
-    return th;
-  };
   auto close_run = [&](uint32_t pid, uint32_t tid, uint64_t end, const char* why) {
     auto it = running.find({pid, tid});
     if (it == running.end()) return false;
-    thread(pid, tid).runs.push_back(RunSlice{it->second.start, end, it->second.cpu, why});
+    Thread(pid, tid).runs.push_back(RunSlice{it->second.start, end, it->second.cpu, why});
     running.erase(it);
     return true;
   };
@@ -137,32 +181,19 @@ Timeline BuildTimeline(const Trace& trace) {
     return true;
   };
 
-  for (const pfm_record* r : recs) {
+  for (const pfm_record& rec : events_) {
+    const pfm_record* r = &rec;
     switch (r->type) {
-      case PFM_REC_BRANCH: {
-        ThreadTrack& th = thread(r->pid, r->tid);
-        if (th.branches_per_bucket.empty()) th.branches_per_bucket.assign(buckets, 0);
-        ++th.branches_per_bucket[static_cast<size_t>((r->time - t.start) / t.bucket_ns)];
-        ++th.branches;
-        break;
-      }
-      case PFM_REC_PEBS: {
-        ThreadTrack& th = thread(r->pid, r->tid);
-        if (th.samples_per_bucket.empty()) th.samples_per_bucket.assign(buckets, 0);
-        ++th.samples_per_bucket[static_cast<size_t>((r->time - t.start) / t.bucket_ns)];
-        ++th.samples;
-        break;
-      }
       case PFM_REC_SWITCH_IN:
         close_run(r->pid, r->tid, r->time, "trace gap");
-        thread(r->pid, r->tid);
+        Thread(r->pid, r->tid);
         running[{r->pid, r->tid}] = Open{r->time, r->cpu, 0};
         break;
       case PFM_REC_SWITCH_OUT: {
         const char* why = (r->misc & PFM_MISC_SWITCH_PREEMPT) ? "preempted" : "voluntary";
         if (!close_run(r->pid, r->tid, r->time, why)) {
           // Running when the trace began.
-          ThreadTrack& th = thread(r->pid, r->tid);
+          ThreadTrack& th = Thread(r->pid, r->tid);
           if (th.runs.empty()) th.runs.push_back(RunSlice{t.start, r->time, r->cpu, why});
         }
         break;
@@ -198,11 +229,67 @@ Timeline BuildTimeline(const Trace& trace) {
   }
   while (!on_hw.empty()) close_on(on_hw.begin()->first, t.end);
 
-  for (auto& [key, th] : threads) t.threads.push_back(std::move(th));
+  for (auto& [key, th] : threads_) t.threads.push_back(std::move(th));
   for (auto& [id, r] : requests) {
     if (r.name.empty()) r.name = absl::StrCat("request ", id);
     t.requests.push_back(std::move(r));
   }
+  return t;
+}
+
+}  // namespace
+
+Timeline BuildTimeline(const Trace& trace) {
+  TimelineBuilder b;
+  for (const pfm_record& r : trace.records) b.Scan(r);
+  b.Begin();
+  for (const pfm_record& r : trace.records) b.Count(r);
+  Timeline t = b.Finish(trace.header, trace.trailer);
+  t.complete = trace.complete;
+  t.cut_reason = trace.cut_reason;
+  return t;
+}
+
+absl::StatusOr<Timeline> BuildTimelineFromFile(const std::string& path) {
+  TimelineBuilder b;
+  json::object header, trailer;
+  bool complete = false;
+  std::string cut_reason;
+  {
+    absl::StatusOr<TraceReader> reader = TraceReader::Open(path);
+    if (!reader.ok()) return reader.status();
+    for (;;) {
+      absl::StatusOr<TraceReader::Event> e = reader->Next();
+      if (!e.ok()) return e.status();
+      if (*e == TraceReader::Event::kEnd) break;
+      if (*e == TraceReader::Event::kRecords)
+        for (const pfm_record& r : reader->records()) b.Scan(r);
+      if (*e == TraceReader::Event::kTrailer) trailer = reader->trailer();
+    }
+    header = reader->header();
+    complete = reader->complete();
+    cut_reason = reader->cut_reason();
+  }
+  b.Begin();
+  // The second pass counts the records the first saw (a file still being
+  // written may have more by now).
+  absl::StatusOr<TraceReader> reader = TraceReader::Open(path);
+  if (!reader.ok()) return reader.status();
+  uint64_t left = b.scanned();
+  while (left > 0) {
+    absl::StatusOr<TraceReader::Event> e = reader->Next();
+    if (!e.ok()) return e.status();
+    if (*e == TraceReader::Event::kEnd) break;
+    if (*e != TraceReader::Event::kRecords) continue;
+    for (const pfm_record& r : reader->records()) {
+      if (left == 0) break;
+      b.Count(r);
+      --left;
+    }
+  }
+  Timeline t = b.Finish(header, trailer);
+  t.complete = complete;
+  t.cut_reason = cut_reason;
   return t;
 }
 

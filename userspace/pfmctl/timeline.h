@@ -14,7 +14,7 @@
 // A slice still open at the end of the trace ends at the trace's last
 // record. Records need not be in time order (a drain stamps branches after
 // the switch that ended them); slices are built from the records sorted by
-// time. Pure functions; thread-compatible.
+// time. Thread-compatible.
 #ifndef PFM_USERSPACE_PFMCTL_TIMELINE_H_
 #define PFM_USERSPACE_PFMCTL_TIMELINE_H_
 
@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "pfm/trace_file.h"
 
 namespace pfm {
@@ -68,6 +69,9 @@ struct Timeline {
   std::vector<RequestTrack> requests;  // by request id
   uint64_t lost = 0;
   uint64_t schedule_records = 0;
+  uint64_t records = 0;       // records it was built from
+  bool complete = true;       // the trace had its trailer (Trace::complete)
+  std::string cut_reason;     // Trace::cut_reason when not
 };
 
 // At most this many branch-count buckets per thread (the bucket width is
@@ -75,6 +79,11 @@ struct Timeline {
 inline constexpr size_t kMaxTimelineBuckets = 1000;
 
 Timeline BuildTimeline(const Trace& trace);
+// The same from a trace file, read twice with TraceReader (the records'
+// span, then the branch and sample counts), holding only the records slices
+// are made of: switches, exits, schedules, losses. Not the branches.
+// TraceReader's errors; a cut file gives the timeline of what was readable.
+absl::StatusOr<Timeline> BuildTimelineFromFile(const std::string& path);
 
 // The Trace Event Format (JSON object form, "traceEvents" plus
 // "displayTimeUnit"): "X" slices, "C" counters, "M" names, "i" instants.

@@ -576,12 +576,12 @@ absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args
   if (!report.ok()) return CancelledIsSigpipe(report.status());
   if (!timeline->empty()) {
     // The picture of when each thread ran and each counter and breakpoint
-    // was on hardware (docs/export.md). It sorts every record by time, so
-    // this one reads the whole file into memory (ReadTrace).
-    absl::StatusOr<Trace> trace = ReadTrace(pos->front());
-    if (!trace.ok()) return trace.status();
+    // was on hardware (docs/export.md), from a second and third streaming
+    // pass over the file (the branches are counted, never held).
+    absl::StatusOr<Timeline> tl = BuildTimelineFromFile(pos->front());
+    if (!tl.ok()) return tl.status();
     std::ofstream svg(*timeline, std::ios::binary | std::ios::trunc);
-    svg << TimelineSvg(BuildTimeline(*trace));
+    svg << TimelineSvg(*tl);
     svg.close();
     if (!svg)
       return absl::UnavailableError(absl::StrCat(*timeline, ": cannot write the timeline"));
