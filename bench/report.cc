@@ -63,6 +63,25 @@ bool ResetPeakRss() {
   return ok;
 }
 
+// One call's time and the peak RSS it added (VmHWM after a reset, minus
+// VmRSS at the reset).
+struct OnceCost {
+  uint64_t ns = 0;
+  uint64_t peak_delta = 0;
+};
+template <typename Fn>
+OnceCost MeasureOnce(Fn fn) {
+  ResetPeakRss();
+  const uint64_t rss0 = StatusBytes("VmRSS:");
+  const uint64_t t0 = MonotonicNs();
+  fn();
+  OnceCost c;
+  c.ns = MonotonicNs() - t0;
+  const uint64_t hwm = StatusBytes("VmHWM:");
+  c.peak_delta = hwm > rss0 ? hwm - rss0 : 0;
+  return c;
+}
+
 double Seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 
 struct Generated {
@@ -228,28 +247,19 @@ int main(int argc, char** argv) {
   }
   // `report --timeline` and `export --format chrome-json`: the timeline
   // streamed from the file (two passes), once, the same way.
-  ResetPeakRss();
-  const uint64_t tl_rss0 = StatusBytes("VmRSS:");
-  const uint64_t tl0 = MonotonicNs();
-  absl::StatusOr<Timeline> tl = BuildTimelineFromFile(path);
-  const uint64_t tl1 = MonotonicNs();
-  const uint64_t tl_hwm = StatusBytes("VmHWM:");
+  absl::StatusOr<Timeline> tl;
+  const OnceCost tl_cost = MeasureOnce([&] { tl = BuildTimelineFromFile(path); });
   if (!tl.ok() || tl->records != report_records) {
     std::fprintf(stderr, "report: timeline: %s\n",
                  tl.ok() ? "record count differs" : std::string(tl.status().message()).c_str());
     return 1;
   }
-  const uint64_t tl_peak = tl_hwm > tl_rss0 ? tl_hwm - tl_rss0 : 0;
   std::fprintf(stderr, "timeline: %.3f s (%.1f M records/s), peak +%.1f MiB\n",
-               Seconds(tl1 - tl0), static_cast<double>(tl->records) / Seconds(tl1 - tl0) / 1e6,
-               static_cast<double>(tl_peak) / (1 << 20));
+               Seconds(tl_cost.ns), static_cast<double>(tl->records) / Seconds(tl_cost.ns) / 1e6,
+               static_cast<double>(tl_cost.peak_delta) / (1 << 20));
   // The former model, once: the whole file in memory.
-  ResetPeakRss();
-  const uint64_t whole_rss0 = StatusBytes("VmRSS:");
-  const uint64_t w0 = MonotonicNs();
-  absl::StatusOr<Trace> whole = ReadTrace(path);
-  const uint64_t w1 = MonotonicNs();
-  const uint64_t whole_hwm = StatusBytes("VmHWM:");
+  absl::StatusOr<Trace> whole;
+  const OnceCost whole_cost = MeasureOnce([&] { whole = ReadTrace(path); });
   const bool whole_ok = whole.ok();
   whole = Trace();
   ::unlink(path.c_str());
@@ -281,13 +291,13 @@ int main(int argc, char** argv) {
       {"vs_raw_read", raw / rep},
       {"hot_top3", hot}};
   doc["timeline_from_file"] = boost::json::object{
-      {"seconds", Seconds(tl1 - tl0)},
-      {"records_per_s", static_cast<double>(tl->records) / Seconds(tl1 - tl0)},
-      {"peak_rss_delta_bytes", tl_peak}};
+      {"seconds", Seconds(tl_cost.ns)},
+      {"records_per_s", static_cast<double>(tl->records) / Seconds(tl_cost.ns)},
+      {"peak_rss_delta_bytes", tl_cost.peak_delta}};
   doc["read_whole_trace"] = boost::json::object{
       {"ok", whole_ok},
-      {"seconds", Seconds(w1 - w0)},
-      {"peak_rss_delta_bytes", whole_hwm > whole_rss0 ? whole_hwm - whole_rss0 : 0}};
+      {"seconds", Seconds(whole_cost.ns)},
+      {"peak_rss_delta_bytes", whole_cost.peak_delta}};
   const bool met = records_per_s >= 5e6 && peak < 100.0 * (1 << 20);
   doc["target"] = boost::json::object{
       {"what", ">= 5 M records/s and peak RSS well under 100 MB for 10 M records"},
