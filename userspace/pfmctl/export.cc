@@ -120,8 +120,7 @@ absl::StatusOr<ExportResult> ExportTrace(const ExportRequest& request) {
   if (absl::Status s = CheckExportFormat(request.format); !s.ok()) return s;
   const ExportFormat& format = *FindFormat(request.format);
   // Opened first, so that a file that is no trace is refused as such.
-  absl::StatusOr<TraceReader> check = TraceReader::Open(request.trace_path);
-  if (!check.ok()) return check.status();
+  if (absl::Status s = TraceReader::Open(request.trace_path).status(); !s.ok()) return s;
   // Writing would truncate the trace it was read from.
   struct stat in {}, out {};
   if (::stat(request.trace_path.c_str(), &in) == 0 &&
