@@ -8,9 +8,13 @@
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <optional>
+#include <functional>
+#include <iterator>
 #include <map>
+#include <optional>
+#include <queue>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -219,9 +223,9 @@ class Bytes {
   void clear() { s_.clear(); }
 
  private:
-  void Le(uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) s_.push_back(static_cast<char>(v >> (8 * i)));
-  }
+  // Little-endian is the host's order (the file is native; see the header).
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
+  void Le(uint64_t v, int bytes) { s_.append(reinterpret_cast<const char*>(&v), bytes); }
   std::string s_;
 };
 
@@ -304,6 +308,244 @@ uint16_t CpuMode(uint64_t addr, bool kernel_hint) {
                                                  : PERF_RECORD_MISC_USER;
 }
 
+// ---- The records: a first pass, then time order ---------------------------
+
+// Distinct requests and threads the first pass keeps track of. A trace names
+// a few; a damaged one could name a new one in every record: past these,
+// requests get no event (as past kMaxEvents) and threads no COMM.
+constexpr size_t kMaxRequestsSeen = 4096;
+constexpr size_t kMaxThreadsSeen = 1 << 16;
+
+// What the writer learns of the records in one pass in file order, before
+// writing any.
+struct RecordScan {
+  explicit RecordScan(size_t chunk) : chunk(chunk) {}
+  uint64_t count = 0;
+  bool branches = false;
+  std::vector<uint32_t> pebs_requests, counter_requests;  // first-seen order
+  std::set<uint32_t> seen_pebs, seen_counter;
+  // The earliest and latest times; the pid of the earliest record (the
+  // first in file order of equal times).
+  uint64_t t_first = 0, t_last = 0;
+  uint32_t first_pid = 0;
+  // Per (pid, tid): where its first record is in time order, {time, index}.
+  std::map<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>> first_of_thread;
+  // The least time of each `chunk` records (TimeOrder's chunks).
+  size_t chunk;
+  std::vector<uint64_t> chunk_min;
+
+  void Add(const pfm_record& r) {
+    if (r.type == PFM_REC_BRANCH) branches = true;
+    if (r.type == PFM_REC_PEBS && seen_pebs.size() < kMaxRequestsSeen &&
+        seen_pebs.insert(r.u.pebs.event).second)
+      pebs_requests.push_back(r.u.pebs.event);
+    if (r.type == PFM_REC_COUNTER && seen_counter.size() < kMaxRequestsSeen &&
+        seen_counter.insert(r.u.counter.request).second)
+      counter_requests.push_back(r.u.counter.request);
+    if (count == 0 || r.time < t_first) {
+      t_first = r.time;
+      first_pid = r.pid;
+    }
+    if (count == 0 || r.time > t_last) t_last = r.time;
+    const std::pair<uint64_t, uint64_t> at{r.time, count};
+    const auto key = std::make_pair(r.pid, r.tid);
+    if (auto it = first_of_thread.find(key); it != first_of_thread.end()) {
+      if (at < it->second) it->second = at;
+    } else if (first_of_thread.size() < kMaxThreadsSeen) {
+      first_of_thread.emplace(key, at);
+    }
+    if (count % chunk == 0) chunk_min.push_back(r.time);
+    else chunk_min.back() = std::min<uint64_t>(chunk_min.back(), r.time);
+    ++count;
+  }
+};
+
+absl::Status WriteAll(int fd, const void* p, size_t n, uint64_t at, const char* what) {
+  const char* b = static_cast<const char*>(p);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::pwrite(fd, b + done, n - done, static_cast<off_t>(at + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)
+      return absl::UnavailableError(
+          absl::StrCat("cannot write ", what, ": ", strerror(w < 0 ? errno : ENOSPC)));
+    done += static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+// An unlinked file for sorted runs, in `dir` (empty: $TMPDIR, else /tmp).
+absl::StatusOr<UniqueFd> OpenRunsFile(std::string dir) {
+  if (dir.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    dir = t != nullptr && *t != '\0' ? t : "/tmp";
+  }
+  UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd.valid() && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    std::string name = dir + "/pfm-export-XXXXXX";  // no O_TMPFILE there
+    fd = UniqueFd(::mkostemp(name.data(), O_CLOEXEC));
+    if (fd.valid()) ::unlink(name.c_str());
+  }
+  if (!fd.valid())
+    return absl::UnavailableError(absl::StrCat(
+        "cannot create a temporary file in ", dir, " to sort the records: ", strerror(errno)));
+  return fd;
+}
+
+bool TimeLess(const pfm_record& a, const pfm_record& b) { return a.time < b.time; }
+
+// The records of one pass in file order, handed on in time order (equal
+// times in file order), in bounded memory. The first pass's least time of
+// each chunk says which of the records held can go when a chunk ends: those
+// no later than every record of the chunks still to come (which come after
+// them in file order). The others are held; past `held_cap`, what is held
+// and every later chunk become sorted runs in a temporary file, merged by
+// Finish. Records handed on before the spill are the sorted order's start,
+// so the merge goes on from there.
+class TimeOrder {
+ public:
+  using Emit = std::function<absl::Status(const pfm_record&)>;
+
+  TimeOrder(const std::vector<uint64_t>& chunk_min, size_t chunk, size_t held_cap,
+            std::string temp_dir, Emit emit)
+      : later_min_(chunk_min.size() + 1, UINT64_MAX), chunk_size_(chunk),
+        held_cap_(held_cap), temp_dir_(std::move(temp_dir)), emit_(std::move(emit)) {
+    for (size_t i = chunk_min.size(); i-- > 0;)
+      later_min_[i] = std::min(later_min_[i + 1], chunk_min[i]);
+    chunk_.reserve(chunk);
+  }
+
+  absl::Status Add(const pfm_record& r) {
+    chunk_.push_back(r);
+    return chunk_.size() == chunk_size_ ? EndChunk(false) : absl::OkStatus();
+  }
+
+  absl::Status Finish() {
+    if (absl::Status s = EndChunk(true); !s.ok()) return s;
+    return runs_.empty() ? absl::OkStatus() : Merge();
+  }
+
+  uint64_t peak_held() const { return peak_held_; }
+  uint64_t runs() const { return runs_.size(); }
+
+ private:
+  struct Run {
+    uint64_t first, n;  // records, in the runs file
+  };
+
+  absl::Status EndChunk(bool last) {
+    if (!std::is_sorted(chunk_.begin(), chunk_.end(), TimeLess))
+      std::stable_sort(chunk_.begin(), chunk_.end(), TimeLess);
+    ++chunks_;
+    if (!runs_.empty()) {  // spilling: the chunk is a run
+      if (!chunk_.empty())
+        if (absl::Status s = Spill(chunk_); !s.ok()) return s;
+      chunk_.clear();
+      return absl::OkStatus();
+    }
+    // What is held comes first in file order: it goes first among equals.
+    merged_.clear();
+    merged_.reserve(held_.size() + chunk_.size());
+    std::merge(held_.begin(), held_.end(), chunk_.begin(), chunk_.end(),
+               std::back_inserter(merged_), TimeLess);
+    held_.swap(merged_);
+    chunk_.clear();
+    const uint64_t limit = last || chunks_ >= later_min_.size() ? UINT64_MAX
+                                                                 : later_min_[chunks_];
+    size_t go = 0;
+    while (go < held_.size() && held_[go].time <= limit) {
+      if (absl::Status s = emit_(held_[go]); !s.ok()) return s;
+      ++go;
+    }
+    held_.erase(held_.begin(), held_.begin() + static_cast<ptrdiff_t>(go));
+    peak_held_ = std::max<uint64_t>(peak_held_, held_.size());
+    if (held_.size() > held_cap_) {  // from here on, sorted runs
+      absl::StatusOr<UniqueFd> fd = OpenRunsFile(temp_dir_);
+      if (!fd.ok()) return fd.status();
+      runs_fd_ = std::move(*fd);
+      if (absl::Status s = Spill(held_); !s.ok()) return s;
+      std::vector<pfm_record>().swap(held_);
+      std::vector<pfm_record>().swap(merged_);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Spill(const std::vector<pfm_record>& sorted) {
+    const Run run{spilled_, sorted.size()};
+    if (absl::Status s = WriteAll(runs_fd_.get(), sorted.data(),
+                                  sorted.size() * sizeof(pfm_record),
+                                  run.first * sizeof(pfm_record), "the sort's temporary file");
+        !s.ok())
+      return s;
+    spilled_ += run.n;
+    runs_.push_back(run);
+    return absl::OkStatus();
+  }
+
+  // A k-way merge of the runs, each read through a buffer; ties go to the
+  // earlier run (earlier in file order).
+  absl::Status Merge() {
+    struct Cursor {
+      uint64_t next = 0, left = 0;  // in the file
+      std::vector<pfm_record> buf;
+      size_t at = 0;
+    };
+    const size_t per_run = std::max<size_t>(
+        64, std::min<size_t>(4096, (size_t{16} << 20) / sizeof(pfm_record) / runs_.size()));
+    std::vector<Cursor> cur(runs_.size());
+    auto fill = [&](Cursor& c) -> absl::Status {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(per_run, c.left));
+      c.buf.resize(n);
+      size_t done = 0;
+      while (done < n * sizeof(pfm_record)) {
+        const ssize_t r = ::pread(runs_fd_.get(), reinterpret_cast<char*>(c.buf.data()) + done,
+                                  n * sizeof(pfm_record) - done,
+                                  static_cast<off_t>(c.next * sizeof(pfm_record) + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+          return absl::UnavailableError(absl::StrCat(
+              "cannot read the sort's temporary file: ", r < 0 ? strerror(errno) : "short"));
+        done += static_cast<size_t>(r);
+      }
+      c.next += n;
+      c.left -= n;
+      c.at = 0;
+      return absl::OkStatus();
+    };
+    using Head = std::pair<uint64_t, size_t>;  // time, run
+    std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
+    for (size_t i = 0; i < runs_.size(); ++i) {
+      cur[i].next = runs_[i].first;
+      cur[i].left = runs_[i].n;
+      if (absl::Status s = fill(cur[i]); !s.ok()) return s;
+      heads.emplace(cur[i].buf[0].time, i);
+    }
+    while (!heads.empty()) {
+      const size_t i = heads.top().second;
+      heads.pop();
+      Cursor& c = cur[i];
+      if (absl::Status s = emit_(c.buf[c.at]); !s.ok()) return s;
+      if (++c.at == c.buf.size()) {
+        if (c.left == 0) continue;
+        if (absl::Status s = fill(c); !s.ok()) return s;
+      }
+      heads.emplace(c.buf[c.at].time, i);
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<uint64_t> later_min_;  // [k]: least time of chunks k and after
+  size_t chunk_size_, held_cap_;
+  std::string temp_dir_;
+  Emit emit_;
+  std::vector<pfm_record> chunk_, held_, merged_;
+  size_t chunks_ = 0;  // chunks ended
+  uint64_t peak_held_ = 0;
+  UniqueFd runs_fd_;
+  uint64_t spilled_ = 0;
+  std::vector<Run> runs_;
+};
+
 // The events a trace needs, and which event each record goes to.
 struct EventPlan {
   std::vector<Event> events;
@@ -321,19 +563,12 @@ std::string BranchesName(const std::string& filter) {
   return "branches";
 }
 
-EventPlan PlanEvents(const Trace& trace, const HeaderInfo& info,
+EventPlan PlanEvents(const RecordScan& scan, const HeaderInfo& info,
                      const std::vector<TrailerCounter>& counters) {
   EventPlan plan;
-  bool branches = info.bts == "history" || info.bts == "lossless";
-  std::vector<uint32_t> pebs_requests, counter_requests;  // first-seen order
-  std::set<uint32_t> seen_pebs, seen_counter;
-  for (const pfm_record& r : trace.records) {
-    if (r.type == PFM_REC_BRANCH) branches = true;
-    if (r.type == PFM_REC_PEBS && seen_pebs.insert(r.u.pebs.event).second)
-      pebs_requests.push_back(r.u.pebs.event);
-    if (r.type == PFM_REC_COUNTER && seen_counter.insert(r.u.counter.request).second)
-      counter_requests.push_back(r.u.counter.request);
-  }
+  const bool branches = scan.branches || info.bts == "history" || info.bts == "lossless";
+  const std::vector<uint32_t>& pebs_requests = scan.pebs_requests;
+  const std::vector<uint32_t>& counter_requests = scan.counter_requests;
   std::vector<Event>& ev = plan.events;
   // The new event's index, or -1 when kMaxEvents are there.
   auto add = [&](perf_event_attr attr, std::string name) {
@@ -490,22 +725,39 @@ class RecordBuilder {
 absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
                                               const PerfDataOptions& options,
                                               const std::string& path) {
-  const HeaderInfo info = ReadHeaderInfo(trace.header);
-  const std::vector<TrailerCounter> counters = ReadTrailerCounters(trace.trailer);
-  const EventPlan plan = PlanEvents(trace, info, counters);
+  return WritePerfData(
+      trace.header, trace.trailer,
+      [&](const PerfRecordVisitor& visit) -> absl::Status {
+        for (const pfm_record& r : trace.records)
+          if (absl::Status s = visit(r); !s.ok()) return s;
+        return absl::OkStatus();
+      },
+      options, path);
+}
+
+absl::StatusOr<PerfDataSummary> WritePerfData(const json::object& header,
+                                              const json::object& trailer,
+                                              const PerfRecordPass& records,
+                                              const PerfDataOptions& options,
+                                              const std::string& path) {
+  const HeaderInfo info = ReadHeaderInfo(header);
+  const std::vector<TrailerCounter> counters = ReadTrailerCounters(trailer);
+  const size_t chunk = std::max<size_t>(1, options.reorder_chunk);
+  RecordScan scan(chunk);
+  if (absl::Status s = records([&](const pfm_record& r) {
+        scan.Add(r);
+        return absl::OkStatus();
+      });
+      !s.ok())
+    return s;
+  const EventPlan plan = PlanEvents(scan, info, counters);
   const std::vector<Event>& events = plan.events;
   const Event& first = events.front();
 
-  // Time order, stable: what perf's ordered delivery yields, so perf shows
-  // records of equal time in the trace's order and no round is out of order.
-  const std::vector<pfm_record>& recs = trace.records;
-  std::vector<size_t> order(recs.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return recs[a].time < recs[b].time; });
-  const uint64_t t_first = recs.empty() ? (options.maps ? options.maps->time_ns : 0)
-                                        : recs[order.front()].time;
-  const uint64_t t_last = recs.empty() ? t_first : recs[order.back()].time;
+  const bool no_records = scan.count == 0;
+  const uint64_t t_first = no_records ? (options.maps ? options.maps->time_ns : 0)
+                                      : scan.t_first;
+  const uint64_t t_last = no_records ? t_first : scan.t_last;
 
   // The task the side records describe: the traced command, else the
   // mappings' process, else the first record's.
@@ -513,7 +765,7 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
   if (info.pid > 0) task = static_cast<uint32_t>(info.pid);
   else if (options.maps != nullptr && options.maps->pid > 0)
     task = static_cast<uint32_t>(options.maps->pid);
-  else if (!recs.empty()) task = recs[order.front()].pid;
+  else if (!no_records) task = scan.first_pid;
 
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid())
@@ -555,10 +807,14 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
   // COMM for the traced command's threads (an exec for its first), then its
   // mappings: before every record in time.
   if (task != 0 && !info.command.empty()) {
+    // The task's threads in the order of their first records in time.
+    std::vector<std::pair<std::pair<uint64_t, uint64_t>, uint32_t>> firsts;
+    for (auto it = scan.first_of_thread.lower_bound({task, 0});
+         it != scan.first_of_thread.end() && it->first.first == task; ++it)
+      if (it->first.second != task) firsts.emplace_back(it->second, it->first.second);
+    std::sort(firsts.begin(), firsts.end());
     std::vector<uint32_t> tids = {task};
-    std::set<uint32_t> seen = {task};
-    for (size_t i : order)
-      if (recs[i].pid == task && seen.insert(recs[i].tid).second) tids.push_back(recs[i].tid);
+    for (const auto& f : firsts) tids.push_back(f.second);
     const std::string comm = CommOf(info.command);
     for (uint32_t tid : tids) {
       Bytes& r = rb.Begin(PERF_RECORD_COMM, tid == task ? PERF_RECORD_MISC_COMM_EXEC : 0);
@@ -632,8 +888,12 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
     return emit(&sum.reads);
   };
 
-  for (size_t i : order) {
-    const pfm_record& rec = recs[i];
+  // The records in time order (perf's ordered delivery would yield that
+  // order anyway; written so, perf shows records of equal time in the
+  // trace's order and no round is out of order).
+  uint64_t written = 0;
+  auto write_record = [&](const pfm_record& rec) -> absl::Status {
+    ++written;
     max_cpu = std::max<uint32_t>(max_cpu, rec.cpu);
     absl::Status s;
     switch (rec.type) {
@@ -740,8 +1000,26 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
         break;
     }
     if (!s.ok()) return s;
-    if (in_round >= kPerfRoundRecords)
-      if (absl::Status rs = finish_round(); !rs.ok()) return rs;
+    if (in_round >= kPerfRoundRecords) return finish_round();
+    return absl::OkStatus();
+  };
+  {
+    TimeOrder order(scan.chunk_min, chunk, options.reorder_held, options.temp_dir,
+                    write_record);
+    uint64_t passed = 0;
+    if (absl::Status s = records([&](const pfm_record& r) {
+          ++passed;
+          return passed <= scan.count ? order.Add(r) : absl::OkStatus();
+        });
+        !s.ok())
+      return s;
+    if (absl::Status s = order.Finish(); !s.ok()) return s;
+    if (passed != scan.count || written != scan.count)
+      return absl::DataLossError(absl::StrCat(
+          "the trace changed while it was exported: ", scan.count,
+          " records in the first pass, ", passed, " in the second"));
+    sum.peak_held = order.peak_held();
+    sum.sort_runs = order.runs();
   }
   // The counters' final values (the trailer's: what `pfmctl report` shows),
   // at the last record's time.
@@ -781,7 +1059,7 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
     }
     features.emplace_back(kPerfFeatEventDesc, f.str());
   }
-  if (!recs.empty()) {
+  if (!no_records) {
     Bytes f;
     f.U64(t_first);
     f.U64(t_last);

@@ -49,10 +49,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernel/uapi/proc_maps.h"
 #include "pfm/trace_file.h"
@@ -80,6 +82,13 @@ inline constexpr uint32_t kPerfRecordFinishedRound = 68;
 // Records between two FINISHED_ROUND records (and one after the last).
 inline constexpr size_t kPerfRoundRecords = 1 << 16;
 
+// The trace's records in file order, each handed to the visitor; the
+// writer asks for two such passes (one to plan the events and learn where
+// time goes backwards, one to write), so a trace file can be read twice
+// instead of held. A visitor's error ends the pass with it.
+using PerfRecordVisitor = std::function<absl::Status(const pfm_record&)>;
+using PerfRecordPass = std::function<absl::Status(const PerfRecordVisitor&)>;
+
 struct PerfDataOptions {
   // The mappings perf symbolizes with: one PERF_RECORD_MMAP2 each, at the
   // start (stamped with the first record's time, so they govern every
@@ -100,6 +109,14 @@ struct PerfDataOptions {
   // from the file now (as `perf record` reads them when it finishes), so
   // perf can tell a rebuilt binary from the one traced (`perf buildid-list`).
   bool build_ids = true;
+  // Putting the records in time order, in bounded memory (docs/export.md):
+  // the records are taken in chunks of `reorder_chunk`; those that must wait
+  // for later chunks are held, up to `reorder_held`; past that, the held
+  // ones and every later chunk become sorted runs in an unlinked file in
+  // `temp_dir` (empty: $TMPDIR, else /tmp), merged at the end.
+  size_t reorder_chunk = size_t{1} << 16;
+  size_t reorder_held = size_t{1} << 18;
+  std::string temp_dir;
 };
 
 struct PerfDataSummary {
@@ -114,16 +131,32 @@ struct PerfDataSummary {
   uint64_t build_ids = 0;           // files with a build-id in HEADER_BUILD_ID
   // One line per file whose build-id now is not the recorded one.
   std::vector<std::string> warnings;
+  // The time ordering: the most records held at once waiting for later
+  // ones, and the sorted runs spilled to a temporary file (0: none).
+  uint64_t peak_held = 0;
+  uint64_t sort_runs = 0;
 };
 
 // Writes `trace` to `path` (created or truncated, mode 0644, owned by the
 // caller: perf refuses another user's file). Records are written in time
-// order (a stable sort: records of equal time keep the trace's order), as
-// perf would deliver them anyway. The trace's header and trailer are input:
+// order (records of equal time keep the trace's order), as perf would
+// deliver them anyway. The trace's header and trailer are input:
 // fields of the wrong type are ignored, never asserted. Errors: the file
 // cannot be created (INVALID_ARGUMENT, naming it and why) or written
 // (UNAVAILABLE, leaving a partial file behind).
 absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
+                                              const PerfDataOptions& options,
+                                              const std::string& path);
+
+// The same from the trace's header and trailer and two passes over its
+// records (a trace file read twice: `pfmctl export` of a big trace). The
+// same bytes as from the Trace holding those records. The second pass must
+// hand out as many records as the first (DATA_LOSS otherwise: the trace
+// changed underneath); a temporary file that cannot be written is
+// UNAVAILABLE.
+absl::StatusOr<PerfDataSummary> WritePerfData(const boost::json::object& header,
+                                              const boost::json::object& trailer,
+                                              const PerfRecordPass& records,
                                               const PerfDataOptions& options,
                                               const std::string& path);
 

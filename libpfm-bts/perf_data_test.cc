@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -444,6 +445,103 @@ TEST(PerfData, RecordsAreWrittenInTimeOrderKeepingTheOrderOfEqualTimes) {
   std::vector<uint64_t> ips;
   for (const PerfRecord& r : f.OfType(PERF_RECORD_SAMPLE)) ips.push_back(r.U64(8));
   EXPECT_EQ(ips, (std::vector<uint64_t>{0x1, 0x21, 0x22, 0x23, 0x3}));
+}
+
+// Records out of time order as a trace has them (per-thread buffers drained
+// in turn: local disorder) plus some far out of place (a late drain), with
+// many equal times; `from` numbers each record in file order.
+std::vector<pfm_record> DisorderedRecords(size_t n) {
+  std::vector<pfm_record> recs;
+  uint64_t seed = 12345;
+  auto rnd = [&]() {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return seed >> 33;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t time = 1000 + i / 4 * 10 + rnd() % 200;  // local disorder, ties
+    if (rnd() % 500 == 0) time = 1000 + rnd() % (n * 3);  // far out of place
+    pfm_record r = Branch(time, 0x400000 + i, 0x500000);
+    r.tid = 42 + static_cast<uint32_t>(rnd() % 3);
+    r.cpu = static_cast<uint32_t>(rnd() % 2);
+    recs.push_back(r);
+  }
+  return recs;
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(PerfData, TimeOrderInBoundedMemoryIsTheStableSortWhetherHeldOrSpilled) {
+  const std::vector<pfm_record> recs = DisorderedRecords(20000);
+  std::vector<pfm_record> sorted = recs;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const pfm_record& a, const pfm_record& b) { return a.time < b.time; });
+  std::vector<uint64_t> want;
+  for (const pfm_record& r : sorted) want.push_back(r.u.branch.from);
+  const Trace t = RecordTrace(recs);
+
+  PerfDataSummary whole, held, spilled;
+  Export(t, "order_whole.data", {}, &whole);  // one chunk: all held at once
+  EXPECT_EQ(whole.sort_runs, 0u);
+  PerfDataOptions small;
+  small.reorder_chunk = 256;
+  small.reorder_held = 1 << 20;
+  PerfFile h = Export(t, "order_held.data", small, &held);
+  EXPECT_EQ(held.sort_runs, 0u);
+  EXPECT_GT(held.peak_held, 0u) << "some records waited for later chunks";
+  EXPECT_LT(held.peak_held, 20000u);
+  small.reorder_held = 100;  // the far-out-of-place records make it spill
+  small.temp_dir = TempPath("");
+  PerfFile sp = Export(t, "order_spilled.data", small, &spilled);
+  EXPECT_GT(spilled.sort_runs, 10u);
+
+  std::vector<uint64_t> got;
+  for (const PerfRecord& r : sp.OfType(PERF_RECORD_SAMPLE)) got.push_back(r.U64(8));
+  EXPECT_EQ(got, want);
+  const std::string bytes = FileBytes(TempPath("order_whole.data"));
+  EXPECT_EQ(h.bytes, bytes);
+  EXPECT_EQ(sp.bytes, bytes);
+  EXPECT_EQ(h.OfType(kPerfRecordFinishedRound).size(), 1u);
+}
+
+TEST(PerfData, TwoPassesThatDisagreeAreDataLossAndAnUnwritableTempDirUnavailable) {
+  const std::vector<pfm_record> recs = DisorderedRecords(1000);
+  const json::object header = RecordTrace({}).header;
+  int pass = 0;
+  auto shrinking = [&](const PerfRecordVisitor& visit) -> absl::Status {
+    const size_t n = ++pass == 1 ? recs.size() : recs.size() - 1;
+    for (size_t i = 0; i < n; ++i)
+      if (absl::Status s = visit(recs[i]); !s.ok()) return s;
+    return absl::OkStatus();
+  };
+  absl::StatusOr<PerfDataSummary> s =
+      WritePerfData(header, {}, shrinking, {}, TempPath("shrunk.data"));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
+  EXPECT_NE(s.status().message().find("1000 records in the first pass, 999"),
+            std::string::npos)
+      << s.status();
+
+  auto whole = [&](const PerfRecordVisitor& visit) -> absl::Status {
+    for (const pfm_record& r : recs)
+      if (absl::Status st = visit(r); !st.ok()) return st;
+    return absl::OkStatus();
+  };
+  PerfDataOptions o;
+  o.reorder_chunk = 16;
+  o.reorder_held = 16;
+  o.temp_dir = TempPath("no/such/dir");
+  s = WritePerfData(header, {}, whole, o, TempPath("spill.data"));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable) << s.status();
+  EXPECT_NE(s.status().message().find("no/such/dir"), std::string::npos) << s.status();
+  o.temp_dir.clear();
+  s = WritePerfData(header, {}, whole, o, TempPath("spill.data"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_GT(s->sort_runs, 0u);
+  EXPECT_EQ(s->samples, 1000u);
 }
 
 TEST(PerfData, RoundsEndEvery64KRecords) {

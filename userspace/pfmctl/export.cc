@@ -18,30 +18,85 @@ namespace {
 
 namespace json = boost::json;
 
-// A format written from the whole trace in memory.
-using ExportFn = absl::StatusOr<json::object> (*)(const Trace& trace,
-                                                  const ExportRequest& request);
-// A format that streams the trace file itself: sets *records, and *cut to
-// Trace::cut_reason when the trace had no trailer (left alone otherwise).
-using StreamExportFn = absl::StatusOr<json::object> (*)(const ExportRequest& request,
-                                                        uint64_t* records,
-                                                        std::optional<std::string>* cut);
+// A format writes from the trace file itself (never the whole trace in
+// memory): sets *records, and *cut to the reader's cut reason when the trace
+// had no trailer (left alone otherwise).
+using ExportFn = absl::StatusOr<json::object> (*)(const ExportRequest& request,
+                                                  uint64_t* records,
+                                                  std::optional<std::string>* cut);
 
 struct ExportFormat {
   const char* name;
-  ExportFn write;           // one of these
-  StreamExportFn stream;
+  ExportFn write;
 };
+
+// The trace's header, MAPS blocks and trailer, its records skipped (one
+// cheap pass), and how many records it has.
+struct TraceMeta {
+  json::object header, trailer;
+  std::vector<ProcessMaps> maps;
+  bool complete = false;
+  std::string cut_reason;
+  uint64_t records = 0;
+};
+
+absl::StatusOr<TraceMeta> ReadTraceMeta(const std::string& path) {
+  TraceReader::Options o;
+  o.skip_records = true;
+  absl::StatusOr<TraceReader> r = TraceReader::Open(path, o);
+  if (!r.ok()) return r.status();
+  TraceMeta m;
+  for (;;) {
+    absl::StatusOr<TraceReader::Event> e = r->Next();
+    if (!e.ok()) return e.status();
+    if (*e == TraceReader::Event::kMaps) m.maps.push_back(r->maps());
+    if (*e == TraceReader::Event::kTrailer) m.trailer = r->trailer();
+    if (*e == TraceReader::Event::kEnd) break;
+  }
+  m.header = r->header();
+  m.complete = r->complete();
+  m.cut_reason = r->cut_reason();
+  m.records = r->records_read();
+  return m;
+}
 
 // perf.data, symbolized with every process's mappings as the trace's MAPS
 // blocks give them over time (children, execs), as `report` names records.
-absl::StatusOr<json::object> ExportPerf(const Trace& trace, const ExportRequest& request) {
+// Streams the file: WritePerfData reads the records twice and puts them in
+// time order in bounded memory (docs/export.md).
+absl::StatusOr<json::object> ExportPerf(const ExportRequest& request, uint64_t* records,
+                                        std::optional<std::string>* cut) {
+  absl::StatusOr<TraceMeta> meta = ReadTraceMeta(request.trace_path);
+  if (!meta.ok()) return meta.status();
   PerfDataOptions options;
-  options.maps = SymbolMaps(trace);
-  for (const ProcessMaps& pm : trace.maps) options.all_maps.push_back(&pm);
+  options.maps = SymbolMaps(meta->maps);
+  for (const ProcessMaps& pm : meta->maps) options.all_maps.push_back(&pm);
   options.cmdline = request.cmdline;
-  absl::StatusOr<PerfDataSummary> s = WritePerfData(trace, options, request.out_path);
+  // Each pass hands out the records the first reading counted (a file still
+  // being written may have more by now).
+  const uint64_t n = meta->records;
+  auto pass = [&](const PerfRecordVisitor& visit) -> absl::Status {
+    absl::StatusOr<TraceReader> reader = TraceReader::Open(request.trace_path);
+    if (!reader.ok()) return reader.status();
+    uint64_t left = n;
+    while (left > 0) {
+      absl::StatusOr<TraceReader::Event> e = reader->Next();
+      if (!e.ok()) return e.status();
+      if (*e == TraceReader::Event::kEnd) break;
+      if (*e != TraceReader::Event::kRecords) continue;
+      for (const pfm_record& r : reader->records()) {
+        if (left == 0) break;
+        if (absl::Status s = visit(r); !s.ok()) return s;
+        --left;
+      }
+    }
+    return absl::OkStatus();
+  };
+  absl::StatusOr<PerfDataSummary> s =
+      WritePerfData(meta->header, meta->trailer, pass, options, request.out_path);
   if (!s.ok()) return s.status();
+  *records = n;
+  if (!meta->complete) *cut = meta->cut_reason;
   json::object skipped;
   for (const auto& [type, count] : s->skipped) skipped[type] = count;
   json::array events;
@@ -52,7 +107,9 @@ absl::StatusOr<json::object> ExportPerf(const Trace& trace, const ExportRequest&
                       {"counter_reads", s->reads},
                       {"data_bytes", s->data_bytes},
                       {"build_ids", s->build_ids},
-                      {"skipped", std::move(skipped)}};
+                      {"skipped", std::move(skipped)},
+                      {"peak_held_records", s->peak_held},
+                      {"sort_runs", s->sort_runs}};
   // Binaries changed since the recording (recorded build-id != the file's).
   if (!s->warnings.empty()) {
     json::array warnings;
@@ -91,8 +148,8 @@ absl::StatusOr<json::object> ExportChromeJson(const ExportRequest& request,
 
 // The one table of formats.
 constexpr ExportFormat kExportFormats[] = {
-    {"perf", ExportPerf, nullptr},
-    {"chrome-json", nullptr, ExportChromeJson},
+    {"perf", ExportPerf},
+    {"chrome-json", ExportChromeJson},
 };
 
 const ExportFormat* FindFormat(const std::string& name) {
@@ -130,19 +187,9 @@ absl::StatusOr<ExportResult> ExportTrace(const ExportRequest& request) {
         "export: the output ", request.out_path, " is the trace itself"));
   ExportResult result;
   std::optional<std::string> cut;
-  if (format.stream != nullptr) {
-    absl::StatusOr<json::object> detail = format.stream(request, &result.records, &cut);
-    if (!detail.ok()) return detail.status();
-    result.detail = std::move(*detail);
-  } else {
-    absl::StatusOr<Trace> trace = ReadTrace(request.trace_path);
-    if (!trace.ok()) return trace.status();
-    absl::StatusOr<json::object> detail = format.write(*trace, request);
-    if (!detail.ok()) return detail.status();
-    result.records = trace->records.size();
-    result.detail = std::move(*detail);
-    if (!trace->complete) cut = trace->cut_reason;
-  }
+  absl::StatusOr<json::object> detail = format.write(request, &result.records, &cut);
+  if (!detail.ok()) return detail.status();
+  result.detail = std::move(*detail);
   if (cut)
     return absl::DataLossError(absl::StrCat(request.trace_path, ": trace cut short: ", *cut,
                                             "; exported ", result.records,

@@ -1,7 +1,7 @@
 // `pfmctl export` and `record --output-format`: a trace file (pfm/trace_file.h)
 // in another tool's format. The formats are one table, kExportFormats in
-// export.cc: a name and the function that writes a read trace in that
-// format. Adding a format is one entry there (and its writer); the flag
+// export.cc: a name and the function that writes the trace file in that
+// format, reading it as it goes (no format holds the whole trace). Adding a format is one entry there (and its writer); the flag
 // checks, the help text (PfmctlUsage) and the messages all read the table.
 //
 // Formats: "perf" (perf.data for perf script / perf report;
@@ -46,7 +46,7 @@ std::string ExportFormatList(const char* separator = ", ");
 // "unknown export format 'X' (formats: perf)".
 absl::Status CheckExportFormat(const std::string& format);
 
-// Reads the trace (ReadTrace: NOT_FOUND for a missing file,
+// Reads the trace (TraceReader: NOT_FOUND for a missing file,
 // INVALID_ARGUMENT for what is not a trace, a directory or another kind of
 // file), writes it in `format`. The output may not be the trace itself
 // (INVALID_ARGUMENT). A trace cut short or damaged is exported as far as

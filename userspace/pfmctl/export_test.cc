@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "kernel/uapi/pfm_uapi.h"
+#include "libpfm-bts/perf_data.h"
 #include "pfm/trace_file.h"
 
 namespace pfm {
@@ -86,6 +87,71 @@ TEST(Export, CompleteTraceIsExportedWithTheFormatsSummary) {
   EXPECT_EQ(boost::json::serialize(r->detail["samples"]), "5");
   EXPECT_EQ(boost::json::serialize(r->detail["side_records"]), "2") << "COMM and one MMAP2";
   EXPECT_EQ(boost::json::serialize(r->detail["events"]), R"(["branches"])");
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(Export, PerfStreamsTheFileAndWritesWhatTheWholeTraceInMemoryGives) {
+  // 200,000 branches of 3 threads, out of time order within and across the
+  // reorder's chunks (64 Ki records), in 1,000-record pieces, with an exec's
+  // MAPS block halfway, and counters in the trailer.
+  const std::string path = TempPath("big.pfmtrace");
+  absl::StatusOr<TraceWriter> w = TraceWriter::Create(
+      path, {{"kind", "record"}, {"command", "prog arg"}, {"pid", 42}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  ProcessMaps m1, m2;
+  m1.pid = m2.pid = 42;
+  m1.mappings.push_back({0x401000, 0x402000, 0x1000, "/bin/prog", false, false});
+  m2.mappings.push_back({0x401000, 0x403000, 0x1000, "/bin/other", false, false});
+  m2.time_ns = 1000 + 100000 * 5;
+  ASSERT_TRUE(w->AppendMaps(m1).ok());
+  uint64_t seed = 7;
+  std::vector<pfm_record> piece;
+  for (int i = 0; i < 200000; ++i) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    pfm_record r = Branch(1000 + i * 5 + (seed >> 40) % 3000);
+    r.tid = 42 + static_cast<uint32_t>((seed >> 20) % 3);
+    r.u.branch.from = 0x401000 + i % 4096;
+    piece.push_back(r);
+    if (piece.size() == 1000) {
+      ASSERT_TRUE(w->Append(piece.data(), piece.size()).ok());
+      piece.clear();
+    }
+    if (i == 100000) {
+      ASSERT_TRUE(w->AppendMaps(m2).ok());
+    }
+  }
+  ASSERT_TRUE(w->Finish({{"records", 200000},
+                         {"counters", boost::json::array{{{"event", "task-clock"},
+                                                          {"value", 123},
+                                                          {"time_enabled", 10},
+                                                          {"time_running", 10}}}}})
+                  .ok());
+  const std::vector<std::string> cmdline = {"pfmctl", "export", path};
+  absl::StatusOr<ExportResult> r =
+      ExportTrace({path, TempPath("big.data"), "perf", cmdline});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->records, 200000u);
+  EXPECT_EQ(boost::json::serialize(r->detail["samples"]), "200000");
+  EXPECT_EQ(boost::json::serialize(r->detail["sort_runs"]), "0");
+  const uint64_t held = r->detail["peak_held_records"].as_uint64();
+  EXPECT_GT(held, 0u);
+  EXPECT_LT(held, 4000u) << "only what overlaps the next chunk waits";
+
+  absl::StatusOr<Trace> t = ReadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  PerfDataOptions o;
+  o.maps = &t->maps.back();
+  for (const ProcessMaps& pm : t->maps) o.all_maps.push_back(&pm);
+  o.cmdline = cmdline;
+  ASSERT_TRUE(WritePerfData(*t, o, TempPath("big_in_memory.data")).ok());
+  const std::string streamed = FileBytes(TempPath("big.data"));
+  EXPECT_GT(streamed.size(), 200000u * 48);
+  EXPECT_TRUE(streamed == FileBytes(TempPath("big_in_memory.data")))
+      << "the streamed export differs from the in-memory one";
 }
 
 TEST(Export, CutShortTraceIsExportedAsFarAsItReadsThenDataLoss) {
