@@ -149,29 +149,12 @@ namespace {
 // attaches when addresses of the program are given (the filter's ranges
 // and the start address are the program's, not the held copy's).
 int RunToExec(pid_t pid) {
-  if (ptrace(PTRACE_SEIZE, pid, nullptr,
-             reinterpret_cast<void*>(long{PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL})) != 0) {
-    std::perror("PTRACE_SEIZE");
-    return -errno;
-  }
   ErrorDetail d;
-  if (int rc = Release(pid, &d); rc != 0) {
-    std::fprintf(stderr, "Release: %s\n", d.message);
-    return rc;
-  }
-  for (;;) {
-    int st = 0;
-    if (waitpid(pid, &st, __WALL) != pid || WIFEXITED(st) || WIFSIGNALED(st)) return -ECHILD;
-    if (!WIFSTOPPED(st)) continue;
-    if ((st >> 16) == PTRACE_EVENT_EXEC) break;
-    const int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
-    ptrace(PTRACE_CONT, pid, nullptr, reinterpret_cast<void*>(long{sig}));
-  }
-  kill(pid, SIGSTOP);
-  if (ptrace(PTRACE_DETACH, pid, nullptr, nullptr) != 0) return -errno;
-  int st = 0;
-  if (waitpid(pid, &st, WUNTRACED) != pid || !WIFSTOPPED(st)) return -ECHILD;
-  return 0;
+  int status = 0;
+  int rc = ReleaseToExecStop(pid, &status, &d);
+  if (rc == 0) rc = DetachStopped(pid, &status, &d);
+  if (rc != 0) std::fprintf(stderr, "%s\n", d.message);
+  return rc;
 }
 
 }  // namespace

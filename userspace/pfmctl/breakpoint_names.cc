@@ -149,38 +149,24 @@ absl::Status LaunchedChild::ResolveNames(SessionSpec* spec) {
   if ((!spec->HasUnresolvedNames() && !ranges) || state_ != State::kHeld)
     return absl::OkStatus();
   // EXITKILL: if pfmctl dies now, the child does not run on untraced.
-  if (::ptrace(PTRACE_SEIZE, pid_, nullptr,
-               reinterpret_cast<void*>(long{PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL})) != 0)
-    return absl::InternalError(
-        absl::StrCat("cannot trace the command to resolve breakpoint names: ",
-                     std::strerror(errno)));
   ErrorDetail d;
-  if (Release(pid_, &d) < 0) {
-    ::ptrace(PTRACE_DETACH, pid_, nullptr, nullptr);
-    return absl::InternalError(absl::StrCat("cannot start the command: ", d.message));
+  int status = 0;
+  const int rc = ReleaseToExecStop(pid_, &status, &d);
+  if (rc == -ECHILD) {
+    state_ = State::kReaped;
+    return absl::InternalError(
+        absl::StrCat("the command ended before its program started (", ExitText(status), ")"));
+  }
+  if (rc != 0) {  // ended (abandoned or killed): still to reap
+    state_ = State::kExecStopped;
+    return absl::InternalError(
+        absl::StrCat("cannot start the command under ptrace to resolve names: ", d.message));
   }
   state_ = State::kExecStopped;
   auto fail = [&](absl::Status s) {
     Kill();
     return s;
   };
-  // Until the exec: nothing else stops it before (it only reads its go
-  // byte), but a signal is passed on.
-  for (;;) {
-    int st = 0;
-    if (WaitFor(pid_, &st, __WALL) != pid_)
-      return fail(absl::InternalError(absl::StrCat("waiting for the command's exec: ",
-                                                   std::strerror(errno))));
-    if (WIFEXITED(st) || WIFSIGNALED(st)) {
-      state_ = State::kReaped;
-      return absl::InternalError(
-          absl::StrCat("the command ended before its program started (", ExitText(st), ")"));
-    }
-    if (!WIFSTOPPED(st)) continue;
-    if ((st >> 16) == PTRACE_EVENT_EXEC) break;
-    const int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
-    ::ptrace(PTRACE_CONT, pid_, nullptr, reinterpret_cast<void*>(long{sig}));
-  }
   const std::string exe = Exe(pid_);
   absl::StatusOr<std::vector<Mapping>> maps = ReadProcMaps(pid_);
   if (!maps.ok()) return fail(maps.status());
@@ -206,20 +192,14 @@ absl::Status LaunchedChild::ResolveNames(SessionSpec* spec) {
                                          "are not searched: attach with -p PID once it runs"))
                       : s);
   }
-  // Hand it over stopped: SIGSTOP is queued while pfmctl still holds it, so
-  // it stops before its next instruction once detached.
-  ::kill(pid_, SIGSTOP);
-  if (::ptrace(PTRACE_DETACH, pid_, nullptr, nullptr) != 0)
-    return fail(absl::InternalError(
-        absl::StrCat("cannot hand the command over: PTRACE_DETACH: ", std::strerror(errno))));
-  int st = 0;
-  if (WaitFor(pid_, &st, WUNTRACED) != pid_ || !WIFSTOPPED(st)) {
-    if (WIFEXITED(st) || WIFSIGNALED(st)) {
+  // Hand it over stopped, for pfmd to attach before its next instruction.
+  if (int hr = DetachStopped(pid_, &status, &d); hr != 0) {
+    if (hr == -ECHILD) {
       state_ = State::kReaped;
       return absl::InternalError(
-          absl::StrCat("the command ended while starting (", ExitText(st), ")"));
+          absl::StrCat("the command ended while starting (", ExitText(status), ")"));
     }
-    return fail(absl::InternalError("the command did not stop to be handed over"));
+    return absl::InternalError(absl::StrCat("cannot hand the command over: ", d.message));
   }
   return absl::OkStatus();
 }

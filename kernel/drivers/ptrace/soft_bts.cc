@@ -24,6 +24,7 @@
 #include <cassert>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -2639,5 +2640,65 @@ static int SendGo(pid_t pid, bool go, ErrorDetail* d) {
 int Release(pid_t pid, ErrorDetail* d) { return SendGo(pid, true, d); }
 
 int Abandon(pid_t pid, ErrorDetail* d) { return SendGo(pid, false, d); }
+
+namespace {
+
+pid_t WaitNoIntr(pid_t pid, int* st, int flags) {
+  for (;;) {
+    const pid_t r = waitpid(pid, st, flags);
+    if (r >= 0 || errno != EINTR) return r;
+  }
+}
+
+}  // namespace
+
+int ReleaseToExecStop(pid_t pid, int* status, ErrorDetail* d) {
+  if (ptrace(PTRACE_SEIZE, pid, nullptr,
+             reinterpret_cast<void*>(long{PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL})) != 0) {
+    const int e = errno;
+    Abandon(pid, nullptr);
+    return SetError(d, -e, "PTRACE_SEIZE of %d: %s", pid, strerror(e));
+  }
+  if (int rc = Release(pid, d); rc != 0) {
+    kill(pid, SIGKILL);
+    return rc;
+  }
+  for (;;) {
+    int st = 0;
+    if (WaitNoIntr(pid, &st, __WALL) != pid) {
+      const int e = errno;
+      kill(pid, SIGKILL);
+      return SetError(d, -e, "waiting for %d's exec: %s", pid, strerror(e));
+    }
+    if (WIFEXITED(st) || WIFSIGNALED(st)) {
+      if (status != nullptr) *status = st;
+      return SetError(d, -ECHILD, "%d ended before its program started", pid);
+    }
+    if (!WIFSTOPPED(st)) continue;
+    if ((st >> 16) == PTRACE_EVENT_EXEC) return 0;
+    // A signal-delivery stop is passed on; other stops (group-stop) resume.
+    const int sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0;
+    ptrace(PTRACE_CONT, pid, nullptr, reinterpret_cast<void*>(long{sig}));
+  }
+}
+
+int DetachStopped(pid_t pid, int* status, ErrorDetail* d) {
+  // Queued while held: it stops before its next instruction once detached.
+  kill(pid, SIGSTOP);
+  if (ptrace(PTRACE_DETACH, pid, nullptr, nullptr) != 0) {
+    const int e = errno;
+    kill(pid, SIGKILL);
+    return SetError(d, -e, "PTRACE_DETACH of %d: %s", pid, strerror(e));
+  }
+  int st = 0;
+  if (WaitNoIntr(pid, &st, WUNTRACED) != pid) {
+    const int e = errno;
+    kill(pid, SIGKILL);
+    return SetError(d, -e, "waiting for %d to stop: %s", pid, strerror(e));
+  }
+  if (WIFSTOPPED(st)) return 0;
+  if (status != nullptr) *status = st;
+  return SetError(d, -ECHILD, "%d ended instead of stopping", pid);
+}
 
 }  // namespace pfm

@@ -401,6 +401,23 @@ int Release(pid_t pid, ErrorDetail* d);
 // Makes a waiting SpawnStopped child exit(126) without running anything.
 int Abandon(pid_t pid, ErrorDetail* d);
 
+// For a tracer that needs the program's own addresses (address filters, a
+// start address, names resolved in it) before it attaches: lets a
+// SpawnStopped child exec under the caller's ptrace (PTRACE_SEIZE with
+// PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL: if the caller dies, so does the
+// child) and waits for the exec stop: the program loaded, none of it run.
+// Signals that stop it before are passed on. 0 there; -ECHILD with
+// *status (a wait status) when it ended first (126: abandoned, 127: exec
+// failed), reaped; another -errno otherwise, the child abandoned or killed
+// (the caller reaps it).
+int ReleaseToExecStop(pid_t pid, int* status, ErrorDetail* d);
+// Hands a child in one of the caller's ptrace stops on, stopped: SIGSTOP
+// queued while it is held, PTRACE_DETACH, then a wait until it stops
+// before its next instruction, for another tracer to attach (and SIGCONT
+// it). 0; -ECHILD with *status when it ended instead, reaped; another
+// -errno otherwise, the child killed (the caller reaps it).
+int DetachStopped(pid_t pid, int* status, ErrorDetail* d);
+
 }  // namespace pfm
 
 #endif  // PFM_KERNEL_DRIVERS_PTRACE_SOFT_BTS_H_

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
@@ -166,6 +168,33 @@ int64_t TraceToExit(const std::vector<std::string>& argv, const SoftBtsOptions& 
   *st = t->stats();
   if (from_exec) recs->erase(recs->begin(), recs->begin() + sink.records_at_exec());
   return status;
+}
+
+// As TraceToExit, attached at the program's exec stop (ReleaseToExecStop,
+// DetachStopped), as pfmctl does when a filter names the program's own
+// addresses.
+int64_t TraceFromExecStop(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
+                          std::vector<pfm_bts_raw>* recs, SoftBtsTracer::Stats* st) {
+  pid_t pid = 0;
+  ErrorDetail d;
+  EXPECT_EQ(SpawnStopped(argv, &pid, &d), 0) << d.message;
+  int status = 0;
+  EXPECT_EQ(ReleaseToExecStop(pid, &status, &d), 0) << d.message;
+  EXPECT_EQ(DetachStopped(pid, &status, &d), 0) << d.message;
+  RecordingSink sink;
+  std::unique_ptr<SoftBtsTracer> t;
+  EXPECT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
+  if (t == nullptr) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
+  }
+  EXPECT_EQ(kill(pid, SIGCONT), 0);
+  const int64_t exit_status = sink.WaitExit();
+  t->Stop();
+  *recs = sink.records();
+  *st = t->stats();
+  return exit_status;
 }
 
 // "" when `a` and `b` hold the same branches in the same order; else where
@@ -434,6 +463,93 @@ TEST(SoftBts, FileFilterRecordsExactlyTheFilesBranches) {
               got.size(), gaps, (unsigned long long)sb.branch_stops,
               (unsigned long long)sb.steps);
   EXPECT_LT(sb.branch_stops + sb.steps, (sa.branch_stops + sa.steps) / 2);
+}
+
+// The exec-stop hand-over: a program that cannot exec ends before its exec
+// stop (-ECHILD, reaped, status 127); one that can stops there, is handed
+// over stopped, and runs on when continued.
+TEST(SoftBts, ReleaseToExecStopAndDetachStoppedHandOverAtTheProgramsStart) {
+  pid_t pid = 0;
+  ErrorDetail d;
+  ASSERT_EQ(SpawnStopped({"/nonexistent/program"}, &pid, &d), 0) << d.message;
+  int status = 0;
+  EXPECT_EQ(ReleaseToExecStop(pid, &status, &d), -ECHILD);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 127) << status;
+  EXPECT_EQ(waitpid(pid, nullptr, WNOHANG), -1) << "reaped already";
+
+  const std::string out = TmpPath("exec_stop_loop");
+  ASSERT_EQ(SpawnStopped({TestProgram("testdata_loop_bin"), "10", out}, &pid, &d), 0);
+  ASSERT_EQ(ReleaseToExecStop(pid, &status, &d), 0) << d.message;
+  // At the exec stop: the program's image, none of it run (no output yet).
+  char exe[PATH_MAX] = {};
+  ASSERT_GT(readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), exe, sizeof exe - 1), 0);
+  EXPECT_NE(std::string(exe).find("testdata_loop_bin"), std::string::npos) << exe;
+  EXPECT_EQ(ReadHexFile(out), 0u);
+  ASSERT_EQ(DetachStopped(pid, &status, &d), 0) << d.message;
+  EXPECT_EQ(waitpid(pid, &status, WNOHANG), 0) << "stopped, not ended";
+  ASSERT_EQ(kill(pid, SIGCONT), 0);
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_NE(ReadHexFile(out), 0u);
+}
+
+// Ways back into a range filter that bypass a function's entry: a return
+// to the call that left (setjmp's, escape's), a longjmp from outside into
+// the middle of the function (to setjmp's return address, a gate since the
+// call to setjmp left), a signal handler inside entered from outside, a
+// callback inside called by qsort. Every branch from the filtered section
+// that an unfiltered run records is recorded, in the same order: none is
+// missed after a way back (ASLR off: the same addresses; the program is
+// static and not PIE).
+TEST(SoftBts, RangeFilterIsReenteredByReturnLongjmpSignalHandlerAndCallback) {
+  const int old = personality(0xffffffff);
+  ASSERT_NE(old, -1);
+  if (personality(old | ADDR_NO_RANDOMIZE) == -1)
+    GTEST_SKIP() << "cannot turn address-space randomisation off";
+  constexpr long kRounds = 30;
+  const std::string out = TmpPath("reentry_range");
+  const std::vector<std::string> argv = {TestProgram("testdata_reentry_bin"),
+                                         std::to_string(kRounds), out};
+  SoftBtsOptions all;
+  all.branch_step = true;
+  std::vector<pfm_bts_raw> a, b;
+  SoftBtsTracer::Stats sa, sb;
+  EXPECT_EQ(TraceFromExecStop(argv, all, &a, &sa), 0);
+  uint64_t lo = 0, hi = 0;
+  {
+    std::ifstream in(out);
+    std::string l, h;
+    in >> l >> h;
+    lo = std::strtoull(l.c_str(), nullptr, 16);
+    hi = std::strtoull(h.c_str(), nullptr, 16);
+  }
+  ASSERT_LT(lo, hi);
+  SoftBtsOptions filtered = all;
+  filtered.filter_ranges = {{lo, hi}};
+  EXPECT_EQ(TraceFromExecStop(argv, filtered, &b, &sb), 0);
+  personality(old);
+  std::vector<pfm_bts_raw> want, got;
+  size_t gaps = 0;
+  for (const pfm_bts_raw& r : a)
+    if (r.from >= lo && r.from < hi) want.push_back(r);
+  for (const pfm_bts_raw& r : b) {
+    if (r.flags & PFM_BTS_RAW_GAP) {
+      ++gaps;
+      continue;
+    }
+    EXPECT_TRUE(r.from >= lo && r.from < hi) << std::hex << r.from;
+    got.push_back(r);
+  }
+  // Each round: the loop's and the sort's own branches, a dozen callbacks.
+  ASSERT_GT(want.size(), static_cast<size_t>(kRounds) * 20);
+  EXPECT_EQ(FirstDifference(want, got), "");
+  // Each round leaves at least three times: setjmp, escape, qsort.
+  EXPECT_GE(gaps, static_cast<size_t>(kRounds) * 3);
+  EXPECT_EQ(sb.gaps, gaps);
+  EXPECT_EQ(sb.resyncs, 0u);
+  std::printf("reentry %ld: unfiltered %zu branches (%zu from the section); filtered %zu, "
+              "%zu gaps\n",
+              kRounds, a.size(), want.size(), got.size(), gaps);
 }
 
 void RunCountsEveryBackwardBranchOfAKnownLoop(bool branch_step) {
