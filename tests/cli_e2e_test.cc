@@ -51,6 +51,23 @@ TEST_F(CliE2e, BufferSizesThatMeanNothingOrTwoThingsAreRefused) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// perf's -t takes a list; pfmctl's takes one thread (docs/pfmctl.md): a
+// list is a usage error that starts nothing, for record and stat alike.
+TEST_F(CliE2e, DashTTakesOneThreadAndRefusesAList) {
+  const std::string out = ::testing::TempDir() + "/dash_t.pfmtrace";
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"record", "-t", "101,102", "-o", out},
+        std::vector<std::string>{"stat", "-t", "101,102"}}) {
+    testing::Result r = Pfmctl(socket(), args);
+    EXPECT_EQ(r.exit_code, 2) << args[0];
+    EXPECT_EQ(r.err, "pfmctl: INVALID_ARGUMENT: -t '101,102': expected an integer in "
+                     "1..1073741823\n")
+        << args[0];
+  }
+  EXPECT_EQ(::access(out.c_str(), F_OK), -1) << "no trace file";
+  EXPECT_EQ(Sessions(), 0u);
+}
+
 // perf's -e is --counter.
 TEST_F(CliE2e, DashEIsACounter) {
   const json::value c = PfmctlJson(socket(), {"--json", "session", "create", "--pid", "1000",
