@@ -75,22 +75,8 @@ absl::StatusOr<json::object> ExportPerf(const ExportRequest& request, uint64_t* 
   // Each pass hands out the records the first reading counted (a file still
   // being written may have more by now).
   const uint64_t n = meta->records;
-  auto pass = [&](const PerfRecordVisitor& visit) -> absl::Status {
-    absl::StatusOr<TraceReader> reader = TraceReader::Open(request.trace_path);
-    if (!reader.ok()) return reader.status();
-    uint64_t left = n;
-    while (left > 0) {
-      absl::StatusOr<TraceReader::Event> e = reader->Next();
-      if (!e.ok()) return e.status();
-      if (*e == TraceReader::Event::kEnd) break;
-      if (*e != TraceReader::Event::kRecords) continue;
-      for (const pfm_record& r : reader->records()) {
-        if (left == 0) break;
-        if (absl::Status s = visit(r); !s.ok()) return s;
-        --left;
-      }
-    }
-    return absl::OkStatus();
+  auto pass = [&](const PerfRecordVisitor& visit) {
+    return ForFirstRecords(request.trace_path, n, visit);
   };
   absl::StatusOr<PerfDataSummary> s =
       WritePerfData(meta->header, meta->trailer, pass, options, request.out_path);

@@ -273,20 +273,13 @@ absl::StatusOr<Timeline> BuildTimelineFromFile(const std::string& path) {
   b.Begin();
   // The second pass counts the records the first saw (a file still being
   // written may have more by now).
-  absl::StatusOr<TraceReader> reader = TraceReader::Open(path);
-  if (!reader.ok()) return reader.status();
-  uint64_t left = b.scanned();
-  while (left > 0) {
-    absl::StatusOr<TraceReader::Event> e = reader->Next();
-    if (!e.ok()) return e.status();
-    if (*e == TraceReader::Event::kEnd) break;
-    if (*e != TraceReader::Event::kRecords) continue;
-    for (const pfm_record& r : reader->records()) {
-      if (left == 0) break;
-      b.Count(r);
-      --left;
-    }
-  }
+  if (absl::Status s = ForFirstRecords(path, b.scanned(),
+                                       [&](const pfm_record& r) {
+                                         b.Count(r);
+                                         return absl::OkStatus();
+                                       });
+      !s.ok())
+    return s;
   Timeline t = b.Finish(header, trailer);
   t.complete = complete;
   t.cut_reason = cut_reason;

@@ -163,6 +163,28 @@ class TraceReader {
 // Records per kRecords piece of TraceReader: 256 KiB.
 inline constexpr size_t kTraceReaderChunk = 4096;
 
+// A later pass over a trace file: `fn(const pfm_record&)` (returning
+// absl::Status) on its first `n` records in file order, or as many as it
+// has; stops at fn's first error and returns it. `n` is what an earlier
+// pass counted, since a file still being written may have more by now.
+template <typename Fn>
+absl::Status ForFirstRecords(const std::string& path, uint64_t n, Fn&& fn) {
+  absl::StatusOr<TraceReader> reader = TraceReader::Open(path);
+  if (!reader.ok()) return reader.status();
+  while (n > 0) {
+    absl::StatusOr<TraceReader::Event> e = reader->Next();
+    if (!e.ok()) return e.status();
+    if (*e == TraceReader::Event::kEnd) break;
+    if (*e != TraceReader::Event::kRecords) continue;
+    for (const pfm_record& r : reader->records()) {
+      if (n == 0) break;
+      if (absl::Status s = fn(r); !s.ok()) return s;
+      --n;
+    }
+  }
+  return absl::OkStatus();
+}
+
 struct Trace {
   boost::json::object header;
   std::vector<pfm_record> records;
