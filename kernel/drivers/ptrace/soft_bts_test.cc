@@ -148,53 +148,49 @@ const Mapping* FindMap(const std::vector<Mapping>& maps, uint64_t addr) {
   return nullptr;
 }
 
+// Where a run's tracer attaches and its records start.
+enum class From {
+  kSpawn,     // before the exec: every record
+  kExec,      // before the exec: the records from the program's exec on
+  kExecStop,  // at the program's exec stop (ReleaseToExecStop,
+              // DetachStopped), as pfmctl does when a filter names the
+              // program's own addresses
+};
+
 // Runs argv under the tracer with `opt` to its exit; fills the records and
 // stats. Returns the wait status.
-// `from_exec`: only the records from the program's exec on.
 int64_t TraceToExit(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
                     std::vector<pfm_bts_raw>* recs, SoftBtsTracer::Stats* st,
-                    bool from_exec = false) {
+                    From from = From::kSpawn) {
   pid_t pid = 0;
   ErrorDetail d;
   EXPECT_EQ(SpawnStopped(argv, &pid, &d), 0) << d.message;
-  RecordingSink sink;
-  std::unique_ptr<SoftBtsTracer> t;
-  EXPECT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
-  if (t == nullptr) return -1;
-  EXPECT_EQ(Release(pid, &d), 0) << d.message;
-  const int64_t status = sink.WaitExit();
-  t->Stop();
-  *recs = sink.records();
-  *st = t->stats();
-  if (from_exec) recs->erase(recs->begin(), recs->begin() + sink.records_at_exec());
-  return status;
-}
-
-// As TraceToExit, attached at the program's exec stop (ReleaseToExecStop,
-// DetachStopped), as pfmctl does when a filter names the program's own
-// addresses.
-int64_t TraceFromExecStop(const std::vector<std::string>& argv, const SoftBtsOptions& opt,
-                          std::vector<pfm_bts_raw>* recs, SoftBtsTracer::Stats* st) {
-  pid_t pid = 0;
-  ErrorDetail d;
-  EXPECT_EQ(SpawnStopped(argv, &pid, &d), 0) << d.message;
-  int status = 0;
-  EXPECT_EQ(ReleaseToExecStop(pid, &status, &d), 0) << d.message;
-  EXPECT_EQ(DetachStopped(pid, &status, &d), 0) << d.message;
+  if (from == From::kExecStop) {
+    int status = 0;
+    EXPECT_EQ(ReleaseToExecStop(pid, &status, &d), 0) << d.message;
+    EXPECT_EQ(DetachStopped(pid, &status, &d), 0) << d.message;
+  }
   RecordingSink sink;
   std::unique_ptr<SoftBtsTracer> t;
   EXPECT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
   if (t == nullptr) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
+    if (from == From::kExecStop) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
     return -1;
   }
-  EXPECT_EQ(kill(pid, SIGCONT), 0);
-  const int64_t exit_status = sink.WaitExit();
+  if (from == From::kExecStop) {
+    EXPECT_EQ(kill(pid, SIGCONT), 0);
+  } else {
+    EXPECT_EQ(Release(pid, &d), 0) << d.message;
+  }
+  const int64_t status = sink.WaitExit();
   t->Stop();
   *recs = sink.records();
   *st = t->stats();
-  return exit_status;
+  if (from == From::kExec) recs->erase(recs->begin(), recs->begin() + sink.records_at_exec());
+  return status;
 }
 
 // "" when `a` and `b` hold the same branches in the same order; else where
@@ -385,8 +381,8 @@ TEST(SoftBts, BranchSteppingRecordsEqualSingleSteppingOnRealPrograms) {
     for (int attempt = 0; attempt < kAttempts && !same; ++attempt) {
       std::vector<pfm_bts_raw> a, b;
       SoftBtsTracer::Stats sa, sb;
-      const int64_t status_a = TraceToExit(argv, single, &a, &sa, true);
-      const int64_t status_b = TraceToExit(argv, branch, &b, &sb, true);
+      const int64_t status_a = TraceToExit(argv, single, &a, &sa, From::kExec);
+      const int64_t status_b = TraceToExit(argv, branch, &b, &sb, From::kExec);
       EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << status_a;
       EXPECT_EQ(status_a, status_b) << argv[0];
       EXPECT_EQ(sb.resyncs, 0u) << argv[0];
@@ -427,8 +423,8 @@ TEST(SoftBts, FileFilterRecordsExactlyTheFilesBranches) {
   filtered.filter_files = {"/usr/bin/ls"};
   std::vector<pfm_bts_raw> a, b;
   SoftBtsTracer::Stats sa, sb;
-  EXPECT_EQ(TraceToExit(argv, all, &a, &sa, true), 0);
-  EXPECT_EQ(TraceToExit(argv, filtered, &b, &sb, true), 0);
+  EXPECT_EQ(TraceToExit(argv, all, &a, &sa, From::kExec), 0);
+  EXPECT_EQ(TraceToExit(argv, filtered, &b, &sb, From::kExec), 0);
   personality(old);
   // ls's text: the executable mapping of /usr/bin/ls (the same in both).
   uint64_t lo = 0, hi = 0;
@@ -514,7 +510,7 @@ TEST(SoftBts, RangeFilterIsReenteredByReturnLongjmpSignalHandlerAndCallback) {
   all.branch_step = true;
   std::vector<pfm_bts_raw> a, b;
   SoftBtsTracer::Stats sa, sb;
-  EXPECT_EQ(TraceFromExecStop(argv, all, &a, &sa), 0);
+  EXPECT_EQ(TraceToExit(argv, all, &a, &sa, From::kExecStop), 0);
   uint64_t lo = 0, hi = 0;
   {
     std::ifstream in(out);
@@ -526,7 +522,7 @@ TEST(SoftBts, RangeFilterIsReenteredByReturnLongjmpSignalHandlerAndCallback) {
   ASSERT_LT(lo, hi);
   SoftBtsOptions filtered = all;
   filtered.filter_ranges = {{lo, hi}};
-  EXPECT_EQ(TraceFromExecStop(argv, filtered, &b, &sb), 0);
+  EXPECT_EQ(TraceToExit(argv, filtered, &b, &sb, From::kExecStop), 0);
   personality(old);
   std::vector<pfm_bts_raw> want, got;
   size_t gaps = 0;
