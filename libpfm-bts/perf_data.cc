@@ -444,12 +444,18 @@ class TimeOrder {
       return absl::OkStatus();
     }
     // What is held comes first in file order: it goes first among equals.
-    merged_.clear();
-    merged_.reserve(held_.size() + chunk_.size());
-    std::merge(held_.begin(), held_.end(), chunk_.begin(), chunk_.end(),
-               std::back_inserter(merged_), TimeLess);
-    held_.swap(merged_);
+    // Nothing held (a trace in time order): the chunk is what is held.
+    if (held_.empty()) {
+      held_.swap(chunk_);
+    } else {
+      merged_.clear();
+      merged_.reserve(held_.size() + chunk_.size());
+      std::merge(held_.begin(), held_.end(), chunk_.begin(), chunk_.end(),
+                 std::back_inserter(merged_), TimeLess);
+      held_.swap(merged_);
+    }
     chunk_.clear();
+    chunk_.reserve(chunk_size_);
     const uint64_t limit = last || chunks_ >= later_min_.size() ? UINT64_MAX
                                                                  : later_min_[chunks_];
     size_t go = 0;

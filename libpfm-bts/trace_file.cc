@@ -314,12 +314,12 @@ absl::StatusOr<TraceReader::Event> TraceReader::Next() {
   }
 }
 
-absl::StatusOr<Trace> ReadTrace(const std::string& path) {
-  absl::StatusOr<TraceReader> r = TraceReader::Open(path);
+absl::StatusOr<Trace> ReadTrace(const std::string& path, TraceReader::Options options) {
+  absl::StatusOr<TraceReader> r = TraceReader::Open(path, options);
   if (!r.ok()) return r.status();
   Trace t;
   t.header = r->header();
-  t.records.reserve(r->file_size() / sizeof(pfm_record));
+  if (!options.skip_records) t.records.reserve(r->file_size() / sizeof(pfm_record));
   for (;;) {
     absl::StatusOr<TraceReader::Event> e = r->Next();
     if (!e.ok()) return e.status();
@@ -340,6 +340,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
     }
     break;
   }
+  t.records_in_file = r->records_read();
   return t;
 }
 

@@ -30,43 +30,16 @@ struct ExportFormat {
   ExportFn write;
 };
 
-// The trace's header, MAPS blocks and trailer, its records skipped (one
-// cheap pass), and how many records it has.
-struct TraceMeta {
-  json::object header, trailer;
-  std::vector<ProcessMaps> maps;
-  bool complete = false;
-  std::string cut_reason;
-  uint64_t records = 0;
-};
-
-absl::StatusOr<TraceMeta> ReadTraceMeta(const std::string& path) {
-  TraceReader::Options o;
-  o.skip_records = true;
-  absl::StatusOr<TraceReader> r = TraceReader::Open(path, o);
-  if (!r.ok()) return r.status();
-  TraceMeta m;
-  for (;;) {
-    absl::StatusOr<TraceReader::Event> e = r->Next();
-    if (!e.ok()) return e.status();
-    if (*e == TraceReader::Event::kMaps) m.maps.push_back(r->maps());
-    if (*e == TraceReader::Event::kTrailer) m.trailer = r->trailer();
-    if (*e == TraceReader::Event::kEnd) break;
-  }
-  m.header = r->header();
-  m.complete = r->complete();
-  m.cut_reason = r->cut_reason();
-  m.records = r->records_read();
-  return m;
-}
-
 // perf.data, symbolized with every process's mappings as the trace's MAPS
 // blocks give them over time (children, execs), as `report` names records.
 // Streams the file: WritePerfData reads the records twice and puts them in
 // time order in bounded memory (docs/export.md).
 absl::StatusOr<json::object> ExportPerf(const ExportRequest& request, uint64_t* records,
                                         std::optional<std::string>* cut) {
-  absl::StatusOr<TraceMeta> meta = ReadTraceMeta(request.trace_path);
+  // The header, MAPS blocks and trailer, the records skipped.
+  TraceReader::Options skip;
+  skip.skip_records = true;
+  absl::StatusOr<Trace> meta = ReadTrace(request.trace_path, skip);
   if (!meta.ok()) return meta.status();
   PerfDataOptions options;
   options.maps = SymbolMaps(meta->maps);
@@ -74,7 +47,7 @@ absl::StatusOr<json::object> ExportPerf(const ExportRequest& request, uint64_t* 
   options.cmdline = request.cmdline;
   // Each pass hands out the records the first reading counted (a file still
   // being written may have more by now).
-  const uint64_t n = meta->records;
+  const uint64_t n = meta->records_in_file;
   auto pass = [&](const PerfRecordVisitor& visit) {
     return ForFirstRecords(request.trace_path, n, visit);
   };

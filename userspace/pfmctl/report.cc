@@ -148,15 +148,9 @@ const ProcessMaps* SymbolMaps(const Trace& trace) { return SymbolMaps(trace.maps
 absl::StatusOr<std::vector<ProcessMaps>> ReadTraceMaps(const std::string& file) {
   TraceReader::Options o;
   o.skip_records = true;
-  absl::StatusOr<TraceReader> r = TraceReader::Open(file, o);
-  if (!r.ok()) return r.status();
-  std::vector<ProcessMaps> maps;
-  for (;;) {
-    absl::StatusOr<TraceReader::Event> e = r->Next();
-    if (!e.ok()) return e.status();
-    if (*e == TraceReader::Event::kMaps) maps.push_back(r->maps());
-    if (*e == TraceReader::Event::kEnd) return maps;
-  }
+  absl::StatusOr<Trace> t = ReadTrace(file, o);
+  if (!t.ok()) return t.status();
+  return std::move(t->maps);
 }
 
 std::string CounterUnit(const std::string& event) {

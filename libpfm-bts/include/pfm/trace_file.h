@@ -195,6 +195,9 @@ struct Trace {
   // at byte N", "no trailer: ..."), without a "cut short" of its own (the
   // caller says that).
   std::string cut_reason;
+  // The records the file holds (as far as it reads): records.size(), or
+  // their count alone when read with skip_records.
+  uint64_t records_in_file = 0;
 };
 
 // Reads a whole trace (through TraceReader: the same errors and cuts). A
@@ -205,8 +208,12 @@ struct Trace {
 // that is not a trace, or of another version, is INVALID_ARGUMENT, and so
 // is a directory or anything else that is not a regular file (a device or
 // FIFO is never read); a missing one NOT_FOUND, an unreadable one
-// PERMISSION_DENIED.
-absl::StatusOr<Trace> ReadTrace(const std::string& path);
+// PERMISSION_DENIED. With options.skip_records, one cheap pass for all but
+// the records (records stays empty; records_in_file counts them).
+absl::StatusOr<Trace> ReadTrace(const std::string& path, TraceReader::Options options);
+inline absl::StatusOr<Trace> ReadTrace(const std::string& path) {
+  return ReadTrace(path, TraceReader::Options());
+}
 
 }  // namespace pfm
 
