@@ -33,6 +33,7 @@
 
 #include "bench/bench_util.h"
 #include "kernel/ds/ds_allocator.h"
+#include "kernel/uapi/compact_codec.h"
 #include "kernel/uapi/ring_format.h"
 #include "pfm/ring_reader.h"
 
@@ -313,6 +314,8 @@ int main(int argc, char** argv) {
   using namespace pfm::bench;
   // --only=fixed|compact runs one format (for profiling); the rest of the
   // flags are bench_util's.
+  // --only=decode: the reader's side alone.
+  constexpr int kOnlyDecode = -1;
   int only = 0;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
@@ -320,6 +323,8 @@ int main(int argc, char** argv) {
       only = PFM_FORMAT_FIXED;
     } else if (std::strcmp(argv[i], "--only=compact") == 0) {
       only = PFM_FORMAT_COMPACT;
+    } else if (std::strcmp(argv[i], "--only=decode") == 0) {
+      only = kOnlyDecode;
     } else {
       args.push_back(argv[i]);
     }
@@ -327,7 +332,7 @@ int main(int argc, char** argv) {
   const Options opt = ParseOptions(
       static_cast<int>(args.size()), args.data(),
       "DS fan-out to 1/2/4/8 consumers vs memcpy of the same bytes "
-      "[--only=fixed|--only=compact]");
+      "[--only=fixed|--only=compact|--only=decode]");
   const size_t records = opt.quick ? 200'000 : 1'000'000;
   const int reps = opt.quick ? 3 : 5;
 
@@ -340,7 +345,7 @@ int main(int argc, char** argv) {
   bool target_met = false;
   double target_ratio = 0;
   for (pfm_format format : {PFM_FORMAT_FIXED, PFM_FORMAT_COMPACT}) {
-    if (only != 0 && format != only) continue;
+    if (only != 0 && format != only) continue;  // kOnlyDecode: none
     for (int consumers : {1, 2, 4, 8}) {
       std::vector<double> fan_s, copy_s;
       FanoutResult last;
@@ -398,7 +403,7 @@ int main(int argc, char** argv) {
   doc["results"] = rows;
 
   // The reader's side: decode rate against memcpy of the fixed records.
-  if (only == 0 || only == PFM_FORMAT_COMPACT) {
+  if (only == 0 || only == PFM_FORMAT_COMPACT || only == kOnlyDecode) {
     const size_t drecs = opt.quick ? 200'000 : 1'000'000;
     DecodeRings dr;
     if (FillDecodeRings(drecs, &dr) != 0) return 1;
@@ -406,17 +411,23 @@ int main(int argc, char** argv) {
     const Ring& fring = *dr.ds->ring(dr.fixed);
     RingView cv(cring), fv(fring);
     if (cv.map == nullptr || fv.map == nullptr) return 1;
-    std::vector<double> dec_s, copy_s, cons_c_s, cons_f_s;
-    uint64_t nd = 0, nc = 0, ncc = 0, ncf = 0;
+    std::vector<double> dec_s, port_s, copy_s, cons_c_s, cons_f_s;
+    uint64_t nd = 0, np = 0, nc = 0, ncc = 0, ncf = 0;
     std::vector<pfm_record> sink;
     sink.reserve(drecs + 16);
+    // The decoder's fast path this CPU gets, and the portable one beside it
+    // (the same when that is the one it gets).
+    const DecodeFastPath fast = CurrentDecodeFastPath();
     for (int r = 0; r < 2 * reps + 1; ++r) {  // decoding is short: more reps
       dec_s.push_back(DecodeCompact(cv, &nd));
+      SetDecodeFastPath(DecodeFastPath::kPortable);
+      port_s.push_back(DecodeCompact(cv, &np));
+      SetDecodeFastPath(fast);
       copy_s.push_back(CopyFixed(fv, &nc));
       cons_c_s.push_back(ConsumeAll(cring, cv, &sink, &ncc));
       cons_f_s.push_back(ConsumeAll(fring, fv, &sink, &ncf));
     }
-    if (nd != nc || ncc != nd || ncf != nd || nd == 0) {
+    if (nd != nc || np != nd || ncc != nd || ncf != nd || nd == 0) {
       std::fprintf(stderr, "fanout: decode counts differ: %llu %llu %llu %llu\n",
                    static_cast<unsigned long long>(nd),
                    static_cast<unsigned long long>(nc),
@@ -425,17 +436,21 @@ int main(int argc, char** argv) {
       return 1;
     }
     const double dec = nd / Median(dec_s), copy = nc / Median(copy_s);
+    const double port = np / Median(port_s);
     const double cons_c = ncc / Median(cons_c_s), cons_f = ncf / Median(cons_f_s);
     std::fprintf(stderr,
-                 "decode  compact %.1f Mrec/s (memcpy of fixed %.1f Mrec/s, "
-                 "ratio %.2f); RingReader::Consume compact %.1f vs fixed %.1f "
-                 "Mrec/s; %.2f B/record\n",
-                 dec / 1e6, copy / 1e6, dec / copy, cons_c / 1e6, cons_f / 1e6,
+                 "decode  compact %.1f Mrec/s (%s; portable %.1f; memcpy of "
+                 "fixed %.1f Mrec/s, ratio %.2f); RingReader::Consume compact "
+                 "%.1f vs fixed %.1f Mrec/s; %.2f B/record\n",
+                 dec / 1e6, DecodeFastPathName(fast), port / 1e6, copy / 1e6,
+                 dec / copy, cons_c / 1e6, cons_f / 1e6,
                  double(cv.hdr()->head) / nd);
     doc["decode"] = boost::json::object{
         {"records", nd},
         {"compact_bytes_per_record", double(cv.hdr()->head) / nd},
         {"decode_records_per_s", dec},
+        {"decode_fast_path", DecodeFastPathName(fast)},
+        {"decode_portable_records_per_s", port},
         {"memcpy_fixed_records_per_s", copy},
         {"decode_vs_memcpy", dec / copy},
         {"consume_compact_records_per_s", cons_c},

@@ -81,16 +81,22 @@ void BatchRun(const uint8_t* in, size_t avail) {
     want.push_back(r);
     off += static_cast<size_t>(last);
   }
-  std::vector<pfm_record> got(want.size() + 1);
-  CodecState batch;
-  size_t used = 0;
-  bool malformed = false;
-  const size_t k = DecodeRecords(in, avail, &batch, got.data(), got.size(),
-                                 &used, &malformed);
-  Check(k == want.size() && used == off && SameState(batch, one));
-  Check(malformed == (off < avail && last < 0));
-  for (size_t i = 0; i < k; ++i)
-    Check(memcmp(&got[i], &want[i], sizeof(pfm_record)) == 0);
+  // Each fast path this CPU runs (portable, BMI2), the chosen one last.
+  const DecodeFastPath chosen = CurrentDecodeFastPath();
+  for (DecodeFastPath path : {DecodeFastPath::kPortable, DecodeFastPath::kBmi2,
+                              chosen}) {
+    if (!SetDecodeFastPath(path)) continue;
+    std::vector<pfm_record> got(want.size() + 1);
+    CodecState batch;
+    size_t used = 0;
+    bool malformed = false;
+    const size_t k = DecodeRecords(in, avail, &batch, got.data(), got.size(),
+                                   &used, &malformed);
+    Check(k == want.size() && used == off && SameState(batch, one));
+    Check(malformed == (off < avail && last < 0));
+    for (size_t i = 0; i < k; ++i)
+      Check(memcmp(&got[i], &want[i], sizeof(pfm_record)) == 0);
+  }
 }
 
 // Walks the input laid out as a ring data area, as RingReader does.

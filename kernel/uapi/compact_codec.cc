@@ -1,5 +1,6 @@
 #include "kernel/uapi/compact_codec.h"
 
+#include <atomic>
 #include <cassert>
 #include <cerrno>
 #include <cstddef>
@@ -611,16 +612,45 @@ int DecodeRecord(const uint8_t* in, size_t avail, CodecState* st,
   return n + 1;
 }
 
-size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
-                     pfm_record* out, size_t max, size_t* used,
-                     bool* malformed) {
-  // As in EncodeRun: a local copy, the scalar state in registers for the
-  // loop that short branches with predicted times (a BTS stream) stay in.
-  CodecState s = *st;
-  const uint8_t* p = in;
-  const uint8_t* const end = in + avail;
-  pfm_record* o = out;
-  pfm_record* const oend = out + max;
+namespace {
+
+// The decoder's fast path: a run of short branches with predicted times
+// whose `from` and `to` varints take at most 3 bytes each (a BTS stream),
+// i.e. records of at most 1 + 3 + 3 bytes that one 8-byte load from the lead
+// covers. Decodes up to `n` such records from *pp into o[0, n), stopping
+// before the first record that is anything else; the caller guarantees
+// 7 * n + 1 readable bytes from *pp (the last load stays inside the input).
+// Advances *pp and *s past what it decoded and returns the records decoded.
+// Two implementations, the same bytes in and records out (unit tests and
+// fuzz/compact_batch_fuzz.cc hold them to it): portable x86-64 code, and one
+// that gathers the varints with BMI2's pext, chosen once by the CPU
+// (ShortRun below).
+using ShortRunFn = size_t (*)(const uint8_t** pp, pfm_record* o, size_t n,
+                              CodecState* s);
+
+// Stores one decoded branch, every byte once, a word at a time, straight
+// into place (assembling it on the stack first stalls on store forwarding).
+inline void StoreBranch(pfm_record* o, uint64_t head, uint64_t time,
+                        uint64_t ids, uint64_t from, uint64_t to,
+                        uint64_t flags) {
+  uint8_t* const q = reinterpret_cast<uint8_t*>(o);
+  const uint64_t zero = 0;
+  memcpy(q, &head, 8);
+  memcpy(q + 8, &time, 8);
+  memcpy(q + 16, &ids, 8);
+  memcpy(q + 24, &from, 8);
+  memcpy(q + 32, &to, 8);
+  memcpy(q + 40, &flags, 8);
+  memcpy(q + 48, &zero, 8);
+  memcpy(q + 56, &zero, 8);
+}
+
+// The portable run. The record's length comes straight from the stop bits of
+// the word (the first stop ends `from`, the second `to` when not
+// predicted), without waiting for the values or a table: the next record's
+// start is the loop's critical path.
+size_t ShortRunPortable(const uint8_t** pp, pfm_record* o, size_t n,
+                        CodecState* st) {
   // Per lead byte: 0 unless a short branch with a predicted time, else
   // bit 2 set and bits 0-1 the time delta's change + 1: lead bits 4 (same)
   // and 6 (adjacent) give 0 for bit 4 only, +1 for both, -1 for bit 6 only
@@ -639,90 +669,211 @@ size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
   static constexpr LeadTable kLead;
   // Masks of the value bits of a 1..3-byte varint after gathering.
   static constexpr uint32_t kValueMask[4] = {0, 0x7f, 0x3fff, 0x1fffff};
+  // A local copy: the stores through `o` may alias anything reached through
+  // a pointer, so the state would be reloaded after each of them.
+  CodecState s = *st;
+  const uint8_t* p = *pp;
+  uint64_t time = s.time, time_delta = s.time_delta, branch_to = s.branch_to;
+  uint64_t branch_flags = s.branch_flags;
+  uint64_t head = PFM_REC_BRANCH | uint64_t{s.cpu} << 16 |
+                  uint64_t{s.branch_misc} << 32;
+  const uint64_t ids = s.pid | uint64_t{s.tid} << 32;
+  pfm_record* const o0 = o;
+  pfm_record* const ostop = o + n;
+#pragma GCC unroll 2
+  while (o != ostop) {
+    uint64_t w;
+    memcpy(&w, p, sizeof(w));
+    const uint8_t info = kLead.v[static_cast<uint8_t>(w)];
+    // Stop bits of bytes 1..6 (the last byte of each varint), and two
+    // guard bits in byte 7 so that the second stop always exists.
+    const uint64_t stops = (w & 0x0080808080808000ull) ^ 0xc080808080808000ull;
+    // `to` follows: lead bit 5 clear (read from the word, not the table:
+    // this is on the chain from one record's start to the next).
+    static_assert(kToCachedBit == 1u << 5, "the shift below");
+    const uint64_t nh = (~w >> 5) & 1;
+    // The record's last byte: `from`'s stop when `to` was predicted, the
+    // next stop otherwise (the lowest stop cleared).
+    const unsigned last = static_cast<unsigned>(__builtin_ctzll(stops & (stops - nh))) >> 3;
+    const unsigned end1 = static_cast<unsigned>(__builtin_ctzll(stops)) >> 3;
+    // Both varints at most 3 bytes (the `to` length is 0 when predicted).
+    if (info == 0 || (end1 | (last - end1)) > 3) break;
+    p += last + 1;
+    const uint64_t x = w >> 8;
+    const uint64_t v1 = ((x & 0x7full) | ((x >> 1) & 0x3f80ull) |
+                         ((x >> 2) & 0x1fc000ull)) &
+                        kValueMask[end1];
+    const uint64_t from = branch_to + UnZigZag(v1);
+    const size_t slot = ToSlot(from);
+    uint64_t to;
+    if (!nh) {
+      to = s.to_cache[slot];
+    } else {
+      const uint64_t x2 = w >> (8 * end1 + 8);
+      const uint64_t v2 = ((x2 & 0x7full) | ((x2 >> 1) & 0x3f80ull) |
+                           ((x2 >> 2) & 0x1fc000ull)) &
+                          kValueMask[last - end1];
+      to = from + UnZigZag(v2);
+    }
+    const uint64_t flip = static_cast<uint8_t>(w) >> 7;  // kPredFlipBit
+    head ^= (flip * uint64_t{PFM_MISC_BRANCH_PREDICTED}) << 32;
+    branch_flags ^= flip * uint64_t{PFM_BTS_RAW_PREDICTED};
+    time_delta += static_cast<uint64_t>(info & 3) - 1;
+    time += time_delta;
+    StoreBranch(o, head, time, ids, from, to, branch_flags);
+    s.to_cache[slot] = to;
+    branch_to = to;
+    ++o;
+  }
+  s.time = time;
+  s.time_delta = time_delta;
+  s.branch_to = branch_to;
+  s.branch_flags = branch_flags;
+  s.branch_misc = static_cast<uint32_t>(head >> 32);
+  *st = s;
+  *pp = p;
+  return static_cast<size_t>(o - o0);
+}
+
+#if defined(__x86_64__)
+// The BMI2 run: one pext gathers the bits that decide the record's shape
+// (the lead's `to`-predicted bit and the continuation bits of bytes 1..6)
+// into a 7-bit key; a table by that key gives the record's length and the
+// masks of its two varints' value bits, and a pext by each mask gathers a
+// value. A table by the lead byte gives whether it is a short branch with a
+// predicted time, the time delta's step and the predicted-bit flips: table
+// loads instead of arithmetic, so that about 30 operations decode a record
+// (the portable run takes about 70).
+struct Bmi2Tables {
+  // By the pext key (bit 0: `to` predicted; bit j: byte j continues).
+  uint64_t m1[128];   // value bits of `from`'s varint
+  uint64_t m2[128];   // value bits of `to`'s varint (0 when predicted)
+  uint8_t len[128];   // the record's bytes; 0: a varint is over 3 bytes
+  // By the lead byte.
+  uint8_t ok[256];    // 0xff for a short branch with a predicted time
+  uint64_t step[256];     // added to the time delta (-1, 0 or +1)
+  uint64_t head_x[256];   // misc's predicted bit flipped, in the head word
+  uint64_t flags_x[256];  // the raw predicted bit flipped
+
+  constexpr Bmi2Tables() : m1(), m2(), len(), ok(), step(), head_x(), flags_x() {
+    for (int k = 0; k < 128; ++k) {
+      const bool predicted = (k & 1) != 0;
+      const auto cont = [k](int byte) { return ((k >> byte) & 1) != 0; };
+      int e1 = 1;
+      while (e1 <= 3 && cont(e1)) ++e1;
+      if (e1 > 3) continue;
+      int last = e1;
+      if (!predicted) {
+        last = e1 + 1;
+        while (last <= e1 + 3 && cont(last)) ++last;
+        if (last > e1 + 3) continue;
+      }
+      for (int b = 1; b <= e1; ++b) m1[k] |= uint64_t{0x7f} << (8 * b);
+      for (int b = e1 + 1; b <= last && !predicted; ++b)
+        m2[k] |= uint64_t{0x7f} << (8 * b);
+      len[k] = static_cast<uint8_t>(last + 1);
+    }
+    for (int b = 0; b < 256; ++b) {
+      const bool same = (b & kTimeSameBit) != 0, adj = (b & kTimeAdjBit) != 0;
+      if ((b & kTypeMask) != kShortBranch || (!same && !adj)) continue;
+      ok[b] = 0xff;
+      step[b] = static_cast<uint64_t>(same ? (adj ? 1 : 0) : -1);
+      if (b & kPredFlipBit) {
+        head_x[b] = uint64_t{PFM_MISC_BRANCH_PREDICTED} << 32;
+        flags_x[b] = PFM_BTS_RAW_PREDICTED;
+      }
+    }
+  }
+};
+// The key's bits: the lead's `to`-predicted bit, then the continuation bit
+// (bit 7) of bytes 1..6, in that order (pext keeps the order of the mask).
+static_assert(kToCachedBit == 1u << 5, "the key's bit 0");
+constexpr uint64_t kKeyMask = 0x0080808080808000ull | kToCachedBit;
+
+__attribute__((target("bmi,bmi2"))) size_t ShortRunBmi2(
+    const uint8_t** pp, pfm_record* o, size_t n, CodecState* st) {
+  static constexpr Bmi2Tables kT;
+  CodecState s = *st;
+  const uint8_t* p = *pp;
+  uint64_t time = s.time, time_delta = s.time_delta, branch_to = s.branch_to;
+  uint64_t branch_flags = s.branch_flags;
+  uint64_t head = PFM_REC_BRANCH | uint64_t{s.cpu} << 16 |
+                  uint64_t{s.branch_misc} << 32;
+  const uint64_t ids = s.pid | uint64_t{s.tid} << 32;
+  pfm_record* const o0 = o;
+  pfm_record* const ostop = o + n;
+  while (o != ostop) {
+    uint64_t w;
+    memcpy(&w, p, sizeof(w));
+    const size_t lead = p[0];
+    const size_t key = __builtin_ia32_pext_di(w, kKeyMask);
+    // The next record's start is the loop's critical path: the lead's
+    // check is a predicted branch beside it, not a step on it.
+    const size_t len = kT.len[key];
+    if ((len & kT.ok[lead]) == 0) break;
+    p += len;
+    const uint64_t from =
+        branch_to + UnZigZag(__builtin_ia32_pext_di(w, kT.m1[key]));
+    const size_t slot = ToSlot(from);
+    uint64_t to;
+    if (w & kToCachedBit) {
+      to = s.to_cache[slot];
+    } else {
+      to = from + UnZigZag(__builtin_ia32_pext_di(w, kT.m2[key]));
+    }
+    head ^= kT.head_x[lead];
+    branch_flags ^= kT.flags_x[lead];
+    time_delta += kT.step[lead];
+    time += time_delta;
+    StoreBranch(o, head, time, ids, from, to, branch_flags);
+    s.to_cache[slot] = to;
+    branch_to = to;
+    ++o;
+  }
+  s.time = time;
+  s.time_delta = time_delta;
+  s.branch_to = branch_to;
+  s.branch_flags = branch_flags;
+  s.branch_misc = static_cast<uint32_t>(head >> 32);
+  *st = s;
+  *pp = p;
+  return static_cast<size_t>(o - o0);
+}
+
+// pext is one fast instruction on Intel since Haswell and on AMD since Zen 3
+// (family 0x19); earlier AMD parts that have BMI2 run it in microcode, far
+// slower than the portable code.
+bool FastPext() {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("bmi2")) return false;
+  if (__builtin_cpu_is("intel")) return true;
+  if (!__builtin_cpu_is("amd")) return false;
+  return !__builtin_cpu_is("amdfam15h") && !__builtin_cpu_is("amdfam17h");
+}
+#endif
+
+// DecodeRecords with a given fast path: the run as far as it goes, then one
+// record the checked way, and again.
+size_t DecodeRecordsWith(ShortRunFn run, const uint8_t* in, size_t avail,
+                         CodecState* st, pfm_record* out, size_t max,
+                         size_t* used, bool* malformed) {
+  CodecState s = *st;
+  const uint8_t* p = in;
+  const uint8_t* const end = in + avail;
+  pfm_record* o = out;
+  pfm_record* const oend = out + max;
   *malformed = false;
   while (o != oend && p != end) {
-    uint64_t time = s.time, time_delta = s.time_delta, branch_to = s.branch_to;
-    uint64_t branch_flags = s.branch_flags;
-    uint64_t head = PFM_REC_BRANCH | uint64_t{s.cpu} << 16 |
-                    uint64_t{s.branch_misc} << 32;
-    const uint64_t ids = s.pid | uint64_t{s.tid} << 32;
-    // A short branch is at most 1 + 3 + 3 bytes here: one 8-byte load from
-    // the lead covers it, and must stay inside the input. The record's
-    // length comes straight from the stop bits of that word (the first stop
-    // ends `from`, the second `to` when not predicted), without waiting for
-    // the values or the table.
-    // The loop runs for a budget of records, so that it checks one bound,
-    // not two: as many as surely fit (7 bytes each, the last load inside
-    // the input) and the output holds; then a new budget.
+    // As many short branches as surely fit the input (7 bytes each, the
+    // last 8-byte load inside it) and the output.
     const size_t in_left = static_cast<size_t>(end - p);
     size_t budget = in_left >= 8 ? (in_left - 1) / 7 : 0;
-    if (budget > static_cast<size_t>(oend - o)) budget = static_cast<size_t>(oend - o);
-    pfm_record* const ostop = o + budget;
-#pragma GCC unroll 2
-    while (o != ostop) {
-      uint64_t w;
-      memcpy(&w, p, sizeof(w));
-      const uint8_t info = kLead.v[static_cast<uint8_t>(w)];
-      // Stop bits of bytes 1..6 (the last byte of each varint), and two
-      // guard bits in byte 7 so that the second stop always exists.
-      const uint64_t stops = (w & 0x0080808080808000ull) ^ 0xc080808080808000ull;
-      // `to` follows: lead bit 5 clear (read from the word, not the table:
-      // this is on the chain from one record's start to the next).
-      static_assert(kToCachedBit == 1u << 5, "the shift below");
-      const uint64_t nh = (~w >> 5) & 1;
-      // The record's last byte: `from`'s stop when `to` was predicted, the
-      // next stop otherwise (the lowest stop cleared).
-      const unsigned last = static_cast<unsigned>(__builtin_ctzll(stops & (stops - nh))) >> 3;
-      const unsigned end1 = static_cast<unsigned>(__builtin_ctzll(stops)) >> 3;
-      // Both varints at most 3 bytes (the `to` length is 0 when predicted).
-      if (info == 0 || (end1 | (last - end1)) > 3) break;
-      p += last + 1;
-      const uint64_t x = w >> 8;
-      const uint64_t v1 = ((x & 0x7full) | ((x >> 1) & 0x3f80ull) |
-                           ((x >> 2) & 0x1fc000ull)) &
-                          kValueMask[end1];
-      const uint64_t from = branch_to + UnZigZag(v1);
-      const size_t slot = ToSlot(from);
-      uint64_t to;
-      if (!nh) {
-        to = s.to_cache[slot];
-      } else {
-        const uint64_t x2 = w >> (8 * end1 + 8);
-        const uint64_t v2 = ((x2 & 0x7full) | ((x2 >> 1) & 0x3f80ull) |
-                             ((x2 >> 2) & 0x1fc000ull)) &
-                            kValueMask[last - end1];
-        to = from + UnZigZag(v2);
-      }
-      const uint64_t flip = static_cast<uint8_t>(w) >> 7;  // kPredFlipBit
-      head ^= (flip * uint64_t{PFM_MISC_BRANCH_PREDICTED}) << 32;
-      branch_flags ^= flip * uint64_t{PFM_BTS_RAW_PREDICTED};
-      time_delta += static_cast<uint64_t>(info & 3) - 1;
-      time += time_delta;
-      // Every byte of the record stored once, a word at a time, straight
-      // into place (assembling it on the stack first stalls on store
-      // forwarding).
-      uint8_t* const q = reinterpret_cast<uint8_t*>(o);
-      const uint64_t zero = 0;
-      memcpy(q, &head, 8);
-      memcpy(q + 8, &time, 8);
-      memcpy(q + 16, &ids, 8);
-      memcpy(q + 24, &from, 8);
-      memcpy(q + 32, &to, 8);
-      memcpy(q + 40, &branch_flags, 8);
-      memcpy(q + 48, &zero, 8);
-      memcpy(q + 56, &zero, 8);
-      s.to_cache[slot] = to;
-      branch_to = to;
-      ++o;
-    }
-    const bool budget_spent = budget != 0 && o == ostop;
-    s.time = time;
-    s.time_delta = time_delta;
-    s.branch_to = branch_to;
-    s.branch_flags = branch_flags;
-    s.branch_misc = static_cast<uint32_t>(head >> 32);
+    if (budget > static_cast<size_t>(oend - o))
+      budget = static_cast<size_t>(oend - o);
+    const size_t k = budget != 0 ? run(&p, o, budget, &s) : 0;
+    o += k;
     if (o == oend || p == end) break;
-    if (budget_spent) continue;  // more room may be left: a new budget
+    if (budget != 0 && k == budget) continue;  // more room may be left
     // Anything else: one record the checked way.
     const int n = DecodeRecord(p, static_cast<size_t>(end - p), &s, o);
     if (n <= 0) {
@@ -735,6 +886,60 @@ size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
   *st = s;
   *used = static_cast<size_t>(p - in);
   return static_cast<size_t>(o - out);
+}
+
+ShortRunFn RunOf(DecodeFastPath path) {
+#if defined(__x86_64__)
+  if (path == DecodeFastPath::kBmi2) return ShortRunBmi2;
+#endif
+  return ShortRunPortable;
+}
+
+DecodeFastPath PickFastPath() {
+#if defined(__x86_64__)
+  if (FastPext()) return DecodeFastPath::kBmi2;
+#endif
+  return DecodeFastPath::kPortable;
+}
+
+// DecodeRecords' fast path: set once from the CPU, changed only by
+// SetDecodeFastPath.
+std::atomic<DecodeFastPath>& FastPathChoice() {
+  static std::atomic<DecodeFastPath> choice{PickFastPath()};
+  return choice;
+}
+
+}  // namespace
+
+bool DecodeFastPathRuns(DecodeFastPath path) {
+  if (path == DecodeFastPath::kPortable) return true;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("bmi2");
+#else
+  return false;
+#endif
+}
+
+DecodeFastPath CurrentDecodeFastPath() {
+  return FastPathChoice().load(std::memory_order_relaxed);
+}
+
+bool SetDecodeFastPath(DecodeFastPath path) {
+  if (!DecodeFastPathRuns(path)) return false;
+  FastPathChoice().store(path, std::memory_order_relaxed);
+  return true;
+}
+
+const char* DecodeFastPathName(DecodeFastPath path) {
+  return path == DecodeFastPath::kBmi2 ? "bmi2" : "portable";
+}
+
+size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
+                     pfm_record* out, size_t max, size_t* used,
+                     bool* malformed) {
+  return DecodeRecordsWith(RunOf(CurrentDecodeFastPath()), in, avail, st, out,
+                           max, used, malformed);
 }
 
 }  // namespace pfm

@@ -206,6 +206,23 @@ size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
                      pfm_record* out, size_t max, size_t* used,
                      bool* malformed);
 
+// DecodeRecords' fast path (short branches with predicted times) has two
+// implementations that take the same bytes to the same records: portable
+// x86-64 code, and one that gathers varints with BMI2's pext, which
+// DecodeRecords uses on CPUs where pext is fast (Intel since Haswell, AMD
+// since Zen 3). Named for the tests that hold them to each other and the
+// benchmark that compares them.
+enum class DecodeFastPath { kPortable, kBmi2 };
+// Whether this CPU can run `path` (kBmi2: BMI2 present, fast or not).
+bool DecodeFastPathRuns(DecodeFastPath path);
+// The one DecodeRecords uses: chosen by the CPU at start-up, or the last one
+// set. SetDecodeFastPath (tests and benchmarks; process-wide, not to be
+// called while another thread decodes) returns false and changes nothing
+// when `path` does not run here.
+DecodeFastPath CurrentDecodeFastPath();
+bool SetDecodeFastPath(DecodeFastPath path);
+const char* DecodeFastPathName(DecodeFastPath path);
+
 }  // namespace pfm
 
 #endif  // PFM_KERNEL_UAPI_COMPACT_CODEC_H_

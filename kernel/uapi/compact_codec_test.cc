@@ -546,7 +546,29 @@ TEST(CompactCodecBatch, EncodeRunIsEncodeRecordOneByOne) {
 // DecodeRecords (the reader's batch decoder) returns what DecodeRecord does
 // one by one: the records, the state, and where it stops (PAD, malformed
 // bytes, the end of the input, `max`), reset markers included.
-TEST(CompactCodecBatch, DecodeRecordsIsDecodeRecordOneByOne) {
+// Each of its fast paths that runs on this CPU (the chosen one last, so the
+// rest of the tests get it).
+class DecodeRecordsOnEachPath : public ::testing::TestWithParam<DecodeFastPath> {
+ protected:
+  void SetUp() override {
+    if (!SetDecodeFastPath(GetParam()))
+      GTEST_SKIP() << DecodeFastPathName(GetParam())
+                   << " does not run on this CPU";
+  }
+  void TearDown() override { SetDecodeFastPath(chosen_); }
+
+ private:
+  const DecodeFastPath chosen_ = CurrentDecodeFastPath();
+};
+
+INSTANTIATE_TEST_SUITE_P(CompactCodecBatch, DecodeRecordsOnEachPath,
+                         ::testing::Values(DecodeFastPath::kPortable,
+                                           DecodeFastPath::kBmi2),
+                         [](const auto& info) {
+                           return std::string(DecodeFastPathName(info.param));
+                         });
+
+TEST_P(DecodeRecordsOnEachPath, DecodeRecordsIsDecodeRecordOneByOne) {
   const std::vector<pfm_record> in = BatchTestStream(5000, 6);
   std::vector<uint8_t> bytes;
   CodecState st;
@@ -591,6 +613,53 @@ TEST(CompactCodecBatch, DecodeRecordsIsDecodeRecordOneByOne) {
     ASSERT_TRUE(batch == one);
     for (size_t i = 0; i < k2; ++i)
       ASSERT_EQ(memcmp(&got[i], &in[i], sizeof(pfm_record)), 0) << i;
+  }
+}
+
+// Bytes made to look like short branches (leads with the 0xE nibble, every
+// mix of the predicted bits, varints of 1 to 5 bytes with stray stop bits,
+// now and then a byte of anything): wherever the fast path takes a record
+// or leaves it to the checked decoder, the records, the state, the stopping
+// point and the verdict are DecodeRecord's one by one.
+TEST_P(DecodeRecordsOnEachPath, ShortBranchLookalikesDecodeAsOneByOne) {
+  std::mt19937_64 rng(11);
+  std::vector<pfm_record> want(4096), got(4096);
+  for (int trial = 0; trial < 400; ++trial) {
+    std::vector<uint8_t> bytes;
+    while (bytes.size() < 2000) {
+      if (rng() % 40 == 0) {
+        bytes.push_back(static_cast<uint8_t>(rng()));
+        continue;
+      }
+      bytes.push_back(static_cast<uint8_t>(0x0e | (rng() % 16) << 4));
+      for (int v = 0; v < 2; ++v) {
+        const int len = 1 + static_cast<int>(rng() % 16 == 0 ? rng() % 5 : rng() % 3);
+        for (int b = 0; b < len; ++b)
+          bytes.push_back(static_cast<uint8_t>(rng() % 128 | (b + 1 < len ? 0x80 : 0)));
+      }
+    }
+    const size_t avail = bytes.size() - rng() % 8;
+    CodecState one;
+    size_t off = 0, k1 = 0;
+    int last = 1;
+    while (off < avail && k1 < want.size()) {
+      last = DecodeRecord(bytes.data() + off, avail - off, &one, &want[k1]);
+      if (last <= 0) break;
+      off += static_cast<size_t>(last);
+      ++k1;
+    }
+    CodecState batch;
+    size_t used = 0;
+    bool malformed = false;
+    const size_t k2 = DecodeRecords(bytes.data(), avail, &batch, got.data(),
+                                    got.size(), &used, &malformed);
+    ASSERT_EQ(k2, k1) << trial;
+    ASSERT_EQ(used, off) << trial;
+    ASSERT_EQ(malformed, off < avail && last < 0) << trial;
+    ASSERT_TRUE(batch == one) << trial;
+    for (size_t i = 0; i < k2; ++i)
+      ASSERT_EQ(memcmp(&got[i], &want[i], sizeof(pfm_record)), 0)
+          << trial << " " << i;
   }
 }
 
