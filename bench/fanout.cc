@@ -26,6 +26,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -317,6 +318,7 @@ int main(int argc, char** argv) {
   // --only=decode: the reader's side alone.
   constexpr int kOnlyDecode = -1;
   int only = 0;
+  int only_consumers = 0;  // --consumers=N: that row alone (for profiling)
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--only=fixed") == 0) {
@@ -325,6 +327,8 @@ int main(int argc, char** argv) {
       only = PFM_FORMAT_COMPACT;
     } else if (std::strcmp(argv[i], "--only=decode") == 0) {
       only = kOnlyDecode;
+    } else if (std::strncmp(argv[i], "--consumers=", 12) == 0) {
+      only_consumers = std::atoi(argv[i] + 12);
     } else {
       args.push_back(argv[i]);
     }
@@ -332,7 +336,7 @@ int main(int argc, char** argv) {
   const Options opt = ParseOptions(
       static_cast<int>(args.size()), args.data(),
       "DS fan-out to 1/2/4/8 consumers vs memcpy of the same bytes "
-      "[--only=fixed|--only=compact|--only=decode]");
+      "[--only=fixed|--only=compact|--only=decode] [--consumers=N]");
   const size_t records = opt.quick ? 200'000 : 1'000'000;
   const int reps = opt.quick ? 3 : 5;
 
@@ -347,6 +351,7 @@ int main(int argc, char** argv) {
   for (pfm_format format : {PFM_FORMAT_FIXED, PFM_FORMAT_COMPACT}) {
     if (only != 0 && format != only) continue;  // kOnlyDecode: none
     for (int consumers : {1, 2, 4, 8}) {
+      if (only_consumers != 0 && consumers != only_consumers) continue;
       std::vector<double> fan_s, copy_s;
       FanoutResult last;
       for (int r = 0; r < reps; ++r) {
@@ -403,7 +408,8 @@ int main(int argc, char** argv) {
   doc["results"] = rows;
 
   // The reader's side: decode rate against memcpy of the fixed records.
-  if (only == 0 || only == PFM_FORMAT_COMPACT || only == kOnlyDecode) {
+  if (only == kOnlyDecode ||
+      ((only == 0 || only == PFM_FORMAT_COMPACT) && only_consumers == 0)) {
     const size_t drecs = opt.quick ? 200'000 : 1'000'000;
     DecodeRings dr;
     if (FillDecodeRings(drecs, &dr) != 0) return 1;
@@ -417,12 +423,12 @@ int main(int argc, char** argv) {
     sink.reserve(drecs + 16);
     // The decoder's fast path this CPU gets, and the portable one beside it
     // (the same when that is the one it gets).
-    const DecodeFastPath fast = CurrentDecodeFastPath();
+    const CodecFastPath fast = CurrentCodecFastPath();
     for (int r = 0; r < 2 * reps + 1; ++r) {  // decoding is short: more reps
       dec_s.push_back(DecodeCompact(cv, &nd));
-      SetDecodeFastPath(DecodeFastPath::kPortable);
+      SetCodecFastPath(CodecFastPath::kPortable);
       port_s.push_back(DecodeCompact(cv, &np));
-      SetDecodeFastPath(fast);
+      SetCodecFastPath(fast);
       copy_s.push_back(CopyFixed(fv, &nc));
       cons_c_s.push_back(ConsumeAll(cring, cv, &sink, &ncc));
       cons_f_s.push_back(ConsumeAll(fring, fv, &sink, &ncf));
@@ -442,14 +448,14 @@ int main(int argc, char** argv) {
                  "decode  compact %.1f Mrec/s (%s; portable %.1f; memcpy of "
                  "fixed %.1f Mrec/s, ratio %.2f); RingReader::Consume compact "
                  "%.1f vs fixed %.1f Mrec/s; %.2f B/record\n",
-                 dec / 1e6, DecodeFastPathName(fast), port / 1e6, copy / 1e6,
+                 dec / 1e6, CodecFastPathName(fast), port / 1e6, copy / 1e6,
                  dec / copy, cons_c / 1e6, cons_f / 1e6,
                  double(cv.hdr()->head) / nd);
     doc["decode"] = boost::json::object{
         {"records", nd},
         {"compact_bytes_per_record", double(cv.hdr()->head) / nd},
         {"decode_records_per_s", dec},
-        {"decode_fast_path", DecodeFastPathName(fast)},
+        {"decode_fast_path", CodecFastPathName(fast)},
         {"decode_portable_records_per_s", port},
         {"memcpy_fixed_records_per_s", copy},
         {"decode_vs_memcpy", dec / copy},

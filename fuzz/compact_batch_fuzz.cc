@@ -178,7 +178,26 @@ void ExpectDecodes(const Area& a, const std::vector<pfm_record>& want) {
 
 }  // namespace
 
+namespace {
+
+// The codec's fast path (EncodeRun's and DecodeRecords') for one input: by
+// the input's length, so both paths see the corpus without the input's
+// bytes meaning anything else; restored when the input is done.
+class OnPathFor {
+ public:
+  explicit OnPathFor(size_t size) {
+    SetCodecFastPath(size % 2 ? CodecFastPath::kBmi2 : CodecFastPath::kPortable);
+  }
+  ~OnPathFor() { SetCodecFastPath(chosen_); }
+
+ private:
+  const CodecFastPath chosen_ = CurrentCodecFastPath();
+};
+
+}  // namespace
+
 int FuzzCompactBatch(const uint8_t* data, size_t size) {
+  const OnPathFor path(size);  // kBmi2 where it does not run: unchanged
   Input in{data, size};
   // Rings: how many, and how many records each got alone before (their
   // heads then lie at different offsets in their chunks, their decoders

@@ -82,10 +82,10 @@ void BatchRun(const uint8_t* in, size_t avail) {
     off += static_cast<size_t>(last);
   }
   // Each fast path this CPU runs (portable, BMI2), the chosen one last.
-  const DecodeFastPath chosen = CurrentDecodeFastPath();
-  for (DecodeFastPath path : {DecodeFastPath::kPortable, DecodeFastPath::kBmi2,
+  const CodecFastPath chosen = CurrentCodecFastPath();
+  for (CodecFastPath path : {CodecFastPath::kPortable, CodecFastPath::kBmi2,
                               chosen}) {
-    if (!SetDecodeFastPath(path)) continue;
+    if (!SetCodecFastPath(path)) continue;
     std::vector<pfm_record> got(want.size() + 1);
     CodecState batch;
     size_t used = 0;

@@ -322,6 +322,33 @@ size_t EncodeInto(const pfm_record& r, const CodecState& st, uint8_t* out) {
 
 namespace {
 
+// pext is one fast instruction on Intel since Haswell and on AMD since Zen 3
+// (family 0x19); earlier AMD parts that have BMI2 run it in microcode, far
+// slower than the portable code.
+#if defined(__x86_64__)
+bool FastPext() {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("bmi2")) return false;
+  if (__builtin_cpu_is("intel")) return true;
+  if (!__builtin_cpu_is("amd")) return false;
+  return !__builtin_cpu_is("amdfam15h") && !__builtin_cpu_is("amdfam17h");
+}
+#endif
+
+CodecFastPath PickFastPath() {
+#if defined(__x86_64__)
+  if (FastPext()) return CodecFastPath::kBmi2;
+#endif
+  return CodecFastPath::kPortable;
+}
+
+// The fast paths EncodeRun and DecodeRecords take: set once from the CPU,
+// changed only by SetCodecFastPath.
+std::atomic<CodecFastPath>& FastPathChoice() {
+  static std::atomic<CodecFastPath> choice{PickFastPath()};
+  return choice;
+}
+
 // Varint length and continuation bits of a value < 2^21 by its bit length
 // (floor(log2(v | 1))): table lookups instead of arithmetic on the hot path.
 constexpr uint8_t kVarint3Bytes[21] = {1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
@@ -339,10 +366,25 @@ inline uint64_t Varint3Word(uint64_t v, size_t n) {
          kVarint3Cont[n];
 }
 
-}  // namespace
+// Varint3Word spread by one pdep where the fast path is BMI2's. Inline asm,
+// so that the code around it needs no target attribute (and no BMI2
+// instruction reaches the portable instantiation): EncodeRun runs the BMI2
+// instantiation only on CPUs that have it.
+template <bool kBmi2>
+inline uint64_t Varint3WordOn(uint64_t v, size_t n) {
+#if defined(__x86_64__)
+  if constexpr (kBmi2) {
+    uint64_t w;
+    asm("pdepq %2, %1, %0" : "=r"(w) : "r"(v), "r"(uint64_t{0x7f7f7f}));
+    return w | kVarint3Cont[n];
+  }
+#endif
+  return Varint3Word(v, n);
+}
 
-size_t EncodeRun(const pfm_record* recs, size_t n, CodecState* st,
-                 uint8_t* out, size_t limit, size_t* used) {
+template <bool kBmi2>
+size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
+                   uint8_t* out, size_t limit, size_t* used) {
   static_assert(offsetof(pfm_record, pid) + 4 == offsetof(pfm_record, tid),
                 "pid and tid are one word");
   static_assert(offsetof(pfm_record, misc) == 4, "type, cpu, misc: one word");
@@ -410,8 +452,8 @@ size_t EncodeRun(const pfm_record* recs, size_t n, CodecState* st,
           full = true;
           break;
         }
-        const uint64_t to_w = Varint3Word(to_z, to_bytes) & miss;
-        const uint64_t w = lead | Varint3Word(from_z, from_n) << 8 |
+        const uint64_t to_w = Varint3WordOn<kBmi2>(to_z, to_bytes) & miss;
+        const uint64_t w = lead | Varint3WordOn<kBmi2>(from_z, from_n) << 8 |
                            to_w << (8 * (1 + from_n));
         memcpy(p, &w, sizeof(w));
       } else {
@@ -452,6 +494,15 @@ size_t EncodeRun(const pfm_record* recs, size_t n, CodecState* st,
   *st = s;
   *used = static_cast<size_t>(p - out);
   return static_cast<size_t>(r - recs);
+}
+
+}  // namespace
+
+size_t EncodeRun(const pfm_record* recs, size_t n, CodecState* st,
+                 uint8_t* out, size_t limit, size_t* used) {
+  return CurrentCodecFastPath() == CodecFastPath::kBmi2
+             ? EncodeRunOn<true>(recs, n, st, out, limit, used)
+             : EncodeRunOn<false>(recs, n, st, out, limit, used);
 }
 
 void NormalizeRecord(pfm_record* r) {
@@ -839,17 +890,6 @@ __attribute__((target("bmi,bmi2"))) size_t ShortRunBmi2(
   *pp = p;
   return static_cast<size_t>(o - o0);
 }
-
-// pext is one fast instruction on Intel since Haswell and on AMD since Zen 3
-// (family 0x19); earlier AMD parts that have BMI2 run it in microcode, far
-// slower than the portable code.
-bool FastPext() {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("bmi2")) return false;
-  if (__builtin_cpu_is("intel")) return true;
-  if (!__builtin_cpu_is("amd")) return false;
-  return !__builtin_cpu_is("amdfam15h") && !__builtin_cpu_is("amdfam17h");
-}
 #endif
 
 // DecodeRecords with a given fast path: the run as far as it goes, then one
@@ -888,31 +928,17 @@ size_t DecodeRecordsWith(ShortRunFn run, const uint8_t* in, size_t avail,
   return static_cast<size_t>(o - out);
 }
 
-ShortRunFn RunOf(DecodeFastPath path) {
+ShortRunFn RunOf(CodecFastPath path) {
 #if defined(__x86_64__)
-  if (path == DecodeFastPath::kBmi2) return ShortRunBmi2;
+  if (path == CodecFastPath::kBmi2) return ShortRunBmi2;
 #endif
   return ShortRunPortable;
 }
 
-DecodeFastPath PickFastPath() {
-#if defined(__x86_64__)
-  if (FastPext()) return DecodeFastPath::kBmi2;
-#endif
-  return DecodeFastPath::kPortable;
-}
-
-// DecodeRecords' fast path: set once from the CPU, changed only by
-// SetDecodeFastPath.
-std::atomic<DecodeFastPath>& FastPathChoice() {
-  static std::atomic<DecodeFastPath> choice{PickFastPath()};
-  return choice;
-}
-
 }  // namespace
 
-bool DecodeFastPathRuns(DecodeFastPath path) {
-  if (path == DecodeFastPath::kPortable) return true;
+bool CodecFastPathRuns(CodecFastPath path) {
+  if (path == CodecFastPath::kPortable) return true;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   return __builtin_cpu_supports("bmi2");
@@ -921,24 +947,24 @@ bool DecodeFastPathRuns(DecodeFastPath path) {
 #endif
 }
 
-DecodeFastPath CurrentDecodeFastPath() {
+CodecFastPath CurrentCodecFastPath() {
   return FastPathChoice().load(std::memory_order_relaxed);
 }
 
-bool SetDecodeFastPath(DecodeFastPath path) {
-  if (!DecodeFastPathRuns(path)) return false;
+bool SetCodecFastPath(CodecFastPath path) {
+  if (!CodecFastPathRuns(path)) return false;
   FastPathChoice().store(path, std::memory_order_relaxed);
   return true;
 }
 
-const char* DecodeFastPathName(DecodeFastPath path) {
-  return path == DecodeFastPath::kBmi2 ? "bmi2" : "portable";
+const char* CodecFastPathName(CodecFastPath path) {
+  return path == CodecFastPath::kBmi2 ? "bmi2" : "portable";
 }
 
 size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
                      pfm_record* out, size_t max, size_t* used,
                      bool* malformed) {
-  return DecodeRecordsWith(RunOf(CurrentDecodeFastPath()), in, avail, st, out,
+  return DecodeRecordsWith(RunOf(CurrentCodecFastPath()), in, avail, st, out,
                            max, used, malformed);
 }
 

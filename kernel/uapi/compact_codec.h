@@ -212,16 +212,16 @@ size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
 // DecodeRecords uses on CPUs where pext is fast (Intel since Haswell, AMD
 // since Zen 3). Named for the tests that hold them to each other and the
 // benchmark that compares them.
-enum class DecodeFastPath { kPortable, kBmi2 };
+enum class CodecFastPath { kPortable, kBmi2 };
 // Whether this CPU can run `path` (kBmi2: BMI2 present, fast or not).
-bool DecodeFastPathRuns(DecodeFastPath path);
+bool CodecFastPathRuns(CodecFastPath path);
 // The one DecodeRecords uses: chosen by the CPU at start-up, or the last one
-// set. SetDecodeFastPath (tests and benchmarks; process-wide, not to be
+// set. SetCodecFastPath (tests and benchmarks; process-wide, not to be
 // called while another thread decodes) returns false and changes nothing
 // when `path` does not run here.
-DecodeFastPath CurrentDecodeFastPath();
-bool SetDecodeFastPath(DecodeFastPath path);
-const char* DecodeFastPathName(DecodeFastPath path);
+CodecFastPath CurrentCodecFastPath();
+bool SetCodecFastPath(CodecFastPath path);
+const char* CodecFastPathName(CodecFastPath path);
 
 }  // namespace pfm
 

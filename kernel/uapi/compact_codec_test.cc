@@ -502,10 +502,32 @@ std::vector<pfm_record> BatchTestStream(size_t n, uint32_t seed) {
   return out;
 }
 
+// The codec on each of its fast paths that runs on this CPU (EncodeRun and
+// DecodeRecords; the chosen path is restored after each test).
+class CodecOnEachPath : public ::testing::TestWithParam<CodecFastPath> {
+ protected:
+  void SetUp() override {
+    if (!SetCodecFastPath(GetParam()))
+      GTEST_SKIP() << CodecFastPathName(GetParam())
+                   << " does not run on this CPU";
+  }
+  void TearDown() override { SetCodecFastPath(chosen_); }
+
+ private:
+  const CodecFastPath chosen_ = CurrentCodecFastPath();
+};
+
+INSTANTIATE_TEST_SUITE_P(CompactCodecBatch, CodecOnEachPath,
+                         ::testing::Values(CodecFastPath::kPortable,
+                                           CodecFastPath::kBmi2),
+                         [](const auto& info) {
+                           return std::string(CodecFastPathName(info.param));
+                         });
+
 // EncodeRun (the batch encoder's loop) writes the bytes EncodeRecord writes
 // one by one, stops exactly where the next record would pass `limit`, and
 // leaves the same state.
-TEST(CompactCodecBatch, EncodeRunIsEncodeRecordOneByOne) {
+TEST_P(CodecOnEachPath, EncodeRunIsEncodeRecordOneByOne) {
   const std::vector<pfm_record> in = BatchTestStream(20000, 5);
   std::vector<uint8_t> want;
   std::vector<size_t> ends;
@@ -546,29 +568,7 @@ TEST(CompactCodecBatch, EncodeRunIsEncodeRecordOneByOne) {
 // DecodeRecords (the reader's batch decoder) returns what DecodeRecord does
 // one by one: the records, the state, and where it stops (PAD, malformed
 // bytes, the end of the input, `max`), reset markers included.
-// Each of its fast paths that runs on this CPU (the chosen one last, so the
-// rest of the tests get it).
-class DecodeRecordsOnEachPath : public ::testing::TestWithParam<DecodeFastPath> {
- protected:
-  void SetUp() override {
-    if (!SetDecodeFastPath(GetParam()))
-      GTEST_SKIP() << DecodeFastPathName(GetParam())
-                   << " does not run on this CPU";
-  }
-  void TearDown() override { SetDecodeFastPath(chosen_); }
-
- private:
-  const DecodeFastPath chosen_ = CurrentDecodeFastPath();
-};
-
-INSTANTIATE_TEST_SUITE_P(CompactCodecBatch, DecodeRecordsOnEachPath,
-                         ::testing::Values(DecodeFastPath::kPortable,
-                                           DecodeFastPath::kBmi2),
-                         [](const auto& info) {
-                           return std::string(DecodeFastPathName(info.param));
-                         });
-
-TEST_P(DecodeRecordsOnEachPath, DecodeRecordsIsDecodeRecordOneByOne) {
+TEST_P(CodecOnEachPath, DecodeRecordsIsDecodeRecordOneByOne) {
   const std::vector<pfm_record> in = BatchTestStream(5000, 6);
   std::vector<uint8_t> bytes;
   CodecState st;
@@ -621,7 +621,7 @@ TEST_P(DecodeRecordsOnEachPath, DecodeRecordsIsDecodeRecordOneByOne) {
 // now and then a byte of anything): wherever the fast path takes a record
 // or leaves it to the checked decoder, the records, the state, the stopping
 // point and the verdict are DecodeRecord's one by one.
-TEST_P(DecodeRecordsOnEachPath, ShortBranchLookalikesDecodeAsOneByOne) {
+TEST_P(CodecOnEachPath, ShortBranchLookalikesDecodeAsOneByOne) {
   std::mt19937_64 rng(11);
   std::vector<pfm_record> want(4096), got(4096);
   for (int trial = 0; trial < 400; ++trial) {
