@@ -394,7 +394,7 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
   const pfm_record* r = recs;
   const pfm_record* const rend = recs + n;
   uint8_t* p = out;
-  size_t room = limit;  // bytes the run may still take
+  uint8_t* const pend = out + limit;  // where the run's bytes must end
   static constexpr uint8_t kTimeBits[3] = {kTimeAdjBit, kTimeSameBit,
                                            kTimeSameBit | kTimeAdjBit};
   while (r != rend) {
@@ -411,7 +411,12 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
                     uint64_t{s.branch_misc} << 32;
     const uint64_t ids = s.pid | uint64_t{s.tid} << 32;
     bool full = false;
-    for (; r != rend; ++r) {
+    // As many records as surely fit in the short form with varints of at
+    // most 3 bytes (7 bytes each): those need no check of the room left.
+    const size_t fit = static_cast<size_t>(pend - p) / 7;
+    const pfm_record* rstop =
+        static_cast<size_t>(rend - r) < fit ? rend : r + fit;
+    for (; r != rstop; ++r) {
       uint64_t rhead, rids;
       memcpy(&rhead, r, sizeof(rhead));
       memcpy(&rids, &r->pid, sizeof(rids));
@@ -448,10 +453,6 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
         const size_t to_bytes = kVarint3Bytes[Log2(to_z)];
         const size_t to_n = to_bytes & miss;
         size = 1 + from_n + to_n;
-        if (size > room) {
-          full = true;
-          break;
-        }
         const uint64_t to_w = Varint3WordOn<kBmi2>(to_z, to_bytes) & miss;
         const uint64_t w = lead | Varint3WordOn<kBmi2>(from_z, from_n) << 8 |
                            to_w << (8 * (1 + from_n));
@@ -460,16 +461,18 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
         const size_t from_n = VarintBytes(from_z);
         const size_t to_n = hit ? 0 : VarintBytes(to_z);
         size = 1 + from_n + to_n;
-        if (size > room) {
+        if (size > static_cast<size_t>(pend - p)) {
           full = true;
           break;
         }
         *p = lead;
         uint8_t* q = PutVarintWord(p + 1, from_z, from_n);
         if (!hit) PutVarintWord(q, to_z, to_n);
+        // Longer than 7 bytes: fewer of the rest surely fit.
+        const size_t still = (static_cast<size_t>(pend - p) - size) / 7;
+        if (static_cast<size_t>(rstop - r) - 1 > still) rstop = r + 1 + still;
       }
       p += size;
-      room -= size;
       time_delta = delta;
       time = r->time;
       branch_to = to;
@@ -483,12 +486,12 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
     s.branch_flags = branch_flags;
     s.branch_misc = static_cast<uint32_t>(head >> 32);
     if (r == rend || full) break;
-    // Any other record: the general encoder.
+    // Any other record, or any record once the room left is under 7 bytes:
+    // the general encoder (the same bytes), with the room checked.
     const size_t size = EncodeInto(*r, s, p);
-    if (size > room) break;
+    if (size > static_cast<size_t>(pend - p)) break;
     AdvanceState(*r, &s);
     p += size;
-    room -= size;
     ++r;
   }
   *st = s;
