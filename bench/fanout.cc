@@ -252,7 +252,7 @@ struct RingView {
 // Decodes a whole compact ring with the codec's batch decoder into a
 // 256-record buffer. Returns seconds; *n = records decoded.
 double DecodeCompact(const RingView& v, uint64_t* n) {
-  static pfm_record buf[256];
+  alignas(64) static pfm_record buf[256];
   const uint64_t head = v.hdr()->head;
   RingCursor cur;
   uint64_t total = 0;
@@ -271,7 +271,7 @@ double DecodeCompact(const RingView& v, uint64_t* n) {
 
 // The baseline: the fixed ring's records copied into the same buffer.
 double CopyFixed(const RingView& v, uint64_t* n) {
-  static pfm_record buf[256];
+  alignas(64) static pfm_record buf[256];
   const uint64_t head = v.hdr()->head;
   uint64_t total = 0;
   const uint64_t t0 = MonotonicNs();
@@ -305,6 +305,44 @@ double ConsumeAll(const Ring& ring, RingView& v, std::vector<pfm_record>* out,
   const uint64_t t1 = MonotonicNs();
   DoNotOptimize(out->data());
   return (t1 - t0) / 1e9;
+}
+
+// The codec alone on the current fast path: `recs` encoded by EncodeRun
+// into one buffer (no chunks, no ring), then decoded back by DecodeRecords
+// into a 256-record buffer. Seconds of each; *ok = the records came back.
+struct CodecTimes {
+  double encode_s = 0, decode_s = 0;
+};
+CodecTimes TimeCodec(const std::vector<pfm_record>& recs,
+                     std::vector<uint8_t>* bytes, bool* ok) {
+  alignas(64) static pfm_record buf[256];
+  CodecTimes t;
+  CodecState st;
+  size_t used = 0;
+  uint64_t t0 = MonotonicNs();
+  const size_t n = EncodeRun(recs.data(), recs.size(), &st, bytes->data(),
+                             bytes->size() - kMaxCompactRecordBytes - 8, &used);
+  t.encode_s = (MonotonicNs() - t0) / 1e9;
+  DoNotOptimize(bytes->data());
+  CodecState dst;
+  size_t pos = 0, k = 0;
+  bool bad = false;
+  *ok = n == recs.size();
+  t0 = MonotonicNs();
+  while (pos < used && !bad) {
+    size_t u = 0;
+    const size_t got = DecodeRecords(bytes->data() + pos, used - pos, &dst, buf,
+                                     256, &u, &bad);
+    if (got == 0) break;
+    DoNotOptimize(buf);
+    pos += u;
+    k += got;
+  }
+  t.decode_s = (MonotonicNs() - t0) / 1e9;
+  // Checked after the clock: the last batch against its records.
+  *ok = *ok && !bad && k == recs.size() &&
+        std::memcmp(&buf[(k - 1) % 256], &recs[k - 1], sizeof(pfm_record)) == 0;
+  return t;
 }
 
 }  // namespace
@@ -451,6 +489,46 @@ int main(int argc, char** argv) {
                  dec / 1e6, CodecFastPathName(fast), port / 1e6, copy / 1e6,
                  dec / copy, cons_c / 1e6, cons_f / 1e6,
                  double(cv.hdr()->head) / nd);
+    // The codec alone, per fast path (section "codec" of the JSON): the
+    // same records, read back from the fixed ring.
+    std::vector<pfm_record> recs(nd);
+    std::memcpy(recs.data(), fv.data(), nd * sizeof(pfm_record));
+    std::vector<uint8_t> bytes(nd * kMaxCompactUnitBytes + 64);
+    boost::json::array codec;
+    for (CodecFastPath path : {CodecFastPath::kPortable, CodecFastPath::kBmi2}) {
+      if (!SetCodecFastPath(path)) continue;
+      std::vector<double> enc_s, cdec_s;
+      for (int r = 0; r < 2 * reps + 1; ++r) {
+        bool ok = false;
+        const CodecTimes t = TimeCodec(recs, &bytes, &ok);
+        if (!ok) {
+          std::fprintf(stderr, "fanout: codec round trip failed (%s)\n",
+                       CodecFastPathName(path));
+          return 1;
+        }
+        enc_s.push_back(t.encode_s);
+        cdec_s.push_back(t.decode_s);
+      }
+      // Medians, and the best run: on a vCPU whose core is shared the
+      // median moves by 1.5x between runs, the best much less.
+      const double enc = nd / Median(enc_s), cdec = nd / Median(cdec_s);
+      const double enc_best = nd / *std::min_element(enc_s.begin(), enc_s.end());
+      const double dec_best = nd / *std::min_element(cdec_s.begin(), cdec_s.end());
+      std::fprintf(stderr,
+                   "codec   %-8s encode %.1f (best %.1f) Mrec/s, decode %.1f "
+                   "(best %.1f) Mrec/s%s\n",
+                   CodecFastPathName(path), enc / 1e6, enc_best / 1e6,
+                   cdec / 1e6, dec_best / 1e6,
+                   path == fast ? " (this CPU's path)" : "");
+      codec.push_back(boost::json::object{{"path", CodecFastPathName(path)},
+                                          {"chosen", path == fast},
+                                          {"encode_records_per_s", enc},
+                                          {"encode_best_records_per_s", enc_best},
+                                          {"decode_records_per_s", cdec},
+                                          {"decode_best_records_per_s", dec_best}});
+    }
+    SetCodecFastPath(fast);
+    doc["codec"] = codec;
     doc["decode"] = boost::json::object{
         {"records", nd},
         {"compact_bytes_per_record", double(cv.hdr()->head) / nd},
