@@ -366,6 +366,28 @@ inline uint64_t Varint3Word(uint64_t v, size_t n) {
          kVarint3Cont[n];
 }
 
+// The scalar state a short-branch loop (EncodeRun's, DecodeRecords') keeps
+// in registers (the previous branch's first word stands for type, cpu and
+// misc), loaded from and stored back to the codec state around the loop.
+struct RunRegs {
+  uint64_t time, time_delta, branch_to, branch_flags, head, ids;
+  explicit RunRegs(const CodecState& s)
+      : time(s.time),
+        time_delta(s.time_delta),
+        branch_to(s.branch_to),
+        branch_flags(s.branch_flags),
+        head(PFM_REC_BRANCH | uint64_t{s.cpu} << 16 |
+             uint64_t{s.branch_misc} << 32),
+        ids(s.pid | uint64_t{s.tid} << 32) {}
+  void StoreTo(CodecState* s) const {
+    s->time = time;
+    s->time_delta = time_delta;
+    s->branch_to = branch_to;
+    s->branch_flags = branch_flags;
+    s->branch_misc = static_cast<uint32_t>(head >> 32);
+  }
+};
+
 // Varint3Word spread by one pdep where the fast path is BMI2's. Inline asm,
 // so that the code around it needs no target attribute (and no BMI2
 // instruction reaches the portable instantiation): EncodeRun runs the BMI2
@@ -405,11 +427,10 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
     // stays in registers, as few as possible (the previous branch's first
     // word stands for type, cpu and misc); anything else leaves the loop for
     // the general path below, one record, and comes back.
-    uint64_t time = s.time, time_delta = s.time_delta, branch_to = s.branch_to;
-    uint64_t branch_flags = s.branch_flags;
-    uint64_t head = PFM_REC_BRANCH | uint64_t{s.cpu} << 16 |
-                    uint64_t{s.branch_misc} << 32;
-    const uint64_t ids = s.pid | uint64_t{s.tid} << 32;
+    RunRegs g(s);
+    uint64_t &time = g.time, &time_delta = g.time_delta, &branch_to = g.branch_to;
+    uint64_t &branch_flags = g.branch_flags, &head = g.head;
+    const uint64_t ids = g.ids;
     bool full = false;
     // As many records as surely fit in the short form with varints of at
     // most 3 bytes (7 bytes each): those need no check of the room left.
@@ -480,11 +501,7 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
       head = rhead;
       s.to_cache[slot] = to;
     }
-    s.time = time;
-    s.time_delta = time_delta;
-    s.branch_to = branch_to;
-    s.branch_flags = branch_flags;
-    s.branch_misc = static_cast<uint32_t>(head >> 32);
+    g.StoreTo(&s);
     if (r == rend || full) break;
     // Any other record, or any record once the room left is under 7 bytes:
     // the general encoder (the same bytes), with the room checked.
@@ -727,11 +744,10 @@ size_t ShortRunPortable(const uint8_t** pp, pfm_record* o, size_t n,
   // a pointer, so the state would be reloaded after each of them.
   CodecState s = *st;
   const uint8_t* p = *pp;
-  uint64_t time = s.time, time_delta = s.time_delta, branch_to = s.branch_to;
-  uint64_t branch_flags = s.branch_flags;
-  uint64_t head = PFM_REC_BRANCH | uint64_t{s.cpu} << 16 |
-                  uint64_t{s.branch_misc} << 32;
-  const uint64_t ids = s.pid | uint64_t{s.tid} << 32;
+  RunRegs g(s);
+  uint64_t &time = g.time, &time_delta = g.time_delta, &branch_to = g.branch_to;
+  uint64_t &branch_flags = g.branch_flags, &head = g.head;
+  const uint64_t ids = g.ids;
   pfm_record* const o0 = o;
   pfm_record* const ostop = o + n;
 #pragma GCC unroll 2
@@ -779,11 +795,7 @@ size_t ShortRunPortable(const uint8_t** pp, pfm_record* o, size_t n,
     branch_to = to;
     ++o;
   }
-  s.time = time;
-  s.time_delta = time_delta;
-  s.branch_to = branch_to;
-  s.branch_flags = branch_flags;
-  s.branch_misc = static_cast<uint32_t>(head >> 32);
+  g.StoreTo(&s);
   *st = s;
   *pp = p;
   return static_cast<size_t>(o - o0);
@@ -849,11 +861,10 @@ __attribute__((target("bmi,bmi2"))) size_t ShortRunBmi2(
   static constexpr Bmi2Tables kT;
   CodecState s = *st;
   const uint8_t* p = *pp;
-  uint64_t time = s.time, time_delta = s.time_delta, branch_to = s.branch_to;
-  uint64_t branch_flags = s.branch_flags;
-  uint64_t head = PFM_REC_BRANCH | uint64_t{s.cpu} << 16 |
-                  uint64_t{s.branch_misc} << 32;
-  const uint64_t ids = s.pid | uint64_t{s.tid} << 32;
+  RunRegs g(s);
+  uint64_t &time = g.time, &time_delta = g.time_delta, &branch_to = g.branch_to;
+  uint64_t &branch_flags = g.branch_flags, &head = g.head;
+  const uint64_t ids = g.ids;
   pfm_record* const o0 = o;
   pfm_record* const ostop = o + n;
   while (o != ostop) {
@@ -884,11 +895,7 @@ __attribute__((target("bmi,bmi2"))) size_t ShortRunBmi2(
     branch_to = to;
     ++o;
   }
-  s.time = time;
-  s.time_delta = time_delta;
-  s.branch_to = branch_to;
-  s.branch_flags = branch_flags;
-  s.branch_misc = static_cast<uint32_t>(head >> 32);
+  g.StoreTo(&s);
   *st = s;
   *pp = p;
   return static_cast<size_t>(o - o0);
