@@ -70,7 +70,9 @@
 // ring_format.h). DecodeRecord and DecodeRecords likewise accept the same
 // bytes and produce the same records.
 //
-// All functions are pure: no allocation, no globals, thread-compatible.
+// All functions are pure (no allocation, thread-compatible), but for one
+// process-wide choice: which fast path the batch loops take (see
+// CodecFastPath below), set once from the CPU.
 #ifndef PFM_KERNEL_UAPI_COMPACT_CODEC_H_
 #define PFM_KERNEL_UAPI_COMPACT_CODEC_H_
 
@@ -206,19 +208,19 @@ size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
                      pfm_record* out, size_t max, size_t* used,
                      bool* malformed);
 
-// DecodeRecords' fast path (short branches with predicted times) has two
-// implementations that take the same bytes to the same records: portable
-// x86-64 code, and one that gathers varints with BMI2's pext, which
-// DecodeRecords uses on CPUs where pext is fast (Intel since Haswell, AMD
-// since Zen 3). Named for the tests that hold them to each other and the
-// benchmark that compares them.
+// The batch loops' fast paths (EncodeRun's and DecodeRecords' loops for short
+// branches with predicted times) have two implementations that give the same
+// bytes and records: portable x86-64 code, and one that spreads and gathers
+// varints with BMI2's pdep/pext, used on CPUs where those are fast (Intel
+// since Haswell, AMD since Zen 3; docs/rings.md). Named for the tests that
+// hold them to each other and the benchmark that compares them.
 enum class CodecFastPath { kPortable, kBmi2 };
 // Whether this CPU can run `path` (kBmi2: BMI2 present, fast or not).
 bool CodecFastPathRuns(CodecFastPath path);
-// The one DecodeRecords uses: chosen by the CPU at start-up, or the last one
-// set. SetCodecFastPath (tests and benchmarks; process-wide, not to be
-// called while another thread decodes) returns false and changes nothing
-// when `path` does not run here.
+// The one EncodeRun and DecodeRecords use: chosen by the CPU at start-up, or
+// the last one set. SetCodecFastPath (tests and benchmarks; process-wide,
+// not to be called while another thread encodes or decodes) returns false
+// and changes nothing when `path` does not run here.
 CodecFastPath CurrentCodecFastPath();
 bool SetCodecFastPath(CodecFastPath path);
 const char* CodecFastPathName(CodecFastPath path);
