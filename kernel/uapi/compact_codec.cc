@@ -6,6 +6,10 @@
 #include <cstddef>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace pfm {
 namespace {
 
@@ -326,9 +330,19 @@ namespace {
 // (family 0x19); earlier AMD parts that have BMI2 run it in microcode, far
 // slower than the portable code.
 #if defined(__x86_64__)
+// LZCNT (CPUID 0x80000001, ECX bit 5: "ABM" on AMD), which the BMI2 encoder
+// uses too. Every CPU with a fast pext has it; checked all the same.
+bool HasLzcnt() {
+  unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx >> 5 & 1) != 0;
+}
+
 bool FastPext() {
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("bmi2")) return false;
+  if (!__builtin_cpu_supports("bmi") || !__builtin_cpu_supports("bmi2") ||
+      !HasLzcnt())
+    return false;
   if (__builtin_cpu_is("intel")) return true;
   if (!__builtin_cpu_is("amd")) return false;
   return !__builtin_cpu_is("amdfam15h") && !__builtin_cpu_is("amdfam17h");
@@ -354,6 +368,28 @@ std::atomic<CodecFastPath>& FastPathChoice() {
 constexpr uint8_t kVarint3Bytes[21] = {1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
                                        2, 2, 2, 3, 3, 3, 3, 3, 3, 3};
 constexpr uint32_t kVarint3Cont[4] = {0, 0, 0x80, 0x8080};
+
+// The same by the count of leading zeros (clz(v | 1), 43..63 for v < 2^21),
+// for the BMI2 path (whose CPUs have lzcnt): the record's fields a short
+// branch's word needs, one load each. `from` is the word's bytes 1..3, `to`
+// follows it when not predicted.
+struct Varint3ByClz {
+  uint8_t bytes[64] = {};       // the varint's length
+  uint8_t lead_from[64] = {};   // 1 + that: the lead and `from`
+  uint8_t to_shift[64] = {};    // 8 * that: where `to` starts, in bits
+  uint32_t cont[64] = {};       // its continuation bits
+  uint32_t cont_from[64] = {};  // the same one byte up (`from` at byte 1)
+  constexpr Varint3ByClz() {
+    for (size_t c = 43; c < 64; ++c) {
+      bytes[c] = kVarint3Bytes[63 - c];
+      lead_from[c] = static_cast<uint8_t>(1 + bytes[c]);
+      to_shift[c] = static_cast<uint8_t>(8 * lead_from[c]);
+      cont[c] = kVarint3Cont[bytes[c]];
+      cont_from[c] = cont[c] << 8;
+    }
+  }
+};
+constexpr Varint3ByClz kVarint3ByClz;
 
 inline size_t Log2(uint64_t v) {
   return static_cast<size_t>(63 - __builtin_clzll(v | 1));
@@ -388,24 +424,40 @@ struct RunRegs {
   }
 };
 
-// Varint3Word spread by one pdep where the fast path is BMI2's. Inline asm,
-// so that the code around it needs no target attribute (and no BMI2
-// instruction reaches the portable instantiation): EncodeRun runs the BMI2
-// instantiation only on CPUs that have it.
+// The lead byte and both varints of a short branch whose `from` and `to`
+// deltas are below 2^21, as one word, and its length: `to` is left out when
+// `miss` is 0 (predicted). On the BMI2 path by lzcnt, tables and a pdep per
+// varint (inline asm: the builtin would need the target attribute on every
+// function it is inlined through), else by Varint3Word.
 template <bool kBmi2>
-inline uint64_t Varint3WordOn(uint64_t v, size_t n) {
+inline uint64_t ShortBranchWord(uint64_t lead, uint64_t from_z, uint64_t to_z,
+                                uint64_t miss, size_t* size) {
 #if defined(__x86_64__)
   if constexpr (kBmi2) {
-    uint64_t w;
-    asm("pdepq %2, %1, %0" : "=r"(w) : "r"(v), "r"(uint64_t{0x7f7f7f}));
-    return w | kVarint3Cont[n];
+    const Varint3ByClz& t = kVarint3ByClz;
+    const size_t fc = static_cast<size_t>(__builtin_clzll(from_z | 1));
+    const size_t tc = static_cast<size_t>(__builtin_clzll(to_z | 1));
+    uint64_t fw, tw;
+    asm("pdepq %2, %1, %0" : "=r"(fw) : "r"(from_z), "r"(uint64_t{0x7f7f7f00}));
+    asm("pdepq %2, %1, %0" : "=r"(tw) : "r"(to_z), "r"(uint64_t{0x7f7f7f}));
+    *size = t.lead_from[fc] + (t.bytes[tc] & miss);
+    return lead | fw | t.cont_from[fc] | ((tw | t.cont[tc]) & miss)
+                                             << t.to_shift[fc];
   }
 #endif
-  return Varint3Word(v, n);
+  const size_t from_n = kVarint3Bytes[Log2(from_z)];
+  const size_t to_n = kVarint3Bytes[Log2(to_z)];
+  *size = 1 + from_n + (to_n & miss);
+  return lead | Varint3Word(from_z, from_n) << 8 |
+         (Varint3Word(to_z, to_n) & miss) << (8 * (1 + from_n));
 }
 
+// The batch encoder, on either fast path. Always inlined into its two
+// entry points below, so that the BMI2 one is compiled for BMI2 and lzcnt
+// throughout (shlx, lzcnt: a third fewer instructions in the loop).
 template <bool kBmi2>
-size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
+__attribute__((always_inline)) inline size_t EncodeRunOn(
+    const pfm_record* recs, size_t n, CodecState* st,
                    uint8_t* out, size_t limit, size_t* used) {
   static_assert(offsetof(pfm_record, pid) + 4 == offsetof(pfm_record, tid),
                 "pid and tid are one word");
@@ -427,22 +479,35 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
     // stays in registers, as few as possible (the previous branch's first
     // word stands for type, cpu and misc); anything else leaves the loop for
     // the general path below, one record, and comes back.
-    RunRegs g(s);
-    uint64_t &time = g.time, &time_delta = g.time_delta, &branch_to = g.branch_to;
-    uint64_t &branch_flags = g.branch_flags, &head = g.head;
-    const uint64_t ids = g.ids;
+    // The previous record as the loop compares with it: first the state
+    // dressed as a branch, then the record before (a branch the loop just
+    // encoded, so the state is its, but for time_delta and the predictor):
+    // loads from L1 instead of registers, which the loop runs out of.
+    pfm_record prev;
+    {
+      const RunRegs g(s);
+      memcpy(&prev, &g.head, 8);
+      prev.time = g.time;
+      memcpy(&prev.pid, &g.ids, 8);
+      prev.u.branch.to = g.branch_to;
+      prev.u.branch.flags = g.branch_flags;
+    }
+    const pfm_record* q = &prev;
+    uint64_t time_delta = s.time_delta;
     bool full = false;
     // As many records as surely fit in the short form with varints of at
     // most 3 bytes (7 bytes each): those need no check of the room left.
     const size_t fit = static_cast<size_t>(pend - p) / 7;
     const pfm_record* rstop =
         static_cast<size_t>(rend - r) < fit ? rend : r + fit;
-    for (; r != rstop; ++r) {
-      uint64_t rhead, rids;
+    for (; r != rstop; q = r, ++r) {
+      uint64_t rhead, qhead, rids, qids;
       memcpy(&rhead, r, sizeof(rhead));
+      memcpy(&qhead, q, sizeof(qhead));
       memcpy(&rids, &r->pid, sizeof(rids));
+      memcpy(&qids, &q->pid, sizeof(qids));
       const uint64_t flags = r->u.branch.flags;
-      const uint64_t hx = rhead ^ head, fx = flags ^ branch_flags;
+      const uint64_t hx = rhead ^ qhead, fx = flags ^ q->u.branch.flags;
       // Repeated: hx == fx == 0. Flipped: hx is the misc predicted bit (bit
       // 32 of the word) and fx the raw predicted bit (bit 4), so then
       // fx << 28 == hx. Checked bitwise, without a branch on the flip,
@@ -450,14 +515,13 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
       static_assert(PFM_MISC_BRANCH_PREDICTED == 1 &&
                         PFM_BTS_RAW_PREDICTED == uint64_t{1} << 4,
                     "the flip test below");
-      const uint64_t delta = r->time - time;
+      const uint64_t delta = r->time - q->time;
       const uint64_t dd1 = delta - time_delta + 1;  // 0, 1, 2: -1, 0, +1
-      const bool ok = (rids == ids) & ((hx ^ (fx << 28)) == 0) &
-                      ((fx & ~uint64_t{PFM_BTS_RAW_PREDICTED}) == 0) &
-                      (dd1 < 3);
-      if (!ok) break;
+      const uint64_t bad = (rids ^ qids) | (hx ^ (fx << 28)) |
+                           (fx & ~uint64_t{PFM_BTS_RAW_PREDICTED});
+      if (bad != 0 || dd1 >= 3) break;
       const uint64_t from = r->u.branch.from, to = r->u.branch.to;
-      const uint64_t from_z = ZigZag(from - branch_to);
+      const uint64_t from_z = ZigZag(from - q->u.branch.to);
       const uint64_t to_z = ZigZag(to - from);
       const size_t slot = ToSlot(from);
       const bool hit = s.to_cache[slot] == to;
@@ -470,13 +534,8 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
         // Lead and both varints in one store. Whether `to` was predicted
         // is close to a coin toss in real code: masks, not a branch.
         const uint64_t miss = uint64_t{hit} - 1;  // all ones when not hit
-        const size_t from_n = kVarint3Bytes[Log2(from_z)];
-        const size_t to_bytes = kVarint3Bytes[Log2(to_z)];
-        const size_t to_n = to_bytes & miss;
-        size = 1 + from_n + to_n;
-        const uint64_t to_w = Varint3WordOn<kBmi2>(to_z, to_bytes) & miss;
-        const uint64_t w = lead | Varint3WordOn<kBmi2>(from_z, from_n) << 8 |
-                           to_w << (8 * (1 + from_n));
+        const uint64_t w =
+            ShortBranchWord<kBmi2>(lead, from_z, to_z, miss, &size);
         memcpy(p, &w, sizeof(w));
       } else {
         const size_t from_n = VarintBytes(from_z);
@@ -487,21 +546,22 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
           break;
         }
         *p = lead;
-        uint8_t* q = PutVarintWord(p + 1, from_z, from_n);
-        if (!hit) PutVarintWord(q, to_z, to_n);
+        uint8_t* o = PutVarintWord(p + 1, from_z, from_n);
+        if (!hit) PutVarintWord(o, to_z, to_n);
         // Longer than 7 bytes: fewer of the rest surely fit.
         const size_t still = (static_cast<size_t>(pend - p) - size) / 7;
         if (static_cast<size_t>(rstop - r) - 1 > still) rstop = r + 1 + still;
       }
       p += size;
       time_delta = delta;
-      time = r->time;
-      branch_to = to;
-      branch_flags = flags;
-      head = rhead;
       s.to_cache[slot] = to;
     }
-    g.StoreTo(&s);
+    // The state is the last record encoded here (prev: unchanged).
+    s.time = q->time;
+    s.time_delta = time_delta;
+    s.branch_to = q->u.branch.to;
+    s.branch_flags = q->u.branch.flags;
+    s.branch_misc = q->misc;
     if (r == rend || full) break;
     // Any other record, or any record once the room left is under 7 bytes:
     // the general encoder (the same bytes), with the room checked.
@@ -516,13 +576,23 @@ size_t EncodeRunOn(const pfm_record* recs, size_t n, CodecState* st,
   return static_cast<size_t>(r - recs);
 }
 
+#if defined(__x86_64__)
+__attribute__((target("bmi,bmi2,lzcnt"))) size_t EncodeRunBmi2(
+    const pfm_record* recs, size_t n, CodecState* st, uint8_t* out,
+    size_t limit, size_t* used) {
+  return EncodeRunOn<true>(recs, n, st, out, limit, used);
+}
+#endif
+
 }  // namespace
 
 size_t EncodeRun(const pfm_record* recs, size_t n, CodecState* st,
                  uint8_t* out, size_t limit, size_t* used) {
-  return CurrentCodecFastPath() == CodecFastPath::kBmi2
-             ? EncodeRunOn<true>(recs, n, st, out, limit, used)
-             : EncodeRunOn<false>(recs, n, st, out, limit, used);
+#if defined(__x86_64__)
+  if (CurrentCodecFastPath() == CodecFastPath::kBmi2)
+    return EncodeRunBmi2(recs, n, st, out, limit, used);
+#endif
+  return EncodeRunOn<false>(recs, n, st, out, limit, used);
 }
 
 void NormalizeRecord(pfm_record* r) {
@@ -951,7 +1021,8 @@ bool CodecFastPathRuns(CodecFastPath path) {
   if (path == CodecFastPath::kPortable) return true;
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("bmi2");
+  return __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+         HasLzcnt();
 #else
   return false;
 #endif

@@ -211,11 +211,12 @@ size_t DecodeRecords(const uint8_t* in, size_t avail, CodecState* st,
 // The batch loops' fast paths (EncodeRun's and DecodeRecords' loops for short
 // branches with predicted times) have two implementations that give the same
 // bytes and records: portable x86-64 code, and one that spreads and gathers
-// varints with BMI2's pdep/pext, used on CPUs where those are fast (Intel
-// since Haswell, AMD since Zen 3; docs/rings.md). Named for the tests that
-// hold them to each other and the benchmark that compares them.
+// varints with BMI2's pdep/pext (and lzcnt), used on CPUs where those are
+// fast (Intel since Haswell, AMD since Zen 3; docs/rings.md). Named for the
+// tests that hold them to each other and the benchmark that compares them.
 enum class CodecFastPath { kPortable, kBmi2 };
-// Whether this CPU can run `path` (kBmi2: BMI2 present, fast or not).
+// Whether this CPU can run `path` (kBmi2: BMI1, BMI2 and lzcnt present, fast
+// or not).
 bool CodecFastPathRuns(CodecFastPath path);
 // The one EncodeRun and DecodeRecords use: chosen by the CPU at start-up, or
 // the last one set. SetCodecFastPath (tests and benchmarks; process-wide,
