@@ -140,6 +140,55 @@ TEST(DsAllocator, UserOnlyConsumerNeverSeesKernelFrom) {
   EXPECT_EQ(Records(ds, user, PFM_REC_BRANCH).size(), 66u);
 }
 
+// Every field of a translated BTS record, in both formats: type (a soft-BTS
+// gap marker becomes a GAP record whose flags are 0), cpu, misc (predicted
+// bit from the flags, kernel bit from `from`), pid/tid, from/to/flags, the
+// union's unused bytes zero, and times spread over the drain's window.
+TEST(DsAllocator, TranslatesEveryFieldOfBtsRecords) {
+  for (pfm_format format : {PFM_FORMAT_FIXED, PFM_FORMAT_COMPACT}) {
+    SCOPED_TRACE(format);
+    DsAllocator ds(2, DsLimits{});
+    ConsumerParams p = Task(1000, PFM_BTS_LOSSLESS, 1 << 20, PFM_FILTER_ALL);
+    p.req.format = format;
+    const int id = ds.Attach(p, 0, nullptr);
+    ASSERT_GT(id, 0);
+    ds.Switch(1, 100, TaskId{0, 0}, TaskId{1000, 1001}, false);
+    const std::vector<pfm_bts_raw> in = {
+        {kUser + 1, kUser + 2, PFM_BTS_RAW_PREDICTED},
+        {kUser + 3, kUser + 4, 0},
+        {kKernel + 5, kUser + 6, PFM_BTS_RAW_PREDICTED},
+        {kUser + 7, kUser + 8, PFM_BTS_RAW_GAP | PFM_BTS_RAW_PREDICTED},
+        {kKernel + 9, kKernel + 10, 0},
+        {kUser + 11, kUser + 12, PFM_BTS_RAW_GAP},
+        {kUser + 13, kUser + 14, PFM_BTS_RAW_PREDICTED}};
+    for (const pfm_bts_raw& r : in) ds.Area(1)->WriteBts(r);
+    ds.Drain(1, 100 + 7 * 10 + 3);  // a window of 73 over 7 records
+    std::vector<pfm_record> got;
+    for (const pfm_record& r : Records(ds, id))
+      if (r.type == PFM_REC_BRANCH || r.type == PFM_REC_GAP) got.push_back(r);
+    ASSERT_EQ(got.size(), in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      SCOPED_TRACE(i);
+      const pfm_record& r = got[i];
+      const bool gap = (in[i].flags & PFM_BTS_RAW_GAP) != 0;
+      EXPECT_EQ(r.type, gap ? PFM_REC_GAP : PFM_REC_BRANCH);
+      EXPECT_EQ(r.cpu, 1);
+      EXPECT_EQ(r.misc,
+                ((in[i].flags & PFM_BTS_RAW_PREDICTED) ? PFM_MISC_BRANCH_PREDICTED : 0u) |
+                    (in[i].from >= kKernel ? PFM_MISC_BRANCH_KERNEL_FROM : 0u));
+      EXPECT_EQ(r.pid, 1000u);
+      EXPECT_EQ(r.tid, 1001u);
+      EXPECT_EQ(r.u.branch.from, in[i].from);
+      EXPECT_EQ(r.u.branch.to, in[i].to);
+      EXPECT_EQ(r.u.branch.flags, gap ? 0 : in[i].flags);
+      // floor(73 * (i + 1) / 7) past the window's start.
+      EXPECT_EQ(r.time, 100 + 73 * (i + 1) / 7);
+      for (size_t b = sizeof(r.u.branch); b < sizeof(r.u.raw); ++b)
+        ASSERT_EQ(r.u.raw[b], 0) << b;
+    }
+  }
+}
+
 // A drain is translated and fanned out in batches, each consumer taking runs
 // of the records its filter accepts: across batch boundaries and runs of
 // every length, each consumer still gets exactly its records, in order.
