@@ -453,12 +453,13 @@ inline uint64_t ShortBranchWord(uint64_t lead, uint64_t from_z, uint64_t to_z,
 }
 
 // The batch encoder, on either fast path. Always inlined into its two
-// entry points below, so that the BMI2 one is compiled for BMI2 and lzcnt
-// throughout (shlx, lzcnt: a third fewer instructions in the loop).
+// entry points below, so that the BMI2 one is compiled for BMI1, BMI2 and
+// lzcnt throughout (shlx, lzcnt; with the tables by clz and the loads from
+// the previous record, 93 instructions a record instead of 110).
 template <bool kBmi2>
 __attribute__((always_inline)) inline size_t EncodeRunOn(
-    const pfm_record* recs, size_t n, CodecState* st,
-                   uint8_t* out, size_t limit, size_t* used) {
+    const pfm_record* recs, size_t n, CodecState* st, uint8_t* out,
+    size_t limit, size_t* used) {
   static_assert(offsetof(pfm_record, pid) + 4 == offsetof(pfm_record, tid),
                 "pid and tid are one word");
   static_assert(offsetof(pfm_record, misc) == 4, "type, cpu, misc: one word");
@@ -475,14 +476,14 @@ __attribute__((always_inline)) inline size_t EncodeRunOn(
     // The loop a BTS stream lives in: branches whose cpu/pid/tid repeat,
     // misc/flags repeat or flip the predicted bit and whose time delta is
     // the previous one +-1 (interpolated stamps): the short form with the
-    // time predicted, which is then always the shorter form. The state
-    // stays in registers, as few as possible (the previous branch's first
-    // word stands for type, cpu and misc); anything else leaves the loop for
-    // the general path below, one record, and comes back.
-    // The previous record as the loop compares with it: first the state
-    // dressed as a branch, then the record before (a branch the loop just
-    // encoded, so the state is its, but for time_delta and the predictor):
-    // loads from L1 instead of registers, which the loop runs out of.
+    // time predicted, which is then always the shorter form. Anything else
+    // leaves the loop for the general path below, one record, and comes
+    // back.
+    // Each record is compared with the previous one: first the state
+    // dressed as a branch (its first word stands for type, cpu and misc),
+    // then the record before (a branch the loop just encoded, so the state
+    // is its, but for time_delta and the predictor). Loads from L1 instead
+    // of copies of the state in registers, which the loop runs out of.
     pfm_record prev;
     {
       const RunRegs g(s);
