@@ -61,6 +61,10 @@ TEST(FuzzRegression, CompactBatchKeepsItsContractOnEveryStoredInput) {
   EXPECT_GT(ReplayAll("compact_batch", FuzzCompactBatch), 0u);
 }
 
+TEST(FuzzRegression, FusedBtsEncoderIsTheTranslationOnEveryStoredInput) {
+  EXPECT_GT(ReplayAll("compact_bts", FuzzCompactBts), 0u);
+}
+
 // Includes the two hostile ring headers whose positions near 2^64 made
 // Snapshot loop (practically) forever before the wrap fixes.
 TEST(FuzzRegression, RingReaderSurvivesEveryStoredInput) {

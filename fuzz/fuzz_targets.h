@@ -40,6 +40,13 @@ int FuzzCompactDecoder(const uint8_t* data, size_t size);
 // DecodeRecord one by one.
 int FuzzCompactBatch(const uint8_t* data, size_t size);
 
+// The fused BTS drain's encoder: raw BTS records from the input, with a
+// clock, origin, ring offsets and start state, must encode (EncodeBts,
+// EncodeBtsRun) to exactly the segments, bytes, state and clock of the
+// translate-then-encode path (TranslateBts, Encode, EncodeRun), refusing a
+// batch exactly when a record is not a user branch.
+int FuzzCompactBts(const uint8_t* data, size_t size);
+
 // A hostile writer: a ring memfd whose header and data come from the input
 // (first byte chooses verbatim header or a valid template with fuzzed
 // positions/counters), sealed, then RingReader::Map, Snapshot and Consume.

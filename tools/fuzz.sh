@@ -4,7 +4,7 @@
 #
 #   tools/fuzz.sh [SECONDS] [TARGET...]     default: 60 s each, all targets
 #
-# Targets: wire, compact, compact_batch, ring, maps, rsp. Each run starts from the checked-in seeds in
+# Targets: wire, compact, compact_batch, compact_bts, ring, maps, rsp. Each run starts from the checked-in seeds in
 # fuzz/corpus/NAME plus a working corpus in $PFM_FUZZ_WORK/NAME (default
 # /tmp/pfm-fuzz; kept between runs). A crash, leak, timeout (>10 s per
 # input) or out-of-memory fails the script; libFuzzer writes the input to
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(wire compact compact_batch ring maps rsp)
+[ ${#targets[@]} -eq 0 ] && targets=(wire compact compact_batch compact_bts ring maps rsp)
 work=${PFM_FUZZ_WORK:-/tmp/pfm-fuzz}
 CXX=${CXX_FUZZ:-clang++}
 mkdir -p "$work/bin"
@@ -46,11 +46,12 @@ for t in "${targets[@]}"; do
     wire) build wire fuzz/wire_fuzz.cc libpfm-bts/wire.cc libpfm-bts/session_spec.cc -lboost_json ;;
     compact) build compact fuzz/compact_fuzz.cc kernel/uapi/compact_codec.cc kernel/uapi/ring_format.cc ;;
     compact_batch) build compact_batch fuzz/compact_batch_fuzz.cc kernel/uapi/compact_codec.cc kernel/uapi/ring_format.cc ;;
+    compact_bts) build compact_bts fuzz/compact_bts_fuzz.cc kernel/uapi/compact_codec.cc kernel/uapi/ring_format.cc ;;
     ring) build ring fuzz/ring_fuzz.cc libpfm-bts/ring_reader.cc kernel/uapi/compact_codec.cc kernel/uapi/ring_format.cc ;;
     maps) build maps fuzz/maps_fuzz.cc kernel/uapi/proc_maps.cc ;;
     rsp) build rsp fuzz/rsp_fuzz.cc userspace/gdbstub/rsp.cc userspace/gdbstub/amd64_regs.cc \
            userspace/gdbstub/btrace_xml.cc ;;
-    *) echo "fuzz: unknown target $t (wire, compact, compact_batch, ring, maps, rsp)" >&2; exit 2 ;;
+    *) echo "fuzz: unknown target $t (wire, compact, compact_batch, compact_bts, ring, maps, rsp)" >&2; exit 2 ;;
   esac
 done
 

@@ -23,29 +23,6 @@ uint64_t WorstCaseBytes(uint64_t records) {
   return data + (data / PFM_RING_CHUNK + 1) * PFM_RECORD_FIXED_SIZE;
 }
 
-// One BTS record as a ring record: every byte written, the union bytes a
-// branch does not use zero (normalized). Fields are stored in place: building
-// the record in a local and copying it stalls on store forwarding.
-inline void TranslateBts(const pfm_bts_raw& b, uint64_t time, uint16_t cpu,
-                         uint32_t pid, uint32_t tid, pfm_record* out) {
-  // Soft BTS's gap marker (PFM_BTS_RAW_GAP) is a gap record of the same
-  // layout; hardware never sets the bit.
-  const bool gap = (b.flags & PFM_BTS_RAW_GAP) != 0;
-  out->type = gap ? PFM_REC_GAP : PFM_REC_BRANCH;
-  out->cpu = cpu;
-  out->misc =
-      ((b.flags & PFM_BTS_RAW_PREDICTED) ? PFM_MISC_BRANCH_PREDICTED : 0u) |
-      (PFM_ADDR_IS_KERNEL(b.from) ? PFM_MISC_BRANCH_KERNEL_FROM : 0u);
-  out->time = time;
-  out->pid = pid;
-  out->tid = tid;
-  out->u.branch.from = b.from;
-  out->u.branch.to = b.to;
-  out->u.branch.flags = gap ? 0 : b.flags;
-  std::memset(out->u.raw + sizeof(out->u.branch), 0,
-              sizeof(out->u.raw) - sizeof(out->u.branch));
-}
-
 }  // namespace
 
 struct DsAllocator::Consumer {
@@ -450,31 +427,13 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
   const size_t np = area.pebs_count();
   const pfm_bts_raw* bts = area.bts_records();
   const pfm_pebs_raw* pebs = area.pebs_records();
-  const uint64_t span = now - t0;
-  // Record i's time is t0 + floor(span * (i + 1) / nb), kept incrementally
-  // (quotient and remainder) so the loop does no division.
-  const uint64_t step_q = nb ? span / nb : 0, step_r = nb ? span % nb : 0;
-  uint64_t acc_q = step_q, acc_r = step_r;
-  if (nb && acc_r >= nb) {
-    acc_r -= nb;
-    ++acc_q;
-  }
+  // Record i's time is t0 + floor((now - t0) * (i + 1) / nb).
+  BtsClock clock(t0, now - t0, nb);
   size_t i = 0, j = 0, k = 0;
   const uint16_t cpu16 = static_cast<uint16_t>(cpu);
-  const uint32_t pid = static_cast<uint32_t>(task.pid);
-  const uint32_t tid = static_cast<uint32_t>(task.tid);
+  const BtsOrigin origin{cpu16, static_cast<uint32_t>(task.pid),
+                         static_cast<uint32_t>(task.tid)};
   pfm_record* const out = batch_.get();
-  // Record i's time, then advance to i + 1's.
-  auto next_time = [&] {
-    const uint64_t t = t0 + acc_q;
-    acc_q += step_q;
-    acc_r += step_r;
-    if (acc_r >= nb) {
-      acc_r -= nb;
-      ++acc_q;
-    }
-    return t;
-  };
   auto flush_if_full = [&] {
     if (k == kFanOutBatch) {
       FanOut(task_ctx, cpu, out, k);
@@ -487,14 +446,26 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
     // a batch is translated straight into it (one copy fewer) and, if it
     // holds user branches only (it takes them all), committed there and
     // copied to the others from it. Otherwise the batch goes through out[].
+    // When every consumer is a compact ring that takes them all, a batch of
+    // user branches is encoded straight from the raw records, never
+    // translated (the fused drain).
     Consumer* direct = DirectConsumer(task_ctx, cpu);
+    Consumer* fused[kMaxSharedRings];
+    size_t nfused = 0;
+    const bool fuse = FusedCompactConsumers(task_ctx, cpu, origin.tid, fused,
+                                            &nfused);
     while (i < nb) {
       const size_t run = std::min(nb - i, kFanOutBatch);
+      if (fuse && DeliverFusedBts(task_ctx, cpu, fused, nfused, bts + i, run,
+                                  origin, &clock)) {
+        i += run;
+        continue;
+      }
       pfm_record* dst = direct ? direct->ring->ReserveFixed(run) : nullptr;
       pfm_record* to = dst ? dst : out;
       uint32_t kernel_from = 0;
       for (size_t r = 0; r < run; ++r) {
-        TranslateBts(bts[i + r], next_time(), cpu16, pid, tid, &to[r]);
+        TranslateBts(bts[i + r], clock.Next(), origin, &to[r]);
         kernel_from |= to[r].misc;
       }
       i += run;
@@ -512,18 +483,18 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
     }
   }
   while (i < nb || j < np) {
-    const uint64_t tb = i < nb ? t0 + acc_q : UINT64_MAX;
+    const uint64_t tb = i < nb ? clock.Peek() : UINT64_MAX;
     const uint64_t tp =
         j < np ? std::min<uint64_t>(std::max<uint64_t>(pebs[j].tsc, t0), now) : UINT64_MAX;
     if (tb <= tp) {
-      TranslateBts(bts[i++], next_time(), cpu16, pid, tid, &out[k++]);
+      TranslateBts(bts[i++], clock.Next(), origin, &out[k++]);
     } else {
       const pfm_pebs_raw& p = pebs[j++];
       pfm_record& rec = out[k++];
       std::memset(&rec, 0, sizeof(rec));
       rec.cpu = cpu16;
-      rec.pid = pid;
-      rec.tid = tid;
+      rec.pid = origin.pid;
+      rec.tid = origin.tid;
       rec.type = PFM_REC_PEBS;
       rec.time = tp;
       rec.u.pebs.ip = p.eventing_ip ? p.eventing_ip : p.ip;
@@ -562,6 +533,21 @@ void DsAllocator::DeliverRun(Consumer* c, const pfm_record* recs, size_t n) {
 // elsewhere (one got a record the others did not, or lost some) make the
 // batch start from a reset state, which costs every ring one reset marker
 // and a record encoded from scratch, once.
+namespace {
+// Where a batch shared by the rings of cs[0, k) starts: their chunk offsets,
+// and the state to encode from (the first ring's decoder's); returns whether
+// it must start from a reset state instead (see DeliverShared).
+template <typename C>
+bool SharedStart(C* const* cs, size_t k, uint32_t* offsets, CodecState* st) {
+  bool reset = !cs[0]->ring->DecoderState(st);
+  for (size_t m = 0; m < k; ++m) {
+    offsets[m] = cs[m]->ring->ChunkOffset();
+    if (!reset && m > 0) reset = !cs[m]->ring->DecoderAt(*st);
+  }
+  return reset;
+}
+}  // namespace
+
 void DsAllocator::DeliverShared(Consumer* const* cs, size_t k,
                                 const pfm_record* recs, size_t n) {
   CompactBatch& b = *compact_batch_;
@@ -570,12 +556,8 @@ void DsAllocator::DeliverShared(Consumer* const* cs, size_t k,
     return;
   }
   CodecState st;
-  bool reset = !cs[0]->ring->DecoderState(&st);
   uint32_t offsets[kMaxSharedRings];
-  for (size_t m = 0; m < k; ++m) {
-    offsets[m] = cs[m]->ring->ChunkOffset();
-    if (!reset && m > 0) reset = !cs[m]->ring->DecoderAt(st);
-  }
+  const bool reset = SharedStart(cs, k, offsets, &st);
   b.Encode(recs, n, offsets, k, reset, &st);
   for (size_t m = 0; m < k; ++m)
     cs[m]->block_refused += n - cs[m]->ring->WriteCompactBatch(b, m, recs);
@@ -595,6 +577,57 @@ DsAllocator::Consumer* DsAllocator::DirectConsumer(Context* task_ctx,
   for (Consumer* c : cpus_[cpu]->consumers)
     if (ok(c)) return c;
   return nullptr;
+}
+
+bool DsAllocator::FusedCompactConsumers(Context* task_ctx, int cpu,
+                                        uint32_t tid, Consumer** cs,
+                                        size_t* k) const {
+  // What FanOut does with a batch of one thread's user branches, consumer
+  // by consumer: nothing for those that take no branches or not this
+  // thread's; filtered (counted) for those that take kernel branches only;
+  // the whole batch for the others (frozen ones drop it), shared among the
+  // compact rings that can take a shared batch. Any other ring: no fusing.
+  size_t n = 0;
+  auto fits = [&](Consumer* c) {
+    if (!c->bts() || !c->takes_tid(tid) || !c->user() || c->frozen)
+      return true;
+    if (!c->ring->CompactBatchReady() || n == kMaxSharedRings) return false;
+    cs[n++] = c;
+    return true;
+  };
+  if (task_ctx != nullptr)
+    for (Consumer* c : task_ctx->consumers)
+      if (!fits(c)) return false;
+  for (Consumer* c : cpus_[cpu]->consumers)
+    if (!fits(c)) return false;
+  *k = n;
+  return n > 0;
+}
+
+bool DsAllocator::DeliverFusedBts(Context* task_ctx, int cpu,
+                                  Consumer* const* cs, size_t k,
+                                  const pfm_bts_raw* raw, size_t n,
+                                  const BtsOrigin& origin, BtsClock* clock) {
+  CompactBatch& b = *compact_batch_;
+  assert(k >= 1 && n <= b.max_records());
+  CodecState st;
+  uint32_t offsets[kMaxSharedRings];
+  const bool reset = SharedStart(cs, k, offsets, &st);
+  BtsClock c = *clock;
+  if (!b.EncodeBts(raw, n, origin, &c, offsets, k, reset, &st)) return false;
+  for (size_t m = 0; m < k; ++m)
+    if (!cs[m]->ring->CompactBatchFits(b, m)) return false;
+  for (size_t m = 0; m < k; ++m) cs[m]->ring->WriteCompactBatch(b, m, nullptr);
+  // FanOut's filter counts what kernel-only consumers did not take.
+  auto count = [&](Consumer* x) {
+    if (x->bts() && x->takes_tid(origin.tid) && !x->user()) x->filtered += n;
+  };
+  if (task_ctx != nullptr)
+    for (Consumer* x : task_ctx->consumers) count(x);
+  for (Consumer* x : cpus_[cpu]->consumers) count(x);
+  *clock = c;
+  ++fused_batches_;
+  return true;
 }
 
 namespace {

@@ -49,6 +49,7 @@
 #include "kernel/ds/ds_area.h"
 #include "kernel/running_tasks.h"
 #include "kernel/ds/ring.h"
+#include "kernel/uapi/bts_translate.h"
 #include "kernel/uapi/pfm_error.h"
 #include "kernel/uapi/pfm_uapi.h"
 #include "kernel/uapi/ring_format.h"
@@ -187,6 +188,9 @@ class DsAllocator {
 
   // Invariant check for tests: every context's consumer list is consistent.
   bool CheckInvariant(const char** why) const;
+  // Batches of BTS records the fused drain encoded straight from the DS
+  // area (docs/rings.md, "The fused BTS drain"), for tests and benchmarks.
+  uint64_t fused_batches() const { return fused_batches_; }
 
  private:
   struct Consumer;
@@ -217,6 +221,21 @@ class DsAllocator {
   // The consumer a drain of BTS records may translate straight into: the
   // first live user-mode BTS consumer (task context first), or null.
   Consumer* DirectConsumer(Context* task_ctx, int cpu) const;
+  // The fused BTS drain (docs/rings.md): when every consumer that takes
+  // any of a batch of `tid`'s user branches is a compact ring that takes all
+  // of it, fills cs[0, *k) with them in FanOut's order and returns true.
+  bool FusedCompactConsumers(Context* task_ctx, int cpu, uint32_t tid,
+                             Consumer** cs, size_t* k) const;
+  // Encodes raw[0, n) once, with their translation, for the k consumers
+  // FusedCompactConsumers named and copies the bytes to each: what FanOut of
+  // the translated records would have done, with the same bytes. Returns
+  // false, having changed nothing (*clock included), when a record is not a
+  // user branch (IsUserBranch; the encoder stops there) or some ring would
+  // not take all of them now (a lossless ring not drained): then the caller
+  // translates the batch and fans it out.
+  bool DeliverFusedBts(Context* task_ctx, int cpu, Consumer* const* cs,
+                       size_t k, const pfm_bts_raw* raw, size_t n,
+                       const BtsOrigin& origin, BtsClock* clock);
   void FanOut(Context* task_ctx, int cpu, const pfm_record& rec) {
     FanOut(task_ctx, cpu, &rec, 1);
   }
@@ -252,6 +271,7 @@ class DsAllocator {
   // Compact consumers' encodings of a batch (kFanOutBatch records): shared
   // by those taking all of it, else each consumer's own.
   std::unique_ptr<CompactBatch> compact_batch_;
+  uint64_t fused_batches_ = 0;
 };
 
 }  // namespace pfm

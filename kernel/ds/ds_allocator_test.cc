@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -358,6 +359,103 @@ TEST(DsAllocator, CompactConsumersSharingAnEncodingGetALoneConsumersBytes) {
   EXPECT_EQ(st.records, 40u * (3000 + 2));
   ASSERT_EQ(shared.Stats(h, &st), 0);
   EXPECT_GT(st.overwritten, 0u);  // the history ring wrapped
+}
+
+// The fused BTS drain (compact consumers only: raw records encoded without
+// being translated) gives every ring the bytes, counts and losses the
+// translate-then-encode drain gives, which a fixed consumer attached beside
+// them forces. The stream has predicted-bit flips, other flag bits, far
+// jumps, irregular drain times, slices with kernel branches and soft-BTS gap
+// markers (those batches cannot be fused), a kernel-only consumer (its
+// filtered count), a one-thread consumer of another thread, and a small
+// lossless ring nobody reads (it fills: the fused drain must give way).
+TEST(DsAllocator, FusedDrainGivesTheBytesOfTheTranslatedRecords) {
+  DsLimits lim;
+  lim.task_bts_records = 700;  // drains of 700 records: a full and a part batch
+  DsAllocator fused(1, lim), ref(1, lim);
+  auto attach_all = [](DsAllocator& ds, std::vector<int>* ids) {
+    ids->push_back(ds.Attach(CompactTask(PFM_BTS_LOSSLESS, 1 << 22), 0, nullptr));
+    ids->push_back(ds.Attach(CompactTask(PFM_BTS_HISTORY, 0), 0, nullptr));
+    ConsumerParams small = CompactTask(PFM_BTS_LOSSLESS, 0);
+    small.req.ring_bytes = 2 * PFM_RING_CHUNK;  // read now and then: fills
+    ids->push_back(ds.Attach(small, 0, nullptr));
+    ConsumerParams kern = CompactTask(PFM_BTS_LOSSLESS, 1 << 20);
+    kern.req.filter = PFM_FILTER_KERNEL;
+    ids->push_back(ds.Attach(kern, 0, nullptr));
+    ConsumerParams other = CompactTask(PFM_BTS_LOSSLESS, 1 << 20);
+    other.req.tid = 1001;
+    ids->push_back(ds.Attach(other, 0, nullptr));
+    ConsumerParams all = CompactTask(PFM_BTS_LOSSLESS, 1 << 22);
+    all.req.filter = PFM_FILTER_ALL;  // takes the kernel slices whole
+    ids->push_back(ds.Attach(all, 0, nullptr));
+  };
+  std::vector<int> f, r;
+  attach_all(fused, &f);
+  attach_all(ref, &r);
+  for (int id : f) ASSERT_GT(id, 0);
+  for (int id : r) ASSERT_GT(id, 0);
+  // The reference's fixed consumer: no fusing there.
+  ASSERT_GT(ref.Attach(Task(1000, PFM_BTS_LOSSLESS, 1 << 24), 0, nullptr), 0);
+  std::mt19937_64 rng(16);
+  uint64_t now = 1;
+  uint64_t to = kUser;
+  for (int slice = 0; slice < 60; ++slice) {
+    const bool kernel_slice = slice % 7 == 3;
+    const uint64_t start = now;
+    for (DsAllocator* ds : {&fused, &ref})
+      ds->Switch(0, start, TaskId{0, 0}, TaskId{1000, 1000}, false);
+    for (int k = 0; k < 2000; ++k) {
+      pfm_bts_raw b;
+      b.from = to + 2 + rng() % 60;
+      b.to = rng() % 50 == 0 ? 0x7f0000000000 + rng() % (1 << 30)
+                             : kUser + (rng() % 4096) * 4;
+      b.flags = rng() % 8 ? PFM_BTS_RAW_PREDICTED : 0;
+      if (rng() % 500 == 0) b.flags |= 1;
+      if (kernel_slice && k % 300 == 5) b.from = kKernel + k;
+      if (kernel_slice && k == 1500) b.flags = PFM_BTS_RAW_GAP;
+      to = b.to;
+      // Irregular drain times: sometimes many ns per record, sometimes
+      // fewer ns than records.
+      now += rng() % 4 == 0 ? rng() % 5000 : 0;
+      for (DsAllocator* ds : {&fused, &ref})
+        if (ds->Area(0)->WriteBts(b) == DsArea::kInterrupt) ds->Drain(0, now);
+      ++now;
+    }
+    for (DsAllocator* ds : {&fused, &ref})
+      ds->Switch(0, now, TaskId{1000, 1000}, TaskId{0, 0}, slice % 2 == 0);
+    now += 100;
+    {
+      // Between slices the small ring's reader catches up: its LOST record goes in next.
+      for (auto [ds, id] : {std::pair{&fused, f[2]}, std::pair{&ref, r[2]}}) {
+        void* m = mmap(nullptr, PFM_RING_HEADER_BYTES, PROT_READ | PROT_WRITE,
+                       MAP_SHARED, ds->ring(id)->fd(), 0);
+        ASSERT_NE(m, MAP_FAILED);
+        auto* hdr = static_cast<pfm_ring_header*>(m);
+        __atomic_store_n(&hdr->tail, __atomic_load_n(&hdr->head, __ATOMIC_ACQUIRE),
+                         __ATOMIC_RELEASE);
+        munmap(m, PFM_RING_HEADER_BYTES);
+      }
+    }
+  }
+  EXPECT_GT(fused.fused_batches(), 60u);
+  EXPECT_EQ(ref.fused_batches(), 0u);
+  for (size_t i = 0; i < f.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(RingData(fused, f[i]), RingData(ref, r[i]));
+    ConsumerStats a, b;
+    ASSERT_EQ(fused.Stats(f[i], &a), 0);
+    ASSERT_EQ(ref.Stats(r[i], &b), 0);
+    EXPECT_EQ(a.records, b.records);
+    EXPECT_EQ(a.lost, b.lost);
+    EXPECT_EQ(a.overwritten, b.overwritten);
+    EXPECT_EQ(a.filtered, b.filtered);
+  }
+  ConsumerStats st;
+  ASSERT_EQ(fused.Stats(f[2], &st), 0);
+  EXPECT_GT(st.lost, 0u);      // the small ring filled
+  ASSERT_EQ(fused.Stats(f[3], &st), 0);
+  EXPECT_GT(st.filtered, 0u);  // the kernel-only consumer saw user branches
+  ExpectInvariant(fused);
 }
 
 // A compact consumer attached later has its chunks end elsewhere: the

@@ -467,13 +467,49 @@ bool Ring::DecoderAt(const CodecState& st) const {
   return st_->codec_known && st_->codec == st;
 }
 
+namespace {
+// Where ring `member`, its head at `head`, puts segment `seg` of a shared
+// batch: its start (past PAD when the ring starts a chunk for it) and whether
+// a reset marker goes first; returns the end.
+uint64_t PlaceSegment(const CompactSegment& seg, size_t member, uint64_t head,
+                      [[maybe_unused]] bool first, uint64_t* start,
+                      size_t* marker) {
+  const uint64_t off = head % kRingChunk;
+  *start = head;
+  *marker = 0;
+  if (seg.pad >> member & 1) {
+    assert(off != 0);
+    *start = ChunkFloor(head) + kRingChunk;
+  } else if (seg.reset && off != 0) {
+    *marker = 1;
+  } else {
+    assert(seg.reset || first);  // later segments always start reset
+  }
+  const uint64_t len = seg.end - seg.begin;
+  // The encoder cut the segment to fit this ring's chunk.
+  assert(*start % kRingChunk + *marker + len <= kRingChunk);
+  return *start + *marker + len;
+}
+}  // namespace
+
+bool Ring::CompactBatchFits(const CompactBatch& batch, size_t member) const {
+  uint64_t head = st_->head, start;
+  size_t marker;
+  for (size_t g = 0; g < batch.segment_count(); ++g)
+    head = PlaceSegment(batch.segments()[g], member, head, g == 0, &start,
+                        &marker);
+  // Fits is monotone in the end: the last segment's decides.
+  return st_->Fits(head);
+}
+
 size_t Ring::WriteCompactBatch(const CompactBatch& batch, size_t member,
                                const pfm_record* recs) {
   State& s = *st_;
   const size_t n = batch.records();
   assert(config_.format == PFM_FORMAT_COMPACT && s.pending_lost == 0);
   assert(member < kMaxSharedRings);
-  AssertValidAndNormalized(recs, n);
+  assert(recs != nullptr || CompactBatchFits(batch, member));
+  if (recs != nullptr) AssertValidAndNormalized(recs, n);
   const uint64_t mask = config_.data_bytes - 1;
   const uint8_t* const bytes = batch.bytes();
   // The decoder's state where the batch starts (a chunk start resets it).
@@ -481,21 +517,11 @@ size_t Ring::WriteCompactBatch(const CompactBatch& batch, size_t member,
   size_t taken = 0;
   for (size_t g = 0; g < batch.segment_count(); ++g) {
     const CompactSegment& seg = batch.segments()[g];
-    const uint64_t off = s.head % kRingChunk;
-    uint64_t start = s.head;
-    size_t marker = 0;
-    if (seg.pad >> member & 1) {
-      assert(off != 0);
-      start = ChunkFloor(s.head) + kRingChunk;
-    } else if (seg.reset && off != 0) {
-      marker = 1;
-    } else {
-      assert(seg.reset || g == 0);  // later segments always start reset
-    }
+    uint64_t start;
+    size_t marker;
+    const uint64_t end = PlaceSegment(seg, member, s.head, g == 0, &start,
+                                      &marker);
     const uint64_t len = seg.end - seg.begin;
-    const uint64_t end = start + marker + len;
-    // The encoder cut the segment to fit this ring's chunk.
-    assert(start % kRingChunk + marker + len <= kRingChunk);
     if (!s.Fits(end)) {
       // Lossless, not drained: the rest one by one from this segment's
       // first record, with the decoder's state where the copies stopped, so

@@ -120,8 +120,14 @@ class Ring {
   // is exactly Write one by one's: bytes, counts, LOST records, kWouldBlock.
   // Otherwise the bytes differ by reset markers and the records they reset,
   // and so, in a full lossless ring, may the record where losses start.
+  // `recs` may be null when CompactBatchFits(batch, member): all of it is
+  // then taken from the bytes (the fused BTS drain has no records to give).
   size_t WriteCompactBatch(const CompactBatch& batch, size_t member,
                            const pfm_record* recs);
+  // Whether WriteCompactBatch(batch, member, ...) would copy every segment
+  // now (a history ring always does; a lossless one when its reader left
+  // room), going back to no record one by one.
+  bool CompactBatchFits(const CompactBatch& batch, size_t member) const;
   // Bytes free for the writer now (lossless: the reader's tail counts;
   // history: always data_bytes minus what one chunk may hold back).
   uint64_t FreeBytes() const {

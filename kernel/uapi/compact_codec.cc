@@ -585,6 +585,141 @@ __attribute__((target("bmi,bmi2,lzcnt"))) size_t EncodeRunBmi2(
 }
 #endif
 
+// EncodeRunOn fused with the drain's translation (EncodeBtsRun): the same
+// bytes for the records TranslateBts would make. The first record, and any
+// that leaves the short loop, is translated and goes through the general
+// encoder, one record. In the loop each record's predecessor is the raw
+// record before it, a user branch of the same cpu, pid and tid (the
+// origin's, which the general encoder put in the state), so of what
+// EncodeRunOn compares only the flags, the time and `from` (user or kernel)
+// are left to check; misc follows from the flags. A record that is not a
+// user branch stops the run.
+template <bool kBmi2>
+__attribute__((always_inline)) inline size_t EncodeBtsRunOn(
+    const pfm_bts_raw* raw, size_t n, const BtsOrigin& origin,
+    BtsClock* clock, CodecState* st, uint8_t* out, size_t limit,
+    size_t* used) {
+  CodecState s = *st;
+  BtsClock c = *clock;
+  const pfm_bts_raw* r = raw;
+  const pfm_bts_raw* const rend = raw + n;
+  uint8_t* p = out;
+  uint8_t* const pend = out + limit;
+  assert(n == 0 || c.n > 0);
+  static_assert(PFM_X86_USER_ADDR_END == uint64_t{1} << 56,
+                "a user `from` has its top byte 0");
+  while (r != rend) {
+    // The general encoder, one record.
+    {
+      if (!IsUserBranch(*r)) break;
+      pfm_record rec;
+      TranslateBts(*r, c.Peek(), origin, &rec);
+      const size_t size = EncodeInto(rec, s, p);
+      if (size > static_cast<size_t>(pend - p)) break;
+      AdvanceState(rec, &s);
+      p += size;
+      c.Advance();
+      ++r;
+    }
+    // The short loop, from the record after it. Record i's time delta is
+    // the clock's step_q plus the carry of its remainder when it advanced to
+    // i: the loop keeps only that carry (`carry`), the remainder and
+    // `bias` = step_q - previous delta + 1, so that the lead's time bits
+    // come from carry + bias (0, 1, 2: the delta is the previous -1, same,
+    // +1). The first record's bias may be anything (the general record's
+    // delta was not predicted): checked, like every record's. Time itself is
+    // rebuilt from the counts once the loop ends.
+    const uint64_t step_r = c.step_r, nrec = c.n;
+    const uint64_t acc_r0 = c.acc_r;
+    uint64_t acc_r = acc_r0;
+    uint64_t carry = c.Peek() - s.time - c.step_q;  // 0 or 1
+    uint64_t bias = c.step_q - s.time_delta + 1;
+    bool full = false;
+    const pfm_bts_raw* const first = r;
+    const size_t fit = static_cast<size_t>(pend - p) / 7;
+    const pfm_bts_raw* rstop =
+        static_cast<size_t>(rend - r) < fit ? rend : r + fit;
+    for (; r != rstop; ++r) {
+      const pfm_bts_raw* const q = r - 1;
+      const uint64_t flags = r->flags, from = r->from, to = r->to;
+      const uint64_t fx = flags ^ q->flags;
+      const uint64_t dd1 = carry + bias;  // 0, 1, 2: -1, 0, +1
+      // Other flag bits than the predicted one changed (a gap marker's bit
+      // among them), or a kernel `from`: the general encoder.
+      const uint64_t bad =
+          (fx & ~uint64_t{PFM_BTS_RAW_PREDICTED}) | (from >> 56);
+      if (bad != 0 || dd1 >= 3) break;
+      const uint64_t from_z = ZigZag(from - q->to);
+      const uint64_t to_z = ZigZag(to - from);
+      const size_t slot = ToSlot(from);
+      const bool hit = s.to_cache[slot] == to;
+      static_assert(kPredFlipBit == PFM_BTS_RAW_PREDICTED << 3, "fx << 3");
+      // kTimeBits[dd1], from a constant: 0x40, 0x10, 0x50.
+      static_assert(kTimeAdjBit == 0x40 && kTimeSameBit == 0x10, "the time bits");
+      const uint64_t time_bits = uint64_t{0x501040} >> (8 * dd1) & 0xff;
+      const uint8_t lead = static_cast<uint8_t>(
+          kShortBranch | (fx << 3) | time_bits | (hit ? kToCachedBit : 0));
+      size_t size;
+      if (__builtin_expect((from_z | to_z) < (uint64_t{1} << 21), 1)) {
+        const uint64_t miss = uint64_t{hit} - 1;
+        const uint64_t w =
+            ShortBranchWord<kBmi2>(lead, from_z, to_z, miss, &size);
+        memcpy(p, &w, sizeof(w));
+      } else {
+        const size_t from_n = VarintBytes(from_z);
+        const size_t to_n = hit ? 0 : VarintBytes(to_z);
+        size = 1 + from_n + to_n;
+        if (size > static_cast<size_t>(pend - p)) {
+          full = true;
+          break;
+        }
+        *p = lead;
+        uint8_t* o = PutVarintWord(p + 1, from_z, from_n);
+        if (!hit) PutVarintWord(o, to_z, to_n);
+        const size_t still = (static_cast<size_t>(pend - p) - size) / 7;
+        if (static_cast<size_t>(rstop - r) - 1 > still) rstop = r + 1 + still;
+      }
+      p += size;
+      s.to_cache[slot] = to;
+      bias = 1 - carry;
+      // The clock to the next record (BtsClock::Advance, the remainder).
+      acc_r += step_r;
+      carry = acc_r >= nrec;
+      acc_r -= carry ? nrec : 0;
+    }
+    if (r != first) {
+      // The clock at r: k advances, of which `carries` carried.
+      const uint64_t k = static_cast<uint64_t>(r - first);
+      const uint64_t carries = (acc_r0 + k * step_r - acc_r) / nrec;
+      c.acc_q += k * c.step_q + carries;
+      c.acc_r = acc_r;
+      // The state is the last record encoded, r - 1: its delta was
+      // step_q + (1 - bias), and r's is step_q + carry.
+      const pfm_bts_raw& last = r[-1];
+      s.time_delta = c.step_q + (1 - bias);
+      s.time = c.Peek() - (c.step_q + carry);
+      s.branch_to = last.to;
+      s.branch_flags = last.flags;
+      s.branch_misc =
+          (last.flags & PFM_BTS_RAW_PREDICTED) ? PFM_MISC_BRANCH_PREDICTED : 0u;
+    }
+    if (r == rend || full) break;
+  }
+  *st = s;
+  *clock = c;
+  *used = static_cast<size_t>(p - out);
+  return static_cast<size_t>(r - raw);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("bmi,bmi2,lzcnt"))) size_t EncodeBtsRunBmi2(
+    const pfm_bts_raw* raw, size_t n, const BtsOrigin& origin,
+    BtsClock* clock, CodecState* st, uint8_t* out, size_t limit,
+    size_t* used) {
+  return EncodeBtsRunOn<true>(raw, n, origin, clock, st, out, limit, used);
+}
+#endif
+
 }  // namespace
 
 size_t EncodeRun(const pfm_record* recs, size_t n, CodecState* st,
@@ -594,6 +729,16 @@ size_t EncodeRun(const pfm_record* recs, size_t n, CodecState* st,
     return EncodeRunBmi2(recs, n, st, out, limit, used);
 #endif
   return EncodeRunOn<false>(recs, n, st, out, limit, used);
+}
+
+size_t EncodeBtsRun(const pfm_bts_raw* raw, size_t n, const BtsOrigin& origin,
+                    BtsClock* clock, CodecState* st, uint8_t* out,
+                    size_t limit, size_t* used) {
+#if defined(__x86_64__)
+  if (CurrentCodecFastPath() == CodecFastPath::kBmi2)
+    return EncodeBtsRunBmi2(raw, n, origin, clock, st, out, limit, used);
+#endif
+  return EncodeBtsRunOn<false>(raw, n, origin, clock, st, out, limit, used);
 }
 
 void NormalizeRecord(pfm_record* r) {

@@ -79,6 +79,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernel/uapi/bts_translate.h"
 #include "kernel/uapi/pfm_uapi.h"
 
 namespace pfm {
@@ -185,6 +186,16 @@ void AdvanceState(const pfm_record& r, CodecState* st);
 // path for BTS-like branches, the general encoder for anything else).
 size_t EncodeRun(const pfm_record* recs, size_t n, CodecState* st,
                  uint8_t* out, size_t limit, size_t* used);
+// EncodeRun for a drain's user branches (IsUserBranch), fused with their
+// translation: the bytes EncodeRun gives for the records TranslateBts makes
+// of raw[0, n) with times from *clock and ids from `origin`, without
+// building those records (docs/rings.md, "The fused BTS drain"). Stops
+// before the first record that is not a user branch, as before one that does
+// not fit `limit`. Advances *clock past the records encoded; *clock must
+// stamp at least n more records (clock->n > 0, as a drain's clock has).
+size_t EncodeBtsRun(const pfm_bts_raw* raw, size_t n, const BtsOrigin& origin,
+                    BtsClock* clock, CodecState* st, uint8_t* out,
+                    size_t limit, size_t* used);
 
 // Decodes one record from in[0, avail), with the reset marker before it if
 // there is one. Returns the bytes consumed (at most kMaxCompactUnitBytes) and

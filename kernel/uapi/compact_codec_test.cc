@@ -565,6 +565,91 @@ TEST_P(CodecOnEachPath, EncodeRunIsEncodeRecordOneByOne) {
   }
 }
 
+// A drain's raw BTS records for EncodeBtsRun: user branches with small
+// deltas, repeated targets and predicted-bit flips, now and then a far jump
+// (varints over 3 bytes), another flag bit set, and (with `others`) a
+// kernel branch or a soft-BTS gap marker.
+std::vector<pfm_bts_raw> BtsTestStream(size_t n, uint32_t seed, bool others) {
+  std::mt19937_64 rng(seed);
+  std::vector<pfm_bts_raw> out;
+  uint64_t to = 0x400000;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned pick = rng() % 200;
+    pfm_bts_raw b;
+    b.from = to + 2 + rng() % 200;
+    b.to = 0x400000 + (rng() % 64) * 16;
+    if (pick < 6) b.to = rng() % (uint64_t{1} << 47);
+    b.flags = rng() % 10 != 0 ? PFM_BTS_RAW_PREDICTED : 0;
+    if (pick == 7) b.flags |= 1;
+    if (others && pick == 8) b.from = kKernelAddr + rng() % 4096;
+    if (others && pick == 9) b.flags = PFM_BTS_RAW_GAP;
+    out.push_back(b);
+    to = b.to;
+  }
+  return out;
+}
+
+// EncodeBtsRun (the fused drain's loop) writes the bytes EncodeRecord writes
+// for TranslateBts's records one by one, with the drain's interpolated
+// times, stops where the next record would pass `limit` or is not a user
+// branch, and leaves the same state and clock; over clocks whose steps are
+// below one, around one and far above it.
+TEST_P(CodecOnEachPath, EncodeBtsRunIsTheTranslationEncodedOneByOne) {
+  const BtsOrigin origin{3, 4242, 4243};
+  for (const bool others : {false, true}) {
+    for (const uint64_t span : {uint64_t{0}, uint64_t{777}, uint64_t{20000},
+                                uint64_t{50001}, uint64_t{1} << 40}) {
+      SCOPED_TRACE(testing::Message() << "span " << span << " others " << others);
+      const std::vector<pfm_bts_raw> raw =
+          BtsTestStream(20000, static_cast<uint32_t>(span % 97 + others), others);
+      std::vector<uint8_t> want;
+      std::vector<size_t> ends;
+      std::vector<CodecState> states;
+      std::vector<BtsClock> clocks;  // clocks[i]: at record i
+      CodecState st;
+      BtsClock clock(1'000'000, span, raw.size());
+      for (const pfm_bts_raw& b : raw) {
+        clocks.push_back(clock);
+        pfm_record r;
+        TranslateBts(b, clock.Next(), origin, &r);
+        uint8_t buf[kMaxCompactRecordBytes];
+        const size_t n = EncodeRecord(r, &st, buf);
+        want.insert(want.end(), buf, buf + n);
+        ends.push_back(want.size());
+        states.push_back(st);
+      }
+      clocks.push_back(clock);
+      std::mt19937_64 rng(span + 1);
+      std::vector<uint8_t> got(want.size() + kMaxCompactRecordBytes + 8);
+      for (int trial = 0; trial < 300; ++trial) {
+        const size_t first = rng() % raw.size();
+        const size_t count = rng() % (raw.size() - first) + 1;
+        const size_t base = first == 0 ? 0 : ends[first - 1];
+        const size_t limit = trial % 2 ? SIZE_MAX / 2 : rng() % 4096;
+        CodecState run = first == 0 ? CodecState() : states[first - 1];
+        BtsClock c = clocks[first];
+        size_t used = 0;
+        const size_t k = EncodeBtsRun(raw.data() + first, count, origin, &c,
+                                      &run, got.data(), limit, &used);
+        // Where it had to stop: the first record that is not a user branch
+        // or does not fit.
+        size_t expect = 0;
+        while (expect < count && IsUserBranch(raw[first + expect]) &&
+               ends[first + expect] - base <= limit)
+          ++expect;
+        ASSERT_EQ(k, expect) << trial;
+        ASSERT_EQ(used, (k == 0 ? base : ends[first + k - 1]) - base);
+        ASSERT_EQ(memcmp(got.data(), want.data() + base, used), 0) << trial;
+        ASSERT_TRUE(run == (k == 0 ? (first == 0 ? CodecState() : states[first - 1])
+                                   : states[first + k - 1]))
+            << trial;
+        ASSERT_EQ(c.Peek(), clocks[first + k].Peek()) << trial;
+        ASSERT_EQ(c.acc_r, clocks[first + k].acc_r) << trial;
+      }
+    }
+  }
+}
+
 // DecodeRecords (the reader's batch decoder) returns what DecodeRecord does
 // one by one: the records, the state, and where it stops (PAD, malformed
 // bytes, the end of the input, `max`), reset markers included.

@@ -116,10 +116,70 @@ CompactBatch::CompactBatch(size_t max_records)
       bytes_(new uint8_t[max_records * kMaxCompactUnitBytes + 8]),
       segments_(new CompactSegment[max_records + 1]) {}
 
+namespace {
+
+// The records CompactBatch::EncodeFrom encodes: At(i) is record i (asked
+// again until Took(i) says it was encoded alone), Run encodes a run from
+// record i on (EncodeRun's contract). Failed(): a record it cannot give.
+struct RecordSource {
+  const pfm_record* recs;
+  static constexpr bool Failed() { return false; }
+  const pfm_record& At(size_t i) { return recs[i]; }
+  void Took(size_t) {}
+  size_t Run(size_t i, size_t n, CodecState* st, uint8_t* out, size_t limit,
+             size_t* used) {
+    return EncodeRun(recs + i, n, st, out, limit, used);
+  }
+};
+
+// A drain's user branches, translated only where one is encoded alone;
+// fails at a record that is not one.
+struct BtsSource {
+  const pfm_bts_raw* raw;
+  BtsOrigin origin;
+  BtsClock* clock;  // at record i
+  pfm_record rec;
+  bool failed = false;
+  bool Failed() const { return failed; }
+  const pfm_record& At(size_t i) {
+    failed = failed || !IsUserBranch(raw[i]);
+    TranslateBts(raw[i], clock->Peek(), origin, &rec);
+    return rec;
+  }
+  void Took(size_t) { clock->Advance(); }
+  size_t Run(size_t i, size_t n, CodecState* st, uint8_t* out, size_t limit,
+             size_t* used) {
+    const size_t k =
+        EncodeBtsRun(raw + i, n, origin, clock, st, out, limit, used);
+    // Stopped before a record that is not a user branch (or one that did
+    // not fit; either way the batch cannot go on fused).
+    failed = failed || (k < n && !IsUserBranch(raw[i + k]));
+    return k;
+  }
+};
+
+}  // namespace
+
 void CompactBatch::Encode(const pfm_record* recs, size_t n,
                           const uint32_t* offsets, size_t rings, bool reset,
                           CodecState* st) {
+  RecordSource src{recs};
+  EncodeFrom(src, n, offsets, rings, reset, st);
+}
+
+bool CompactBatch::EncodeBts(const pfm_bts_raw* raw, size_t n,
+                             const BtsOrigin& origin, BtsClock* clock,
+                             const uint32_t* offsets, size_t rings, bool reset,
+                             CodecState* st) {
+  BtsSource src{raw, origin, clock, {}};
+  return EncodeFrom(src, n, offsets, rings, reset, st);
+}
+
+template <typename Source>
+bool CompactBatch::EncodeFrom(Source& src, size_t n, const uint32_t* offsets,
+                              size_t rings, bool reset, CodecState* st) {
   assert(n <= max_records_ && rings >= 1 && rings <= kMaxSharedRings);
+  nsegments_ = nrecords_ = 0;  // until it succeeds
   uint32_t off[kMaxSharedRings];
   for (size_t m = 0; m < rings; ++m) {
     assert(offsets[m] < kRingChunk);
@@ -131,7 +191,9 @@ void CompactBatch::Encode(const pfm_record* recs, size_t n,
     // A segment: its first record decides who pads; then records follow as
     // long as they fit every ring's chunk.
     if (reset) st->Reset();
-    size_t size = EncodeInto(recs[i], *st, bytes + pos);
+    const pfm_record& first_rec = src.At(i);
+    if (src.Failed()) return false;
+    size_t size = EncodeInto(first_rec, *st, bytes + pos);
     uint64_t pad = 0;
     size_t limit = kRingChunk;
     bool restart = false;
@@ -154,11 +216,12 @@ void CompactBatch::Encode(const pfm_record* recs, size_t n,
       reset = true;
       continue;
     }
-    AdvanceState(recs[i], st);
+    AdvanceState(first_rec, st);
+    src.Took(i);
     const size_t first = i++;
     size_t more = 0;
-    i += EncodeRun(recs + i, n - i, st, bytes + pos + size, limit - size,
-                   &more);
+    i += src.Run(i, n - i, st, bytes + pos + size, limit - size, &more);
+    if (src.Failed()) return false;
     const size_t len = size + more;
     CompactSegment& seg = segments_[nseg++];
     seg.begin = static_cast<uint32_t>(pos);
@@ -179,6 +242,7 @@ void CompactBatch::Encode(const pfm_record* recs, size_t n,
   nsegments_ = nseg;
   nrecords_ = n;
   end_state_ = *st;
+  return true;
 }
 
 uint64_t RingSnapshotBase(uint64_t tail, uint64_t head, uint64_t data_bytes) {

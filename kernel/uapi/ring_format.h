@@ -28,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernel/uapi/bts_translate.h"
 #include "kernel/uapi/compact_codec.h"
 #include "kernel/uapi/pfm_uapi.h"
 
@@ -190,6 +191,15 @@ class CompactBatch {
   // to the state after the last record (end_state() too).
   void Encode(const pfm_record* recs, size_t n, const uint32_t* offsets,
               size_t rings, bool reset, CodecState* st);
+  // The same for a drain's user branches, fused with their translation
+  // (EncodeBtsRun): the bytes and segments Encode gives for the records
+  // TranslateBts makes of raw[0, n) with times from *clock, which it
+  // advances past them. Returns false when a record of raw[0, n) is not a
+  // user branch (IsUserBranch): the batch, *clock and *st then hold nothing
+  // of use.
+  bool EncodeBts(const pfm_bts_raw* raw, size_t n, const BtsOrigin& origin,
+                 BtsClock* clock, const uint32_t* offsets, size_t rings,
+                 bool reset, CodecState* st);
 
   const uint8_t* bytes() const { return bytes_.get(); }
   const CompactSegment* segments() const { return segments_.get(); }
@@ -198,6 +208,12 @@ class CompactBatch {
   const CodecState& end_state() const { return end_state_; }
 
  private:
+  // Encode's body, for records from a source (ring_format.cc); false when
+  // the source ran dry.
+  template <typename Source>
+  bool EncodeFrom(Source& src, size_t n, const uint32_t* offsets,
+                  size_t rings, bool reset, CodecState* st);
+
   size_t max_records_;
   std::unique_ptr<uint8_t[]> bytes_;
   std::unique_ptr<CompactSegment[]> segments_;
