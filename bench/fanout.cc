@@ -6,7 +6,9 @@
 // into the installed area, Drain on kInterrupt; only the drains (pfm's
 // work) are timed, not the simulated hardware's WriteBts. After every drain a reader
 // consumes each lossless ring (tail = head, as a client that keeps up would)
-// so nothing is lost; `lost` is reported anyway.
+// so nothing is lost; `lost` is reported anyway. Compact-only runs take the
+// fused BTS drain (raw records encoded without being translated,
+// docs/rings.md); `fused_batches` says how many batches did.
 //
 // Baseline: memcpy of records x 64 bytes x consumers, in drain-sized pieces
 // (one DS buffer's worth of fixed records) into per-consumer buffers of the
@@ -84,6 +86,7 @@ struct FanoutResult {
   uint64_t ring_bytes_written = 0;  // sum over consumers of head positions
   uint64_t records = 0;             // sum over consumers of ring records
   uint64_t lost = 0;
+  uint64_t fused_batches = 0;  // drained by the fused BTS drain (compact only)
 };
 
 // One run: a fresh allocator, `consumers` lossless consumers of `format` on
@@ -144,6 +147,7 @@ int RunFanout(size_t records, int consumers,
   ds.Switch(0, ++now, task, TaskId{0, 0}, false);
   timed += MonotonicNs() - t0;
   out->seconds = timed / 1e9;
+  out->fused_batches = ds.fused_batches();
   out->ring_bytes_written = out->records = out->lost = 0;
   for (size_t c = 0; c < ids.size(); ++c) {
     ConsumerStats st;
@@ -421,6 +425,7 @@ int main(int argc, char** argv) {
           {"memcpy_bytes_per_s", memcpy_bps},
           {"ratio_vs_memcpy", ratio},
           {"lost", last.lost},
+          {"fused_batches", last.fused_batches},
       };
       rows.push_back(row);
       std::fprintf(stderr, "%-7s x%d  %.2f Mrec/s  ring %.2f GB/s  memcpy %.2f GB/s  ratio %.3f  lost %llu\n",

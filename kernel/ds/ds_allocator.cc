@@ -464,10 +464,16 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
       pfm_record* dst = direct ? direct->ring->ReserveFixed(run) : nullptr;
       pfm_record* to = dst ? dst : out;
       uint32_t kernel_from = 0;
+      // A copy of the clock and the ids whose address is not taken: the
+      // stores into the records could alias the originals (uint64_t and
+      // uint32_t fields), which would be reloaded after each.
+      BtsClock ck = clock;
+      const BtsOrigin o = origin;
       for (size_t r = 0; r < run; ++r) {
-        TranslateBts(bts[i + r], clock.Next(), origin, &to[r]);
+        TranslateBts(bts[i + r], ck.Next(), o, &to[r]);
         kernel_from |= to[r].misc;
       }
+      clock = ck;
       i += run;
       if (dst != nullptr && !(kernel_from & PFM_MISC_BRANCH_KERNEL_FROM)) {
         direct->ring->CommitFixed(run);
