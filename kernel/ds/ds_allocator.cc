@@ -623,7 +623,11 @@ bool DsAllocator::DeliverFusedBts(Context* task_ctx, int cpu,
   if (!b.EncodeBts(raw, n, origin, &c, offsets, k, reset, &st)) return false;
   for (size_t m = 0; m < k; ++m)
     if (!cs[m]->ring->CompactBatchFits(b, m)) return false;
-  for (size_t m = 0; m < k; ++m) cs[m]->ring->WriteCompactBatch(b, m, nullptr);
+  for (size_t m = 0; m < k; ++m) {
+    [[maybe_unused]] const size_t took =
+        cs[m]->ring->WriteCompactBatch(b, m, nullptr);
+    assert(took == n);  // it fits: all of it, from the bytes
+  }
   // FanOut's filter counts what kernel-only consumers did not take.
   auto count = [&](Consumer* x) {
     if (x->bts() && x->takes_tid(origin.tid) && !x->user()) x->filtered += n;
