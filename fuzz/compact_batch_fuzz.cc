@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fuzz/codec_fuzz.h"
 #include "fuzz/fuzz_targets.h"
 #include "kernel/uapi/compact_codec.h"
 #include "kernel/uapi/ring_format.h"
@@ -11,25 +12,6 @@
 namespace pfm::fuzz {
 
 namespace {
-
-void Check(bool ok) {
-  if (!ok) std::abort();
-}
-
-// Bytes of the input, then zeros.
-struct Input {
-  const uint8_t* p;
-  size_t n;
-  template <typename T>
-  T Take() {
-    T v{};
-    const size_t k = n < sizeof(T) ? n : sizeof(T);
-    memcpy(&v, p, k);
-    p += k;
-    n -= k;
-    return v;
-  }
-};
 
 // Records as the DS allocator makes them, steered by the input: mostly
 // branches whose deltas the input picks (small, predicted, or any 64-bit
@@ -175,24 +157,6 @@ void ExpectDecodes(const Area& a, const std::vector<pfm_record>& want) {
     Check(memcmp(&got_batch[i], &want[i], sizeof(pfm_record)) == 0);
   }
 }
-
-}  // namespace
-
-namespace {
-
-// The codec's fast path (EncodeRun's and DecodeRecords') for one input: by
-// the input's length, so both paths see the corpus without the input's
-// bytes meaning anything else; restored when the input is done.
-class OnPathFor {
- public:
-  explicit OnPathFor(size_t size) {
-    SetCodecFastPath(size % 2 ? CodecFastPath::kBmi2 : CodecFastPath::kPortable);
-  }
-  ~OnPathFor() { SetCodecFastPath(chosen_); }
-
- private:
-  const CodecFastPath chosen_ = CurrentCodecFastPath();
-};
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fuzz/codec_fuzz.h"
 #include "fuzz/fuzz_targets.h"
 #include "kernel/uapi/bts_translate.h"
 #include "kernel/uapi/compact_codec.h"
@@ -17,24 +18,6 @@
 namespace pfm::fuzz {
 
 namespace {
-
-void Check(bool ok) {
-  if (!ok) std::abort();
-}
-
-struct Input {
-  const uint8_t* p;
-  size_t n;
-  template <typename T>
-  T Take() {
-    T v{};
-    const size_t k = n < sizeof(T) ? n : sizeof(T);
-    memcpy(&v, p, k);
-    p += k;
-    n -= k;
-    return v;
-  }
-};
 
 // Raw records as a DS area holds them: mostly user branches with small
 // deltas, repeated targets and predicted-bit flips; now and then a far
@@ -63,18 +46,6 @@ std::vector<pfm_bts_raw> Raw(Input& in, size_t max) {
   }
   return out;
 }
-
-// The codec's fast path for one input, by its length (as compact_batch).
-class OnPathFor {
- public:
-  explicit OnPathFor(size_t size) {
-    SetCodecFastPath(size % 2 ? CodecFastPath::kBmi2 : CodecFastPath::kPortable);
-  }
-  ~OnPathFor() { SetCodecFastPath(chosen_); }
-
- private:
-  const CodecFastPath chosen_ = CurrentCodecFastPath();
-};
 
 bool SameSegment(const CompactSegment& a, const CompactSegment& b) {
   return a.begin == b.begin && a.end == b.end && a.records == b.records &&
