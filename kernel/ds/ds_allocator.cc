@@ -535,10 +535,6 @@ void DsAllocator::DeliverRun(Consumer* c, const pfm_record* recs, size_t n) {
       n - c->ring->WriteValidBatch(recs, n, compact_batch_.get());
 }
 
-// The encoder starts from the first ring's decoder state; rings that are
-// elsewhere (one got a record the others did not, or lost some) make the
-// batch start from a reset state, which costs every ring one reset marker
-// and a record encoded from scratch, once.
 namespace {
 // Where a batch shared by the rings of cs[0, k) starts: their chunk offsets,
 // and the state to encode from (the first ring's decoder's); returns whether
@@ -554,6 +550,10 @@ bool SharedStart(C* const* cs, size_t k, uint32_t* offsets, CodecState* st) {
 }
 }  // namespace
 
+// The encoder starts from the first ring's decoder state; rings that are
+// elsewhere (one got a record the others did not, or lost some) make the
+// batch start from a reset state, which costs every ring one reset marker
+// and a record encoded from scratch, once.
 void DsAllocator::DeliverShared(Consumer* const* cs, size_t k,
                                 const pfm_record* recs, size_t n) {
   CompactBatch& b = *compact_batch_;
@@ -616,6 +616,11 @@ bool DsAllocator::DeliverFusedBts(Context* task_ctx, int cpu,
                                   const BtsOrigin& origin, BtsClock* clock) {
   CompactBatch& b = *compact_batch_;
   assert(k >= 1 && n <= b.max_records());
+  // A ring that lost records since FusedCompactConsumers looked (an earlier
+  // batch of this drain did not fit) writes its LOST record first: the
+  // translating path does that.
+  for (size_t m = 0; m < k; ++m)
+    if (!cs[m]->ring->CompactBatchReady()) return false;
   CodecState st;
   uint32_t offsets[kMaxSharedRings];
   const bool reset = SharedStart(cs, k, offsets, &st);

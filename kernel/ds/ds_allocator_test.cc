@@ -2,10 +2,14 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
+#include <cstdio>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernel/uapi/ring_format.h"
 
 namespace pfm {
 namespace {
@@ -456,6 +460,103 @@ TEST(DsAllocator, FusedDrainGivesTheBytesOfTheTranslatedRecords) {
   ASSERT_EQ(fused.Stats(f[3], &st), 0);
   EXPECT_GT(st.filtered, 0u);  // the kernel-only consumer saw user branches
   ExpectInvariant(fused);
+}
+
+// One run of the test below: the reader pauses up to `spin_max` iterations
+// between reads.
+void RunFusedDrainWithRacingReader(int spin_max) {
+  DsLimits lim;
+  lim.task_bts_records = 4096;  // 8 batches a drain
+  DsAllocator ds(1, lim);
+  ConsumerParams p = CompactTask(PFM_BTS_LOSSLESS, 2 * PFM_RING_CHUNK);
+  p.req.flags = 0;
+  const int id = ds.Attach(p, 0, nullptr);
+  ASSERT_GT(id, 0);
+  Ring* ring = ds.ring(id);
+  const uint64_t data_bytes = ring->config().data_bytes;
+  const size_t map_bytes = PFM_RING_HEADER_BYTES + data_bytes;
+  void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                 ring->fd(), 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* hdr = static_cast<pfm_ring_header*>(m);
+  const uint8_t* data = static_cast<const uint8_t*>(m) + PFM_RING_HEADER_BYTES;
+  std::atomic<bool> stop{false};
+  std::vector<pfm_record> seen;
+  bool malformed = false;
+  auto consume = [&] {
+    const uint64_t head = __atomic_load_n(&hdr->head, __ATOMIC_ACQUIRE);
+    const uint64_t tail = __atomic_load_n(&hdr->tail, __ATOMIC_RELAXED);
+    std::vector<pfm_record> got;
+    if (DecodeRingSnapshot(data, data_bytes, PFM_FORMAT_COMPACT, tail, head, 0,
+                           &got) != 0)
+      malformed = true;
+    seen.insert(seen.end(), got.begin(), got.end());
+    __atomic_store_n(&hdr->tail, head, __ATOMIC_RELEASE);
+  };
+  std::thread reader([&] {
+    std::mt19937_64 rng(7);
+    while (!stop.load(std::memory_order_relaxed)) {
+      consume();
+      for (int spin = static_cast<int>(rng() % spin_max); spin > 0; --spin)
+        asm volatile("" ::: "memory");
+    }
+  });
+  constexpr uint64_t kBranches = 400000;
+  ds.Switch(0, 1, TaskId{0, 0}, TaskId{1000, 1000}, false);
+  uint64_t now = 2;
+  for (uint64_t i = 0; i < kBranches; ++i) {
+    const pfm_bts_raw b{kUser + 16 * i, kUser + 16 * i + 8,
+                        i % 3 ? PFM_BTS_RAW_PREDICTED : 0};
+    if (ds.Area(0)->WriteBts(b) == DsArea::kInterrupt) ds.Drain(0, now += 1000);
+  }
+  ds.Switch(0, now + 1000, TaskId{1000, 1000}, TaskId{0, 0}, false);
+  stop = true;
+  reader.join();
+  consume();
+  munmap(m, map_bytes);
+  ASSERT_FALSE(malformed);
+  EXPECT_GT(ds.fused_batches(), 0u);
+  uint64_t next = 0, branches = 0, lost = 0, pending = 0;
+  for (const pfm_record& r : seen) {
+    if (r.type == PFM_REC_LOST) {
+      pending += r.u.lost.count;
+      lost += r.u.lost.count;
+      continue;
+    }
+    if (r.type != PFM_REC_BRANCH) continue;
+    const uint64_t index = (r.u.branch.from - kUser) / 16;
+    ASSERT_EQ(index, next + pending) << "branch " << branches;
+    next = index + 1;
+    pending = 0;
+    ++branches;
+  }
+  ConsumerStats st;
+  ASSERT_EQ(ds.Stats(id, &st), 0);
+  // Losses at the very end have no record after them to carry their LOST
+  // record: the stats count them all.
+  EXPECT_EQ(branches + st.lost, kBranches);
+  EXPECT_LE(lost, st.lost);
+  std::printf("fused drain with a racing reader (pauses < %d): %llu branches "
+              "read, %llu lost, %llu fused batches\n",
+              spin_max, static_cast<unsigned long long>(branches),
+              static_cast<unsigned long long>(st.lost),
+              static_cast<unsigned long long>(ds.fused_batches()));
+}
+
+// Losses in a fused drain: a small lossless compact ring whose reader, in
+// another thread, consumes at its own pace while the drains run, so that a
+// batch may find the ring full (its records go the translating way, the
+// rest counted lost) and the next one, in the same drain, room again. The
+// LOST record must come right where the losses are: every branch the reader
+// decodes is the one after the previous branch, or after the previous
+// branch and the LOST record's count.
+TEST(DsAllocator, FusedDrainPutsLostRecordsWhereTheLossesAre) {
+  // The race the test is after (room again between two batches of a drain)
+  // needs the reader's pauses to be about a drain's length: several.
+  for (int spin_max : {2000, 8000, 20000, 60000}) {
+    SCOPED_TRACE(spin_max);
+    RunFusedDrainWithRacingReader(spin_max);
+  }
 }
 
 // A compact consumer attached later has its chunks end elsewhere: the
