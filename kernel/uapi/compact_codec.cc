@@ -701,7 +701,10 @@ __attribute__((always_inline)) inline size_t EncodeBtsRunOn(
     if (r != first) {
       // The clock at r: k advances, of which `carries` carried.
       const uint64_t k = static_cast<uint64_t>(r - first);
-      const uint64_t carries = (acc_r0 + k * step_r - acc_r) / nrec;
+      // (acc_r0 + k * step_r = carries * nrec + acc_r; in 128 bits, as
+      // k * step_r may pass 2^64 for a clock of 2^32 records or more.)
+      const uint64_t carries = static_cast<uint64_t>(
+          (static_cast<unsigned __int128>(k) * step_r + acc_r0 - acc_r) / nrec);
       c.acc_q += k * c.step_q + carries;
       c.acc_r = acc_r;
       // The state is the last record encoded, r - 1: its delta was
