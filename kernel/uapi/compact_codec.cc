@@ -382,8 +382,12 @@ struct ShortWordTables {
   uint8_t bytes[64] = {};    // by clz: the varint's length, 1..3
   uint8_t bits[64] = {};     // by clz: its value bits, 7 * that
   uint64_t mask[16] = {};    // by nf * 4 + nt: the varints' value bits
-  uint64_t cont[16] = {};    // their continuation bits
+  uint64_t cont[16] = {};    // their continuation bits, and the lead's
+                             // nibble and `to`-predicted bit (nt 0)
   uint8_t size[16] = {};     // the record's bytes, 1 + nf + nt
+  // The lead's time bits by the time delta's change + 1 (-1, same, +1; see
+  // the header); here so that the fused loop's load shares the tables' base.
+  uint8_t time_bits[4] = {kTimeAdjBit, kTimeSameBit, kTimeSameBit | kTimeAdjBit, 0};
   constexpr ShortWordTables() {
     for (size_t c = 43; c < 64; ++c) {
       bytes[c] = kVarint3Bytes[63 - c];
@@ -397,6 +401,7 @@ struct ShortWordTables {
           // Every byte of a varint but its last continues.
           if (b != nf && b != nf + nt) cont[k] |= uint64_t{0x80} << (8 * b);
         }
+        cont[k] |= kShortBranch | (nt == 0 ? kToCachedBit : 0);
         size[k] = static_cast<uint8_t>(1 + nf + nt);
       }
     }
@@ -439,11 +444,13 @@ struct RunRegs {
 
 // The lead byte and both varints of a short branch whose `from` and `to`
 // deltas are below 2^21, as one word, and its length: `to` is left out when
-// `miss` is 0 (predicted). On the BMI2 path by lzcnt, tables and a pdep per
-// varint (inline asm: the builtin would need the target attribute on every
-// function it is inlined through), else by Varint3Word.
+// `miss` is 0 (predicted). `bits` are the lead's time and flip bits; its
+// nibble and `to`-predicted bit follow from the form and `miss` (on the
+// BMI2 path from the table, a few instructions fewer). On the BMI2 path by
+// lzcnt, tables and a pdep (inline asm: the builtin would need the target
+// attribute on every function it is inlined through), else by Varint3Word.
 template <bool kBmi2>
-inline uint64_t ShortBranchWord(uint64_t lead, uint64_t from_z, uint64_t to_z,
+inline uint64_t ShortBranchWord(uint64_t bits, uint64_t from_z, uint64_t to_z,
                                 uint64_t miss, size_t* size) {
 #if defined(__x86_64__)
   if constexpr (kBmi2) {
@@ -455,12 +462,13 @@ inline uint64_t ShortBranchWord(uint64_t lead, uint64_t from_z, uint64_t to_z,
     uint64_t w;
     asm("pdepq %2, %1, %0" : "=r"(w) : "r"(v), "rm"(t.mask[k]));
     *size = t.size[k];
-    return lead | w | t.cont[k];
+    return bits | w | t.cont[k];
   }
 #endif
   const size_t from_n = kVarint3Bytes[Log2(from_z)];
   const size_t to_n = kVarint3Bytes[Log2(to_z)];
   *size = 1 + from_n + (to_n & miss);
+  const uint64_t lead = bits | kShortBranch | (~miss & kToCachedBit);
   return lead | Varint3Word(from_z, from_n) << 8 |
          (Varint3Word(to_z, to_n) & miss) << (8 * (1 + from_n));
 }
@@ -558,18 +566,18 @@ __attribute__((always_inline)) inline size_t EncodeRunOn(
       const size_t slot = ToSlot(from);
       const bool hit = s.to_cache[slot] == to;
       static_assert(kPredFlipBit == PFM_BTS_RAW_PREDICTED << 3, "fx << 3");
-      const uint8_t lead = static_cast<uint8_t>(
-          kShortBranch | (fx << 3) | kTimeBits[dd1] |
-          (hit ? kToCachedBit : 0));
+      const uint64_t bits = (fx << 3) | kTimeBits[dd1];
       size_t size;
       if (__builtin_expect((from_z | to_z) < (uint64_t{1} << 21), 1)) {
         // Lead and both varints in one store. Whether `to` was predicted
         // is close to a coin toss in real code: masks, not a branch.
         const uint64_t miss = uint64_t{hit} - 1;  // all ones when not hit
         const uint64_t w =
-            ShortBranchWord<kBmi2>(lead, from_z, to_z, miss, &size);
+            ShortBranchWord<kBmi2>(bits, from_z, to_z, miss, &size);
         memcpy(p, &w, sizeof(w));
       } else {
+        const uint8_t lead = static_cast<uint8_t>(
+            kShortBranch | bits | (hit ? kToCachedBit : 0));
         size = PutFarShortBranch(p, pend, lead, from_z, to_z, hit);
         if (size == 0) {
           full = true;
@@ -680,20 +688,18 @@ __attribute__((always_inline)) inline size_t EncodeBtsRunOn(
       const size_t slot = ToSlot(from);
       const bool hit = s.to_cache[slot] == to;
       static_assert(kPredFlipBit == PFM_BTS_RAW_PREDICTED << 3, "fx << 3");
-      // kTimeBits[dd1], from a constant: 0x40, 0x10, 0x50.
-      static_assert(kTimeAdjBit == 0x40 && kTimeSameBit == 0x10, "the time bits");
-      const uint64_t time_bits = uint64_t{0x501040} >> (8 * dd1) & 0xff;
-      const uint8_t lead = static_cast<uint8_t>(
-          kShortBranch | (fx << 3) | time_bits | (hit ? kToCachedBit : 0));
+      const uint64_t bits = (fx << 3) | kShortWord.time_bits[dd1];
       size_t size;
       if (__builtin_expect((from_z | to_z) < (uint64_t{1} << 21), 1)) {
         // Lead and both varints in one store. Whether `to` was predicted
         // is close to a coin toss in real code: masks, not a branch.
         const uint64_t miss = uint64_t{hit} - 1;  // all ones when not hit
         const uint64_t w =
-            ShortBranchWord<kBmi2>(lead, from_z, to_z, miss, &size);
+            ShortBranchWord<kBmi2>(bits, from_z, to_z, miss, &size);
         memcpy(p, &w, sizeof(w));
       } else {
+        const uint8_t lead = static_cast<uint8_t>(
+            kShortBranch | bits | (hit ? kToCachedBit : 0));
         size = PutFarShortBranch(p, pend, lead, from_z, to_z, hit);
         if (size == 0) {
           full = true;
