@@ -467,13 +467,23 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
       // A copy of the clock and the ids whose address is not taken: the
       // stores into the records could alias the originals (uint64_t and
       // uint32_t fields), which would be reloaded after each.
-      BtsClock ck = clock;
+      // The clock's Advance on the time itself (one register fewer than
+      // t0 + acc_q, which the loop runs out of).
       const BtsOrigin o = origin;
+      const uint64_t step_q = clock.step_q, step_r = clock.step_r;
+      const uint64_t nrec = clock.n;
+      uint64_t time = clock.Peek(), acc_r = clock.acc_r;
       for (size_t r = 0; r < run; ++r) {
-        TranslateBts(bts[i + r], ck.Next(), o, &to[r]);
+        TranslateBts(bts[i + r], time, o, &to[r]);
         kernel_from |= to[r].misc;
+        acc_r += step_r;
+        uint64_t wrapped;
+        const bool below = __builtin_sub_overflow(acc_r, nrec, &wrapped);
+        acc_r = below ? acc_r : wrapped;
+        time += step_q + !below;
       }
-      clock = ck;
+      clock.acc_q = time - clock.t0;
+      clock.acc_r = acc_r;
       i += run;
       if (dst != nullptr && !(kernel_from & PFM_MISC_BRANCH_KERNEL_FROM)) {
         direct->ring->CommitFixed(run);
