@@ -1,4 +1,5 @@
 #include "kernel/uapi/compact_codec.h"
+#include "kernel/uapi/bts_translate.h"
 
 #include <cerrno>
 #include <cstring>
@@ -751,6 +752,31 @@ TEST_P(CodecOnEachPath, ShortBranchLookalikesDecodeAsOneByOne) {
 // The reset marker: the record after it decodes from a reset state; it is
 // never alone, before a PAD, before another marker or cut; a refusal leaves
 // state and output alone.
+// The drain's clock (kernel/uapi/bts_translate.h) against its definition,
+// record i of n over (t0, t0 + span] at t0 + floor(span * (i + 1) / n),
+// computed in 128 bits: spans below, at and far above n, up to 2^63.
+TEST(BtsClock, StampsTheFloorOfEachRecordsShareOfTheSpan) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    const uint64_t n = trial < 4 ? uint64_t{1} + trial : rng() % 5000 + 1;
+    uint64_t span;
+    switch (trial % 4) {
+      case 0: span = rng() % n; break;                // under a tick a record
+      case 1: span = n * (rng() % 5) + rng() % n; break;
+      case 2: span = rng() % (uint64_t{1} << 40); break;
+      default: span = rng() >> 1; break;              // up to 2^63
+    }
+    const uint64_t t0 = rng() >> 2;
+    BtsClock c(t0, span, n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t want = t0 + static_cast<uint64_t>(
+                                     static_cast<unsigned __int128>(span) * (i + 1) / n);
+      ASSERT_EQ(c.Next(), want) << "n " << n << " span " << span << " i " << i;
+    }
+    EXPECT_EQ(c.Peek() - t0 - span, span / n) << "one step past the last";
+  }
+}
+
 TEST(CompactCodecBatch, ResetMarkerResetsTheStateForTheRecordAfterIt) {
   const pfm_record a = Branch(1000, 0x401000, 0x401100);
   const pfm_record b = Branch(1013, 0x401120, 0x401000);
