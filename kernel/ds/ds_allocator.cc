@@ -469,12 +469,12 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
       // uint32_t fields), which would be reloaded after each.
       // The clock's Advance on the time itself (one register fewer than
       // t0 + acc_q, which the loop runs out of).
-      const BtsOrigin o = origin;
+      const BtsWords words(origin);
       const uint64_t step_q = clock.step_q, step_r = clock.step_r;
       const uint64_t nrec = clock.n;
       uint64_t time = clock.Peek(), acc_r = clock.acc_r;
       for (size_t r = 0; r < run; ++r) {
-        TranslateBts(bts[i + r], time, o, &to[r]);
+        TranslateBts(bts[i + r], time, words, &to[r]);
         kernel_from |= to[r].misc;
         acc_r += step_r;
         uint64_t wrapped;
