@@ -464,11 +464,11 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
       pfm_record* dst = direct ? direct->ring->ReserveFixed(run) : nullptr;
       pfm_record* to = dst ? dst : out;
       uint32_t kernel_from = 0;
-      // A copy of the clock and the ids whose address is not taken: the
-      // stores into the records could alias the originals (uint64_t and
-      // uint32_t fields), which would be reloaded after each.
-      // The clock's Advance on the time itself (one register fewer than
-      // t0 + acc_q, which the loop runs out of).
+      // The clock in locals whose address is not taken (the stores into
+      // the records could alias the clock's fields, which would be
+      // reloaded after each), advanced on the time itself (one register
+      // fewer than t0 + acc_q, which the loop runs out of); the records'
+      // constant words made once.
       const BtsWords words(origin);
       const uint64_t step_q = clock.step_q, step_r = clock.step_r;
       const uint64_t nrec = clock.n;
@@ -498,12 +498,13 @@ void DsAllocator::DrainArea(DsArea& area, Context* task_ctx, int cpu,
              !(kernel_from & PFM_MISC_BRANCH_KERNEL_FROM));
     }
   }
+  const BtsWords words(origin);
   while (i < nb || j < np) {
     const uint64_t tb = i < nb ? clock.Peek() : UINT64_MAX;
     const uint64_t tp =
         j < np ? std::min<uint64_t>(std::max<uint64_t>(pebs[j].tsc, t0), now) : UINT64_MAX;
     if (tb <= tp) {
-      TranslateBts(bts[i++], clock.Next(), origin, &out[k++]);
+      TranslateBts(bts[i++], clock.Next(), words, &out[k++]);
     } else {
       const pfm_pebs_raw& p = pebs[j++];
       pfm_record& rec = out[k++];

@@ -375,9 +375,12 @@ constexpr uint32_t kVarint3Cont[4] = {0, 0, 0x80, 0x8080};
 // side (`from` in its 7 * nf low bits, `to` above) into the value bits of
 // the word's bytes 1..nf and nf+1..nf+nt, or'ed with the continuation bits;
 // mask, continuation bits and size by the pair (nf, nt), nt 0 when `to` is
-// predicted. One pdep and three loads by the pair instead of two pdeps and
-// five loads by each varint's clz (callgrind, the fused drain's loop on the
-// fanout benchmark's stream: 82 instructions a record instead of 90).
+// predicted; the continuation bits carry the lead's nibble and `to`-
+// predicted bit too. One pdep and three loads by the pair instead of two
+// pdeps and five loads by each varint's clz (callgrind, the fused drain's
+// loop on the fanout benchmark's stream: 90 instructions a record before,
+// 82 with the pair table, 73 with the lead's bits in it and the time bits
+// below).
 struct ShortWordTables {
   uint8_t bytes[64] = {};    // by clz: the varint's length, 1..3
   uint8_t bits[64] = {};     // by clz: its value bits, 7 * that
