@@ -1779,7 +1779,16 @@ bool SoftBtsRun::DetachFromStop(Task* t, int sig) {
       return false;
     }
     if ((st >> 16) == 0) {
-      if (WSTOPSIG(st) != SIGTRAP) sig = WSTOPSIG(st);
+      if (WSTOPSIG(st) != SIGTRAP) {
+        sig = WSTOPSIG(st);
+      } else {
+        // The SIGTRAP may be an int3 of ours the task ran into just as it
+        // was interrupted (its stop came first): its RIP is one past the
+        // int3's address, whose instruction LiftAll has put back. Back
+        // onto it, or the task resumes inside that instruction (SIGILL,
+        // SIGSEGV: test RepeatedStopsNeverLeaveTheTraceeInsideAnInstruction).
+        UndoInt3(t);
+      }
       break;
     }
   }
@@ -1899,14 +1908,20 @@ bool SoftBtsRun::AttachAll() {
       --waiting;
       continue;
     }
-    if ((st >> 16) == PTRACE_EVENT_STOP) {
+    if (WIFSTOPPED(st)) {
+      // Its first stop since the interrupt, whatever it is, is the stop
+      // we wait for: the kernel clears a pending interrupt at any trap
+      // (ptrace_stop: "any trap clears pending STOP trap"), so after a
+      // signal-delivery stop, or an event (an exec under way when it was
+      // seized), no PTRACE_EVENT_STOP follows; continuing it to wait for
+      // one hung the attach (test RepeatedStopsNeverLeaveTheTraceeInside-
+      // AnInstruction, whose first attach meets the program's exec). A
+      // signal is kept for the task.
+      if ((st >> 16) == 0 && WSTOPSIG(st) != SIGTRAP) pending_sig[r] = WSTOPSIG(st);
       stops[r] = st;
       --waiting;
       continue;
     }
-    // A signal raced with the interrupt: keep it for the task.
-    if (WSTOPSIG(st) != SIGTRAP && (st >> 16) == 0) pending_sig[r] = WSTOPSIG(st);
-    ptrace(PTRACE_CONT, r, nullptr, nullptr);
   }
   if (root_gone || stops.count(root_) == 0 || stops[root_] < 0) {
     for (auto& [tid, s] : stops)

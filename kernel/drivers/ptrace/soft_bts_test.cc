@@ -767,6 +767,70 @@ void RunStopMidRunLeavesTheTraceeRunningUntraced(bool branch_step) {
 TEST(SoftBts, StopMidRunLeavesTheTraceeRunningUntraced) { RunStopMidRunLeavesTheTraceeRunningUntraced(false); }
 TEST(SoftBts, StopMidRunLeavesTheTraceeRunningUntracedBranchStepping) { RunStopMidRunLeavesTheTraceeRunningUntraced(true); }
 
+// The one-letter state in /proc/PID/stat ('?' when unreadable).
+char ProcState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+}
+
+// Stop() races the task it interrupts: a task running freely to an int3 of
+// branch stepping may have just hit it, its SIGTRAP queued behind the
+// interrupt's stop, its RIP one past the int3. Detaching must put it back
+// on the instruction the int3 stood on (taken out by then), or the task
+// resumes inside that instruction (SIGSEGV, SIGILL; seen from pfmd's
+// SIGKILL test and an interrupted `pfmctl record` under CI's load). Many
+// attach-step-stop rounds on one busy process, stopped after a varying
+// amount of work, so that some stops land in that window.
+TEST(SoftBts, RepeatedStopsNeverLeaveTheTraceeInsideAnInstruction) {
+  const std::string fifo = TmpPath("stops_fifo");
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  pid_t pid = 0;
+  ErrorDetail d;
+  ASSERT_EQ(SpawnStopped({TestProgram("testdata_wait_fifo_bin"), fifo}, &pid, &d), 0);
+  ASSERT_EQ(Release(pid, &d), 0);
+  uint64_t int3_stops = 0;
+  for (int round = 0; round < 150; ++round) {
+    SCOPED_TRACE(testing::Message() << "round " << round);
+    RecordingSink sink;
+    std::unique_ptr<SoftBtsTracer> t;
+    SoftBtsOptions opt;
+    opt.branch_step = true;
+    ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
+    const uint64_t work = 50 + static_cast<uint64_t>(round) * 37 % 400;
+    for (int i = 0; i < 10000 && t->stats().steps + t->stats().branch_stops < work &&
+                    !t->done();
+         ++i)
+      usleep(200);
+    ASSERT_GE(t->stats().steps + t->stats().branch_stops, work)
+        << "the tracee made no progress; state " << ProcState(pid);
+    int3_stops += t->stats().branch_stops;
+    t->Stop();
+    ASSERT_TRUE(t->done());
+    // Running (R) or in its poll (S), not stopped (T, t).
+    const char state = ProcState(pid);
+    EXPECT_TRUE(state == 'R' || state == 'S') << "state " << state;
+    int st = 0;
+    pid_t r;
+    do {
+      r = waitpid(pid, &st, WNOHANG);
+    } while (r < 0 && errno == EINTR);
+    ASSERT_EQ(r, 0) << "the tracee ended: status " << st << ", signal "
+                    << (WIFSIGNALED(st) ? WTERMSIG(st) : 0) << ", errno " << errno;
+  }
+  EXPECT_GT(int3_stops, 1000u) << "branch stepping ran on int3s";
+  const int w = open(fifo.c_str(), O_WRONLY);
+  ASSERT_GE(w, 0);
+  ASSERT_EQ(write(w, "x", 1), 1);
+  close(w);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << st;
+}
+
 TEST(SoftBts, StopsWhileTheTraceeBlocksInASyscallAndLeaksNothing) {
   const int fds_before = CountDir("/proc/self/fd");
   const int threads_before = CountDir("/proc/self/task");
