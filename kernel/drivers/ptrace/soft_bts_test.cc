@@ -727,6 +727,18 @@ TEST(SoftBts, RefusesAGonePidAndBadArguments) {
   EXPECT_EQ(SpawnStopped({}, &pid, &d), -EINVAL);
 }
 
+// testdata_wait_fifo_bin, still running its loop: it sees a byte in the
+// FIFO and exits 7.
+void ExpectWaitFifoExits7(const std::string& fifo, pid_t pid) {
+  const int w = open(fifo.c_str(), O_WRONLY);
+  ASSERT_GE(w, 0);
+  ASSERT_EQ(write(w, "x", 1), 1);
+  close(w);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << st;
+}
+
 void RunStopMidRunLeavesTheTraceeRunningUntraced(bool branch_step) {
   const std::string fifo = TmpPath("stop_fifo");
   unlink(fifo.c_str());
@@ -754,14 +766,7 @@ void RunStopMidRunLeavesTheTraceeRunningUntraced(bool branch_step) {
     if (line.rfind("TracerPid:", 0) == 0) tracer = line;
   EXPECT_EQ(tracer, "TracerPid:\t0");
 
-  // Still running its loop: it sees the byte and exits 7.
-  const int w = open(fifo.c_str(), O_WRONLY);
-  ASSERT_GE(w, 0);
-  ASSERT_EQ(write(w, "x", 1), 1);
-  close(w);
-  int st = 0;
-  ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << st;
+  ExpectWaitFifoExits7(fifo, pid);
 }
 
 TEST(SoftBts, StopMidRunLeavesTheTraceeRunningUntraced) { RunStopMidRunLeavesTheTraceeRunningUntraced(false); }
@@ -822,13 +827,7 @@ TEST(SoftBts, RepeatedStopsNeverLeaveTheTraceeInsideAnInstruction) {
                     << (WIFSIGNALED(st) ? WTERMSIG(st) : 0) << ", errno " << errno;
   }
   EXPECT_GT(int3_stops, 1000u) << "branch stepping ran on int3s";
-  const int w = open(fifo.c_str(), O_WRONLY);
-  ASSERT_GE(w, 0);
-  ASSERT_EQ(write(w, "x", 1), 1);
-  close(w);
-  int st = 0;
-  ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << st;
+  ExpectWaitFifoExits7(fifo, pid);
 }
 
 TEST(SoftBts, StopsWhileTheTraceeBlocksInASyscallAndLeaksNothing) {
