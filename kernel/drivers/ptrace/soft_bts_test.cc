@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <csignal>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
@@ -20,6 +22,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -789,6 +792,42 @@ char ProcState(pid_t pid) {
 // SIGKILL test and an interrupted `pfmctl record` under CI's load). Many
 // attach-step-stop rounds on one busy process, stopped after a varying
 // amount of work, so that some stops land in that window.
+// Aborts the test binary with `what` and the tracee's state when not
+// destroyed within `seconds`: a tracer call that blocks for good (attaching
+// to a process mid-exec once hung in waitpid) fails here with a message,
+// not as Bazel's timeout minutes later. (Checked by hand with 0 s: "round
+// 0: Start: still blocked after 0 s; tracee N state t", then SIGABRT.)
+class Watchdog {
+ public:
+  Watchdog(std::string what, pid_t pid, int seconds)
+      : what_(std::move(what)), thread_([this, pid, seconds] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (!cv_.wait_for(lock, std::chrono::seconds(seconds),
+                            [this] { return done_; })) {
+            std::fprintf(stderr, "%s: still blocked after %d s; tracee %d state %c\n",
+                         what_.c_str(), seconds, static_cast<int>(pid),
+                         ProcState(pid));
+            kill(pid, SIGKILL);  // not left blocked on its fifo
+            std::abort();
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  std::string what_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 TEST(SoftBts, RepeatedStopsNeverLeaveTheTraceeInsideAnInstruction) {
   const std::string fifo = TmpPath("stops_fifo");
   unlink(fifo.c_str());
@@ -804,7 +843,10 @@ TEST(SoftBts, RepeatedStopsNeverLeaveTheTraceeInsideAnInstruction) {
     std::unique_ptr<SoftBtsTracer> t;
     SoftBtsOptions opt;
     opt.branch_step = true;
-    ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
+    {
+      Watchdog w("round " + std::to_string(round) + ": Start", pid, 30);
+      ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
+    }
     const uint64_t work = 50 + static_cast<uint64_t>(round) * 37 % 400;
     for (int i = 0; i < 10000 && t->stats().steps + t->stats().branch_stops < work &&
                     !t->done();
@@ -813,7 +855,10 @@ TEST(SoftBts, RepeatedStopsNeverLeaveTheTraceeInsideAnInstruction) {
     ASSERT_GE(t->stats().steps + t->stats().branch_stops, work)
         << "the tracee made no progress; state " << ProcState(pid);
     int3_stops += t->stats().branch_stops;
-    t->Stop();
+    {
+      Watchdog w("round " + std::to_string(round) + ": Stop", pid, 30);
+      t->Stop();
+    }
     ASSERT_TRUE(t->done());
     // Running (R) or in its poll (S), not stopped (T, t).
     const char state = ProcState(pid);
