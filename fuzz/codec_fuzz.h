@@ -1,6 +1,7 @@
 // What the compact codec's fuzz targets (compact_batch_fuzz.cc,
 // compact_bts_fuzz.cc) share: the input reader, the check that aborts (the
-// fuzzer's finding), and the codec fast path an input runs on.
+// fuzzer's finding), and the codec fast path an input runs on. The ring
+// reader's target (ring_fuzz.cc) reads its input and checks the same way.
 #ifndef PFM_FUZZ_CODEC_FUZZ_H_
 #define PFM_FUZZ_CODEC_FUZZ_H_
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fuzz/codec_fuzz.h"
 #include "fuzz/fuzz_targets.h"
 #include "kernel/uapi/compact_codec.h"
 #include "kernel/uapi/pfm_uapi.h"
@@ -13,30 +14,10 @@
 
 namespace pfm::fuzz {
 
-namespace {
-
-void Check(bool ok) {
-  if (!ok) std::abort();
-}
-
-
-template <typename T>
-T Take(const uint8_t*& p, size_t& n) {
-  T v{};
-  const size_t k = n < sizeof(T) ? n : sizeof(T);
-  memcpy(&v, p, k);
-  p += k;
-  n -= k;
-  return v;
-}
-
-}  // namespace
-
 int FuzzRingReader(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t sel = data[0];
-  ++data;
-  --size;
+  Input in{data + 1, size - 1};
   // Bits 0-1: data area of 2, 4, 8 or 16 chunks; bit 2: compact; bit 3:
   // history; bit 4: header taken verbatim from the input (fuzzes Map's
   // checks), else a valid template with fuzzed positions and counters (gets
@@ -49,7 +30,7 @@ int FuzzRingReader(const uint8_t* data, size_t size) {
   pfm_ring_header h;
   memset(&h, 0, sizeof(h));
   if (verbatim) {
-    h = Take<pfm_ring_header>(data, size);
+    h = in.Take<pfm_ring_header>();
   } else {
     h.magic = PFM_RING_MAGIC;
     h.version = PFM_UAPI_VERSION;
@@ -58,20 +39,20 @@ int FuzzRingReader(const uint8_t* data, size_t size) {
     h.header_bytes = PFM_RING_HEADER_BYTES;
     h.chunk_bytes = PFM_RING_CHUNK;
     h.data_bytes = data_bytes;
-    h.history_records = Take<uint16_t>(data, size);
+    h.history_records = in.Take<uint16_t>();
     // Positions near a small base or anywhere, as the input says.
-    const uint8_t far = Take<uint8_t>(data, size);
-    h.head = Take<uint32_t>(data, size);
-    h.tail = Take<uint32_t>(data, size);
-    if (far & 1) h.head |= uint64_t{Take<uint32_t>(data, size)} << 32;
-    if (far & 2) h.tail |= uint64_t{Take<uint32_t>(data, size)} << 32;
-    h.records = Take<uint16_t>(data, size);
-    h.lost = Take<uint16_t>(data, size);
-    h.flags = Take<uint8_t>(data, size);
+    const uint8_t far = in.Take<uint8_t>();
+    h.head = in.Take<uint32_t>();
+    h.tail = in.Take<uint32_t>();
+    if (far & 1) h.head |= uint64_t{in.Take<uint32_t>()} << 32;
+    if (far & 2) h.tail |= uint64_t{in.Take<uint32_t>()} << 32;
+    h.records = in.Take<uint16_t>();
+    h.lost = in.Take<uint16_t>();
+    h.flags = in.Take<uint8_t>();
   }
   memcpy(file.data(), &h, sizeof(h));
-  memcpy(file.data() + PFM_RING_HEADER_BYTES, data,
-         size < data_bytes ? size : data_bytes);
+  memcpy(file.data() + PFM_RING_HEADER_BYTES, in.p,
+         in.n < data_bytes ? in.n : data_bytes);
 
   const int fd = memfd_create("pfm-fuzz-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return 0;  // out of fds: not the code under test

@@ -742,13 +742,21 @@ void ExpectWaitFifoExits7(const std::string& fifo, pid_t pid) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << st;
 }
 
-void RunStopMidRunLeavesTheTraceeRunningUntraced(bool branch_step) {
-  const std::string fifo = TmpPath("stop_fifo");
-  unlink(fifo.c_str());
-  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  pid_t pid = 0;
+// testdata_wait_fifo_bin spawned stopped, waiting on a fresh FIFO `name`.
+void SpawnWaitFifo(const char* name, std::string* fifo, pid_t* pid) {
+  *fifo = TmpPath(name);
+  unlink(fifo->c_str());
+  ASSERT_EQ(mkfifo(fifo->c_str(), 0600), 0);
   ErrorDetail d;
-  ASSERT_EQ(SpawnStopped({TestProgram("testdata_wait_fifo_bin"), fifo}, &pid, &d), 0);
+  ASSERT_EQ(SpawnStopped({TestProgram("testdata_wait_fifo_bin"), *fifo}, pid, &d), 0)
+      << d.message;
+}
+
+void RunStopMidRunLeavesTheTraceeRunningUntraced(bool branch_step) {
+  std::string fifo;
+  pid_t pid = 0;
+  ASSERT_NO_FATAL_FAILURE(SpawnWaitFifo("stop_fifo", &fifo, &pid));
+  ErrorDetail d;
   RecordingSink sink;
   std::unique_ptr<SoftBtsTracer> t;
   SoftBtsOptions opt;
@@ -829,12 +837,10 @@ class Watchdog {
 };
 
 TEST(SoftBts, RepeatedStopsNeverLeaveTheTraceeInsideAnInstruction) {
-  const std::string fifo = TmpPath("stops_fifo");
-  unlink(fifo.c_str());
-  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string fifo;
   pid_t pid = 0;
+  ASSERT_NO_FATAL_FAILURE(SpawnWaitFifo("stops_fifo", &fifo, &pid));
   ErrorDetail d;
-  ASSERT_EQ(SpawnStopped({TestProgram("testdata_wait_fifo_bin"), fifo}, &pid, &d), 0);
   ASSERT_EQ(Release(pid, &d), 0);
   uint64_t int3_stops = 0;
   for (int round = 0; round < 150; ++round) {
