@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "pfm/wire.h"
 
 namespace pfm {
@@ -64,22 +66,32 @@ absl::StatusOr<Client::Reply> Client::Call(const std::string& op,
   if (!s.ok()) return s;
   absl::StatusOr<Frame> frame = RecvFrame(fd_.get());
   if (!frame.ok()) return frame.status();
+  // pfmd is another process: its reply is input. A reply that is not one
+  // is INTERNAL "pfmd reply: OP: what was wrong", the form pfmctl's checked
+  // accessors give for a malformed result (never a crash: absl aborts on
+  // an error Status built with code OK, so "code" is checked here).
+  auto bad = [&op](absl::string_view what) {
+    return absl::InternalError(absl::StrCat("pfmd reply: ", op, ": ", what));
+  };
   boost::system::error_code ec;
   boost::json::value v = boost::json::parse(frame->body, ec);
-  if (ec || !v.is_object())
-    return absl::DataLossError("pfmd sent a reply that is not a JSON object");
+  if (ec || !v.is_object()) return bad("not a JSON object");
   const boost::json::object& o = v.as_object();
   const boost::json::value* ok = o.if_contains("ok");
-  if (ok == nullptr || !ok->is_bool())
-    return absl::DataLossError("pfmd reply has no \"ok\"");
+  if (ok == nullptr || !ok->is_bool()) return bad("no boolean \"ok\"");
   if (!ok->as_bool()) {
     const auto* code = o.if_contains("code");
     const auto* msg = o.if_contains("message");
-    return absl::Status(
-        StatusCodeFromName(code && code->is_string()
-                               ? std::string(code->as_string())
-                               : "UNKNOWN"),
-        msg && msg->is_string() ? std::string(msg->as_string()) : "");
+    if (code == nullptr || !code->is_string())
+      return bad("an error reply without a \"code\" string");
+    const std::string name(code->as_string());
+    const absl::StatusCode c = StatusCodeFromName(name);
+    if (c == absl::StatusCode::kOk || StatusCodeName(c) != name)
+      return bad(absl::StrCat("an error reply with code \"", absl::CHexEscape(name),
+                              "\", which is not an error code"));
+    if (msg == nullptr || !msg->is_string())
+      return bad(absl::StrCat("an error reply (", name, ") without a \"message\" string"));
+    return absl::Status(c, std::string(msg->as_string()));
   }
   Reply reply;
   if (const auto* r = o.if_contains("result")) reply.result = *r;

@@ -114,9 +114,14 @@ int pfmc_session_create(pfmc_client* client, const char* spec_json,
   if (!r.ok()) return Fail(r.status());
   const boost::json::value* v =
       r->result.is_object() ? r->result.as_object().if_contains("id") : nullptr;
-  if (v == nullptr || !v->is_number())
-    return Fail(PFMC_DATA_LOSS, "pfmd's reply has no session id");
-  *id = v->to_number<uint64_t>();
+  // A positive integer; anything else is a malformed reply, not an
+  // exception through this C function (to_number throws on -1 or 1.5).
+  uint64_t n = 0;
+  if (v != nullptr && v->is_uint64()) n = v->get_uint64();
+  if (v != nullptr && v->is_int64() && v->get_int64() > 0)
+    n = static_cast<uint64_t>(v->get_int64());
+  if (n == 0) return Fail(PFMC_DATA_LOSS, "pfmd's reply has no session id (a positive integer)");
+  *id = n;
   return Ok();
 }
 

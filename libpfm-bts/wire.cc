@@ -137,8 +137,12 @@ absl::StatusOr<Frame> RecvFrame(int fd, int timeout_ms) {
 }
 
 absl::Status FrameDecoder::Feed(const char* data, size_t len) {
-  if (pos_ > 0 && pos_ == buf_.size()) {
-    buf_.clear();
+  // Drop what Next consumed first: a peer that always leaves part of a
+  // frame unread would otherwise grow the buffer without bound (the
+  // consumed frames behind the partial one were kept). What stays is the
+  // frame in progress, at most 4 + kMaxFrameBytes, and the new bytes.
+  if (pos_ > 0) {
+    buf_.erase(0, pos_);
     pos_ = 0;
   }
   buf_.append(data, len);
@@ -163,7 +167,13 @@ bool FrameDecoder::Next(std::string* body) {
   body->assign(buf_, pos_ + 4, n);
   pos_ += 4 + n;
   if (pos_ == buf_.size()) {
-    buf_.clear();
+    // All consumed. After a large frame, give its memory back rather than
+    // keep up to kMaxFrameBytes per idle connection.
+    if (buf_.capacity() > kKeepBufferBytes) {
+      std::string().swap(buf_);
+    } else {
+      buf_.clear();
+    }
     pos_ = 0;
   }
   return true;

@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -91,6 +93,42 @@ TEST(FrameDecoder, RefusesOversizedHeaderBehindAGoodFrame) {
   stream += std::string("\xff\xff\xff\xff", 4);
   FrameDecoder d;
   EXPECT_FALSE(d.Feed(stream.data(), stream.size()).ok());
+}
+
+// A peer that always leaves part of a frame unread (the rest of one frame,
+// a whole one, and a byte of the next, read after read): the decoder holds
+// the frame in progress and the last read, never the frames consumed.
+TEST(FrameDecoder, HoldsOnlyTheFrameInProgress) {
+  const std::string frame = EncodeFrame(std::string(1000, 'f'));
+  FrameDecoder d;
+  ASSERT_TRUE(d.Feed(frame.data(), 1).ok());
+  size_t most = 0, frames = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string chunk = frame.substr(1) + frame + frame.substr(0, 1);
+    ASSERT_TRUE(d.Feed(chunk.data(), chunk.size()).ok());
+    most = std::max(most, d.held());
+    std::string body;
+    while (d.Next(&body)) {
+      ASSERT_EQ(body.size(), 1000u);
+      ++frames;
+    }
+    ASSERT_EQ(d.buffered(), 1u);
+  }
+  EXPECT_EQ(frames, 4000u);
+  EXPECT_LE(most, 1 + 2 * frame.size());  // the byte kept + this read
+}
+
+// After a large frame is taken, its memory goes back.
+TEST(FrameDecoder, GivesALargeFramesMemoryBack) {
+  const std::string big = EncodeFrame(std::string(900 * 1024, 'b'));
+  FrameDecoder d;
+  ASSERT_TRUE(d.Feed(big.data(), big.size()).ok());
+  EXPECT_GE(d.capacity(), big.size());
+  std::string body;
+  ASSERT_TRUE(d.Next(&body));
+  EXPECT_EQ(body.size(), 900u * 1024);
+  EXPECT_LE(d.capacity(), FrameDecoder::kKeepBufferBytes);
+  EXPECT_EQ(d.held(), 0u);
 }
 
 }  // namespace

@@ -245,7 +245,7 @@ const char kSession[] = R"({"id": 1, "uid": 0, "role": "profiler", "target": "pi
   "lost": 0})";
 
 const char kCounter[] = R"({"event": "task-clock", "value": 100, "time_enabled": 200,
-  "time_running": 100, "scaled": 200, "ratio": 0.5})";
+  "time_running": 100, "scaled": 200, "ratio": 0.5, "counted": true})";
 
 const char kBreakpoint[] = R"({"spec": "0x401000:1:x", "state": "armed", "ratio": 1.0})";
 
@@ -433,13 +433,29 @@ class PfmctlRepliesE2e : public ::testing::Test {
         {"a truncated frame", {{FakeReply::kTruncated, "", {}}, "pfmctl: DATA_LOSS: "}},
         {"a hang-up", {{FakeReply::kClose, "", {}}, "pfmctl: UNAVAILABLE: "}},
         {"a body that is not JSON",
-         {{FakeReply::kFrame, "{\"ok\":tr", {}}, "pfmctl: DATA_LOSS: "}},
-        {"an array body", {{FakeReply::kFrame, "[1,2]", {}}, "pfmctl: DATA_LOSS: "}},
-        {"a string body", {{FakeReply::kFrame, "\"ok\"", {}}, "pfmctl: DATA_LOSS: "}},
+         {{FakeReply::kFrame, "{\"ok\":tr", {}}, internal + "not a JSON object"}},
+        {"an array body", {{FakeReply::kFrame, "[1,2]", {}}, internal + "not a JSON object"}},
+        {"a string body", {{FakeReply::kFrame, "\"ok\"", {}}, internal + "not a JSON object"}},
         {"a non-bool ok",
-         {{FakeReply::kFrame, R"({"ok":"yes"})", {}}, "pfmctl: DATA_LOSS: "}},
+         {{FakeReply::kFrame, R"({"ok":"yes"})", {}}, internal + "no boolean \"ok\""}},
+        {"no ok", {{FakeReply::kFrame, R"({"result":{}})", {}}, internal + "no boolean \"ok\""}},
         {"an error without a code",
-         {{FakeReply::kFrame, R"({"ok":false})", {}}, "pfmctl: UNKNOWN: "}},
+         {{FakeReply::kFrame, R"({"ok":false,"message":"m"})", {}},
+          internal + "an error reply without a \"code\" string"}},
+        {"an error with a numeric code",
+         {{FakeReply::kFrame, R"({"ok":false,"code":5,"message":"m"})", {}},
+          internal + "an error reply without a \"code\" string"}},
+        // absl aborts on an error Status made with code OK: a signal here
+        // is the bug this case is for.
+        {"an error with code OK",
+         {{FakeReply::kFrame, R"({"ok":false,"code":"OK","message":"m"})", {}},
+          internal + "an error reply with code \"OK\", which is not an error code"}},
+        {"an error with an unknown code",
+         {{FakeReply::kFrame, R"({"ok":false,"code":"BOGUS\n","message":"m"})", {}},
+          internal + "an error reply with code \"BOGUS\\n\", which is not an error code"}},
+        {"an error without a message",
+         {{FakeReply::kFrame, R"({"ok":false,"code":"NOT_FOUND"})", {}},
+          internal + "an error reply (NOT_FOUND) without a \"message\" string"}},
         {"an error message with line breaks",
          {{FakeReply::kFrame, R"({"ok":false,"code":"NOT_FOUND","message":"a\nb\r\nc"})", {}},
           "pfmctl: NOT_FOUND: a b  c"}},
@@ -532,6 +548,8 @@ TEST_F(PfmctlRepliesE2e, WellFormedRepliesWork) {
               {"status", "session_create", "session_ring", "session_show", "session_kill"});
   ExpectWorks({"sim", "pause"}, {"sim"});
   ExpectWorks({"shutdown"}, {"shutdown"});
+  ExpectWorks({"stat", "--", "/bin/true"},
+              {"status", "session_create", "session_show", "session_kill"});
 }
 
 TEST_F(PfmctlRepliesE2e, Status) {
@@ -716,6 +734,59 @@ TEST_F(PfmctlRepliesE2e, Record) {
                 "pfmctl: INTERNAL: pfmd reply: session_show: result is ",
                 absl::StrCat("result ", json::serialize(r)));
   ExpectFieldFailures(args, "session_show", SessionShow(), SummaryFields());
+}
+
+// stat: status (the default events' gp_counters), session_create, then the
+// counts. Its lines go to stderr, as perf stat's do: a failure must leave
+// the one error line there and nothing else.
+TEST_F(PfmctlRepliesE2e, Stat) {
+  const std::vector<std::string> args = {"stat", "--", "/bin/true"};
+  ExpectGenericFailures(args, "status", NotObjects());
+  ExpectFieldFailures(args, "status", Parse(kStatus),
+                      {{"/machine", Kind::kObject, true},
+                       {"/machine/gp_counters", Kind::kUint, true}});
+  ExpectGenericFailures(args, "session_create", NotObjects());
+  ExpectFieldFailures(args, "session_create", json::object{{"id", 1}},
+                      {{"/id", Kind::kId, true}});
+  ExpectGenericFailures(args, "session_show", NotObjects());
+  ExpectFieldFailures(args, "session_show", SessionShow(),
+                      {{"/counters", Kind::kArray, true},
+                       {"/counters/0", Kind::kObject, true},
+                       {"/counters/0/event", Kind::kString, true},
+                       {"/counters/0/value", Kind::kUint},
+                       {"/counters/0/counted", Kind::kBool},
+                       {"/counters/0/scaled", Kind::kUint},
+                       {"/counters/0/ratio", Kind::kNumber}});
+  // The well-formed counts: perf stat's line, the share when multiplexed.
+  fake_.Script({});
+  const testing::Result r = RunPfmctl(fake_.socket(), args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("0.00 msec task-clock"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(50.00%)"), std::string::npos) << r.err;
+}
+
+// gdbserver (stdio, a launched program): the driver, the session's id and
+// the one debug-channel fd are all it reads before GDB talks to it.
+TEST_F(PfmctlRepliesE2e, Gdbserver) {
+  const std::vector<std::string> args = {"gdbserver", "--", "/bin/true"};
+  ExpectGenericFailures(args, "status", NotObjects());
+  ExpectFieldFailures(args, "status", Parse(kStatus), {{"/driver", Kind::kString, true}});
+  ExpectGenericFailures(args, "session_create", NotObjects());
+  ExpectFieldFailures(args, "session_create", json::object{{"id", 1}},
+                      {{"/id", Kind::kId, true}});
+  const std::string internal = "pfmctl: INTERNAL: pfmd reply: session_debug: ";
+  ExpectFails(args, {{"session_debug", Ok(json::object{})}}, internal + "expected one fd",
+              "no fd");
+  ExpectFails(args, {{"session_debug", Ok(json::object{}, {ring_->fd(), ring_->fd()})}},
+              internal + "expected one fd", "two fds");
+  ExpectFails(args,
+              {{"session_debug",
+                {FakeReply::kFrame, R"({"ok":false,"code":"OK","message":"m"})", {}}}},
+              internal + "an error reply with code \"OK\"", "an error with code OK");
+  ExpectFails(args, {{"session_debug", {FakeReply::kTruncated, "", {}}}},
+              "pfmctl: DATA_LOSS: ", "a truncated frame");
+  ExpectFails(args, {{"session_debug", {FakeReply::kFrame, "[]", {}}}},
+              internal + "not a JSON object", "an array body");
 }
 
 }  // namespace

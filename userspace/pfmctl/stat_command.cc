@@ -40,27 +40,26 @@ volatile std::sig_atomic_t g_stat_stop = 0;
 void StopStat(int) { g_stat_stop = 1; }
 
 // One counter line, perf stat's shape: value, event, and the running share
-// when it was multiplexed ("(62.50%)"), or "<not counted>".
-void PrintCounter(std::ostream& out, const ReplyNode& c) {
+// when it was multiplexed ("(62.50%)"), or "<not counted>". Reads every field
+// through the reply's checked accessors (a wrong type is the reader's error,
+// which the caller checks before anything is printed).
+std::string CounterLine(const ReplyNode& c) {
   const std::string event = c.Member("event").String();
   const ReplyNode value = c.Member("value");
-  const ReplyNode ratio = c.Member("ratio");
-  if (!value.present() || !c.Member("counted").present() || !c.Member("counted").Bool()) {
-    out << absl::StrFormat("  %18s      %-28s\n", "<not counted>", event);
-    return;
-  }
+  const ReplyNode counted = c.Member("counted");
   const ReplyNode scaled = c.Member("scaled");
-  const uint64_t shown = scaled.present() ? scaled.Uint() : value.Uint();
+  const ReplyNode ratio = c.Member("ratio");
+  const uint64_t raw = value.present() ? value.Uint() : 0;
+  const bool was_counted = counted.present() && counted.Bool();
+  const uint64_t shown = scaled.present() ? scaled.Uint() : raw;
+  const double r = ratio.present() ? ratio.Number() : 1.0;
+  if (!value.present() || !was_counted)
+    return absl::StrFormat("  %18s      %-28s\n", "<not counted>", event);
   std::string share;
-  if (ratio.present()) {
-    const double r = ratio.json()->to_number<double>();
-    if (r < 0.9999) share = absl::StrFormat("  (%.2f%%)", 100.0 * r);
-  }
-  if (event == "task-clock") {
-    out << absl::StrFormat("  %18.2f msec %-28s%s\n", shown / 1e6, event, share);
-  } else {
-    out << absl::StrFormat("  %18u      %-28s%s\n", shown, event, share);
-  }
+  if (r < 0.9999) share = absl::StrFormat("  (%.2f%%)", 100.0 * r);
+  if (event == "task-clock")
+    return absl::StrFormat("  %18.2f msec %-28s%s\n", shown / 1e6, event, share);
+  return absl::StrFormat("  %18u      %-28s%s\n", shown, event, share);
 }
 
 }  // namespace
@@ -172,7 +171,12 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
       if (!show.ok()) break;
       ReplyReader r("session_show", show->result);
       const ReplyNode state = r.result().Member("state");
-      if (state.present() && state.String() == "exited") break;
+      const bool exited = state.present() && state.String() == "exited";
+      if (!r.ok()) {
+        (void)c->Call("session_kill", {{"id", id}});
+        return r.status();
+      }
+      if (exited) break;
       struct stat st;
       if (attach_tid > 0 &&
           ::stat(absl::StrCat("/proc/", attach_pid, "/task/", attach_tid).c_str(), &st) != 0)
@@ -187,6 +191,10 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
   if (!show.ok()) return show.status();
   ReplyReader reader("session_show", show->result);
   const std::vector<ReplyNode> counters = reader.result().Member("counters").Elements();
+  // The lines are made (and every counter's fields checked) before anything
+  // is printed, in either form.
+  std::string lines;
+  for (const ReplyNode& cn : counters) lines += CounterLine(cn);
   if (!reader.ok()) return reader.status();
 
   if (ctx.json) {
@@ -208,7 +216,7 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
     }
     std::ostream& out = *ctx.err;  // as perf stat: the program's stdout stays its own
     out << "\n Performance counter stats for " << target << ":\n\n";
-    for (const ReplyNode& cn : counters) PrintCounter(out, cn);
+    out << lines;
     for (const std::string& e : not_supported)
       out << absl::StrFormat("  %18s      %-28s\n", "<not supported>", e);
     out << absl::StrFormat("\n  %18.9f seconds time elapsed\n\n", elapsed);

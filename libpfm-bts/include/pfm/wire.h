@@ -53,6 +53,12 @@ class FrameDecoder {
   // Pops the next complete frame body, if any.
   bool Next(std::string* body);
   size_t buffered() const { return buf_.size() - pos_; }
+  // Bytes the decoder holds, consumed ones included, and its allocation:
+  // after Feed, held() <= 4 + kMaxFrameBytes + the bytes fed; capacity()
+  // is at most kKeepBufferBytes once everything fed was taken by Next.
+  size_t held() const { return buf_.size(); }
+  size_t capacity() const { return buf_.capacity(); }
+  static constexpr size_t kKeepBufferBytes = 64 * 1024;
 
  private:
   std::string buf_;
