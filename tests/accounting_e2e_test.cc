@@ -188,7 +188,7 @@ TEST_F(AccountingE2e, RequestOverThePerUidLimitIsRefusedStatingLimitUsageAndRequ
       PFM_RING_HEADER_BYTES + (256 << 10) + kSessionOverhead + kTaskBuffer;
   constexpr uint64_t request =
       PFM_RING_HEADER_BYTES + (1 << 20) + kSessionOverhead + kTaskBuffer;
-  EXPECT_NE(r.err.find("of 1MiB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("of 1MiB (--mem-limit-per-uid)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(absl::StrCat("uses ", usage / 1024.0, "KiB")), std::string::npos)
       << r.err << " (usage " << usage << ")";
   // 1MiB of data + the header page + bookkeeping, and the new task's whole
@@ -222,7 +222,7 @@ TEST_F(AccountingE2e, RequestOverTheDaemonLimitIsRefusedForAnyUid) {
   EXPECT_NE(std::string(got.at("message").as_string()).find("daemon memory limit"),
             std::string::npos)
       << got;
-  EXPECT_NE(std::string(got.at("message").as_string()).find("of 512KiB"),
+  EXPECT_NE(std::string(got.at("message").as_string()).find("of 512KiB (--mem-limit-total)"),
             std::string::npos)
       << got;
   EXPECT_EQ(json::serialize(PfmctlJson(d_->socket(), {"status"})),

@@ -84,13 +84,13 @@ absl::Status MemoryAccountant::Attach(uid_t uid, uint64_t ring_bytes,
   if (after > limit_per_uid_)
     return absl::ResourceExhaustedError(absl::StrCat(
         "memory limit per uid: uid ", uid, " uses ", FormatSize(before), " of ",
-        FormatSize(limit_per_uid_), "; ", what, " needs ",
+        FormatSize(limit_per_uid_), " (--mem-limit-per-uid); ", what, " needs ",
         FormatSize(after - before), " more (ring ", FormatSize(ring_bytes),
         pool != 0 ? absl::StrCat(" + its share of the shared buffer") : "", ")"));
   if (Allocated() + new_alloc > limit_total_)
     return absl::ResourceExhaustedError(absl::StrCat(
         "daemon memory limit: ", FormatSize(Allocated()), " of ",
-        FormatSize(limit_total_), " in use; ", what, " needs ",
+        FormatSize(limit_total_), " (--mem-limit-total) in use; ", what, " needs ",
         FormatSize(new_alloc), " more"));
   pools_ = std::move(pools);
   if (ring_bytes > 0) private_[uid] += ring_bytes;

@@ -100,6 +100,22 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     size_t sent = 0;
   };
 
+  // Brings the uid's held-input total up to date with the decoder; over
+  // kMaxHeldInputPerUid (uid 0 exempt) is the refusal to send.
+  absl::Status AccountHeldInput() {
+    const size_t now = decoder_.held();
+    if (now == held_accounted_) return absl::OkStatus();
+    auto it = server_.held_input_per_uid_.try_emplace(peer_.uid, 0).first;
+    it->second = it->second - held_accounted_ + now;
+    held_accounted_ = now;
+    const size_t total = it->second;
+    if (total == 0) server_.held_input_per_uid_.erase(it);
+    if (peer_.uid == 0 || total <= kMaxHeldInputPerUid) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", peer_.uid, " has ", total, " bytes of requests in progress in pfmd (limit ",
+        kMaxHeldInputPerUid, " bytes over its connections, kMaxHeldInputPerUid)"));
+  }
+
   bool Paused() const {
     return queue_.size() >= kPauseReadingReplies ||
            queued_bytes_ >= kPauseReadingBytes;
@@ -126,6 +142,10 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
             Reply(ServiceReply{s, {}, {}});
             return CloseWhenFlushed();
           }
+          if (absl::Status s = AccountHeldInput(); !s.ok()) {
+            Reply(ServiceReply{s, {}, {}});
+            return CloseWhenFlushed();
+          }
           HandleFrames();
         });
   }
@@ -142,6 +162,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
       HandleFrame(body);
       ++handled;
     }
+    (void)AccountHeldInput();  // only down: frames were taken
     if (finished_ || closing_ || Paused()) return;
     if (handled == kRequestsPerTurn) {
       // The budget of this turn is spent: the rest after the others'.
@@ -295,6 +316,8 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     Close();
     queue_.clear();  // closes fds never sent
     queued_bytes_ = 0;
+    decoder_ = FrameDecoder();
+    (void)AccountHeldInput();
     server_.service_.Disconnected(id_);
     server_.Closed(id_, peer_.uid);
   }
@@ -304,6 +327,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   stream_protocol::socket socket_;
   const Peer peer_;
   FrameDecoder decoder_;
+  size_t held_accounted_ = 0;  // decoder_.held() as counted for the uid
   std::array<char, 16384> buf_;
   std::deque<Outgoing> queue_;
   size_t queued_bytes_ = 0;  // not yet sent, over all of queue_
@@ -441,19 +465,28 @@ absl::Status Server::Listen(const std::string& path, uint32_t mode) {
           ", not a socket; pfmd replaces only a stale socket, so nothing "
           "was removed"));
     // Anything that accepts a connection there is live, whoever runs it
-    // (Client::Connect would also refuse a daemon of another uid).
-    if (const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        probe >= 0) {
-      sockaddr_un a{};
-      a.sun_family = AF_UNIX;
-      std::memcpy(a.sun_path, path.data(), path.size());
-      const bool live =
-          ::connect(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-      ::close(probe);
-      if (live)
-        return absl::AlreadyExistsError(
-            absl::StrCat("something already listens on ", path));
-    }
+    // (Client::Connect would also refuse a daemon of another uid). Only
+    // ECONNREFUSED says nothing listens: a socket we may not connect to
+    // (EACCES), a full backlog (EAGAIN) or a probe that could not be made
+    // tells nothing, and the file is left alone.
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0)
+      return absl::UnavailableError(absl::StrCat(
+          "cannot probe socket path ", path, ": socket: ", strerror(errno)));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.data(), path.size());
+    const int rc = ::connect(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    const int err = errno;
+    ::close(probe);
+    if (rc == 0 || err == EAGAIN)
+      return absl::AlreadyExistsError(
+          absl::StrCat("something already listens on ", path));
+    if (err != ECONNREFUSED)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot tell whether something listens on ", path, " (connect: ",
+          strerror(err), "); pfmd replaces only a socket nothing listens on, "
+          "so nothing was removed"));
     ::unlink(path.c_str());  // stale socket file: nothing answered on it
   } else if (errno != ENOENT) {
     return absl::UnavailableError(
@@ -465,7 +498,10 @@ absl::Status Server::Listen(const std::string& path, uint32_t mode) {
   if (ec)
     return absl::UnavailableError(
         absl::StrCat("cannot bind ", path, ": ", ec.message()));
-  if (::chmod(path.c_str(), mode) != 0)
+  // Not chmod: if the socket file were swapped for a symlink after bind
+  // (a directory others can write), root would change the mode of the
+  // link's target. AT_SYMLINK_NOFOLLOW refuses a symlink (EOPNOTSUPP).
+  if (::fchmodat(AT_FDCWD, path.c_str(), mode, AT_SYMLINK_NOFOLLOW) != 0)
     return absl::UnavailableError(
         absl::StrCat("chmod ", path, ": ", strerror(errno)));
   acceptor_.listen(asio::socket_base::max_listen_connections, ec);

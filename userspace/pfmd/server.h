@@ -62,6 +62,13 @@ inline constexpr std::chrono::milliseconds kAcceptBackoff{100};
 inline constexpr std::chrono::milliseconds kRefusalLinger{1000};
 inline constexpr size_t kMaxLingeringRefusals = 16;
 
+// Request bytes pfmd holds for one uid's connections (frames in progress
+// and read but not yet handled), over all of them. Without it, a uid's 64
+// connections could each park a 1 MiB frame cut short. A connection whose
+// read passes it is refused (RESOURCE_EXHAUSTED) and closed. Not uid 0 (as
+// the connection cap).
+inline constexpr size_t kMaxHeldInputPerUid = 8 << 20;
+
 // Connection caps (docs/pfmd.md, "Limits").
 struct ServerLimits {
   int max_connections = 1024;         // --max-connections, all uids
@@ -112,6 +119,7 @@ class Server {
   ConnectionId next_id_ = 1;
   std::map<ConnectionId, std::shared_ptr<Connection>> conns_;
   std::map<uid_t, int> conns_per_uid_;
+  std::map<uid_t, size_t> held_input_per_uid_;  // see kMaxHeldInputPerUid
   uint64_t next_refusal_ = 1;
   std::map<uint64_t, std::shared_ptr<Refusal>> refusals_;
   // Refusals are logged at most once per second, with a count of the rest.

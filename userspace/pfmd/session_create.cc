@@ -370,6 +370,13 @@ absl::Status SessionManager::AttachConsumerLocked(const TypedSpec& spec, Session
   return absl::OkStatus();
 }
 
+namespace {
+absl::Status TargetGone(int32_t pid) {
+  return absl::NotFoundError(absl::StrCat(
+      "process ", pid, " exited while its session was set up (nothing was attached)"));
+}
+}  // namespace
+
 absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
                                                  ConnectionId conn,
                                                  const TypedSpec& spec) {
@@ -432,6 +439,7 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
       std::getline(comm, s->comm);
     }
     if (absl::Status st = CheckTargetLocked(peer, spec, &s->pidfd); !st.ok()) return st;
+    if (after_target_checked_ && spec.task()) after_target_checked_(spec.pid);
     if (absl::Status st = CheckCapsLocked(peer, PerfFdsFor(spec)); !st.ok()) return st;
     s->id = next_session_;
     // Memory, then the arbiter's admission, then the consumer: a refusal at
@@ -444,6 +452,14 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     if (absl::Status st = AttachConsumerLocked(spec, s.get()); !st.ok()) {
       ReleaseLocked(*s);
       return st;
+    }
+    // The pid was used by number (perf_event_open) after the pidfd was
+    // checked: it named that process only if the process is still there now
+    // (a pid is not reused before its process is reaped). Else the events
+    // may be on a new process at the same pid: undone.
+    if (s->pidfd.valid() && !PidfdAlive(s->pidfd.get())) {
+      ReleaseLocked(*s);
+      return TargetGone(spec.pid);
     }
     s->host_bts = need_tracer;
     s->creds = peer.TracerCredentials();
@@ -486,6 +502,22 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
       ReapTracers();
       return absl::Status(st.code(), absl::StrCat("soft BTS on pid ", spec.pid, ": ",
                                                   st.message()));
+    }
+    // The same for the tracer, which seized the pid by number.
+    bool gone = false;
+    {
+      KernelLockGuard l(&kernel_->lock());
+      auto it = sessions_.find(created);
+      if (it != sessions_.end() && it->second->pidfd.valid() &&
+          !PidfdAlive(it->second->pidfd.get())) {
+        gone = true;
+        ReleaseLocked(*it->second);
+        sessions_.erase(it);
+      }
+    }
+    if (gone) {
+      ReapTracers();
+      return TargetGone(spec.pid);
     }
   }
   return created;

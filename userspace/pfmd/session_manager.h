@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -195,6 +196,10 @@ struct SimReport {
 
 struct SessionManagerDeps {
   const Clock* clock = nullptr;  // null: the monotonic clock (host driver)
+  // Tests: runs in Create between the target's check (its pidfd opened and
+  // its credentials read) and the first use of its pid, to put a recycled
+  // pid there.
+  std::function<void(int32_t pid)> after_target_checked;
 };
 
 class SessionManager {
@@ -332,6 +337,7 @@ class SessionManager {
   const MachineInfo machine_;
   MonotonicClock monotonic_;
   const Clock* const clock_;
+  const std::function<void(int32_t)> after_target_checked_;
   // The arbitration core; it owns the kernel lock, which guards everything
   // below.
   const std::unique_ptr<Kernel> kernel_;

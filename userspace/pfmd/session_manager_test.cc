@@ -2,7 +2,11 @@
 // nothing moves unless a test runs it) and typed requests from peers.
 #include "userspace/pfmd/session_manager.h"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -191,6 +195,65 @@ TEST(SessionManager, ATaskThatExitsShowsExited) {
   // A session on a task that does not exist is refused.
   EXPECT_EQ(m.Create(User(kAlice), 1, History(kTask)).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// The host driver: a pid recycled between the target's check and the
+// perf_event_open by number never gets the session (or its events); the
+// new process at that pid is another process. The hook kills and reaps
+// the checked child and forks a new one at its pid (ns_last_pid, root).
+TEST(SessionManagerHost, ARecycledPidBetweenCheckAndUseIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
+  const pid_t first = ::fork();
+  if (first == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_GT(first, 0);
+  pid_t reused = -1;
+  SessionManagerDeps deps;
+  deps.after_target_checked = [&](int32_t pid) {
+    ASSERT_EQ(pid, first);
+    ::kill(first, SIGKILL);
+    ::waitpid(first, nullptr, 0);
+    for (int attempt = 0; attempt < 50 && reused != first; ++attempt) {
+      if (reused > 0) {
+        ::kill(reused, SIGKILL);
+        ::waitpid(reused, nullptr, 0);
+      }
+      std::ofstream("/proc/sys/kernel/ns_last_pid") << (first - 1);
+      reused = ::fork();
+      if (reused == 0) {
+        ::pause();
+        ::_exit(0);
+      }
+    }
+  };
+  PfmdConfig c;
+  c.driver = "host";
+  MachineInfo m;
+  m.cpus = 2;
+  m.pmu = "none";
+  m.debug_registers = 4;
+  m.software_events = true;
+  SessionManager mgr(c, m, std::move(deps));
+  TypedSpec spec;
+  spec.pid = first;
+  spec.counters = {"task-clock"};
+  absl::StatusOr<SessionId> id = mgr.Create(Root(), 1, spec);
+  if (reused > 0) {
+    ::kill(reused, SIGKILL);
+    ::waitpid(reused, nullptr, 0);
+  }
+  if (reused != first) GTEST_SKIP() << "pid " << first << " was not reused";
+  ASSERT_FALSE(id.ok()) << "a session on the process now at pid " << first;
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kNotFound) << id.status();
+  EXPECT_NE(id.status().message().find("exited while its session was set up"),
+            absl::string_view::npos)
+      << id.status();
+  EXPECT_TRUE(mgr.List(Root(), 0, 100).empty());
+  const SessionManager::MemoryTotals t = mgr.Memory();
+  EXPECT_EQ(t.allocated, 0u);
+  EXPECT_EQ(t.held, 0u);
 }
 
 }  // namespace
