@@ -163,7 +163,10 @@ TEST(AbuseE2e, TenClientsThatNeverReadDoNotDelayAnotherClientsStatus) {
   // pfmd blocked in sendmsg for 2 s per reply.
   constexpr int kNonReaders = 10;
   constexpr int kRequests = 4000;
-  std::string burst;
+  // Each first creates a session that ends with its connection (not
+  // detached): the drop must free it like any hang-up.
+  std::string burst = EncodeFrame(
+      R"({"op":"session_create","spec":{"pid":1000,"bts":"history","buffer_bytes":4096,"detached":false}})");
   for (int i = 0; i < kRequests; ++i) burst += EncodeFrame("{\"op\":\"status\"}");
   std::vector<int> idle;
   for (int i = 0; i < kNonReaders; ++i) {
@@ -218,6 +221,8 @@ TEST(AbuseE2e, TenClientsThatNeverReadDoNotDelayAnotherClientsStatus) {
   std::cout << "status round trip with " << kNonReaders
             << " non-readers stalled: worst of 10 " << worst_ms << " ms\n";
   EXPECT_LT(worst_ms, 100);
+  const uint64_t sessions_while_stalled =
+      testing::PfmctlJson(d.socket(), {"status"}).at("sessions").to_number<uint64_t>();
 
   // The non-readers are dropped once their replies have not moved for
   // pfmd's stall timeout (5 s); bounded here at 15 s.
@@ -231,8 +236,12 @@ TEST(AbuseE2e, TenClientsThatNeverReadDoNotDelayAnotherClientsStatus) {
   std::cout << dropped << " non-readers dropped " << Ms(Clock::now() - stalled)
             << " ms after they stalled\n";
   EXPECT_EQ(dropped, kNonReaders);
+  // Their sessions existed while they stalled (before the drops: 10), and
+  // went with them.
+  EXPECT_EQ(sessions_while_stalled, static_cast<uint64_t>(kNonReaders));
   for (int fd : idle) ::close(fd);
-  EXPECT_EQ(Pfmctl(d.socket(), {"status"}, 10).exit_code, 0);
+  const json::value after = testing::PfmctlJson(d.socket(), {"status"});
+  EXPECT_EQ(after.at("sessions").to_number<uint64_t>(), 0u) << after;
 }
 
 TEST(AbuseE2e, PipelinedRequestsThenHalfCloseGetEveryReplyInOrder) {
