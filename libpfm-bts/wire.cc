@@ -146,6 +146,11 @@ absl::Status FrameDecoder::Feed(const char* data, size_t len) {
     pos_ = 0;
   }
   buf_.append(data, len);
+  // The erase keeps the allocation: after a large frame, a peer that keeps
+  // a byte of the next one in flight would pin it. Give back what the
+  // bytes held now do not need.
+  if (buf_.capacity() > kKeepBufferBytes && buf_.size() < buf_.capacity() / 4)
+    buf_.shrink_to_fit();
   // Validate every length prefix now buffered, so an oversized frame is
   // refused as soon as its header arrives, not after we wait for its body.
   size_t p = pos_;

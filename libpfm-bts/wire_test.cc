@@ -118,6 +118,21 @@ TEST(FrameDecoder, HoldsOnlyTheFrameInProgress) {
   EXPECT_LE(most, 1 + 2 * frame.size());  // the byte kept + this read
 }
 
+// A large frame taken with a byte of the next one behind it: the consumed
+// frame's allocation is not kept by the byte in flight.
+TEST(FrameDecoder, ALargeFrameIsNotPinnedByTheNextFramesFirstByte) {
+  const std::string big = EncodeFrame(std::string(900 * 1024, 'b'));
+  const std::string next = EncodeFrame("{}");
+  FrameDecoder d;
+  const std::string first = big + next.substr(0, 1);
+  ASSERT_TRUE(d.Feed(first.data(), first.size()).ok());
+  std::string body;
+  ASSERT_TRUE(d.Next(&body));
+  ASSERT_TRUE(d.Feed(next.data() + 1, 1).ok());
+  EXPECT_LE(d.capacity(), FrameDecoder::kKeepBufferBytes);
+  EXPECT_EQ(d.buffered(), 2u);
+}
+
 // After a large frame is taken, its memory goes back.
 TEST(FrameDecoder, GivesALargeFramesMemoryBack) {
   const std::string big = EncodeFrame(std::string(900 * 1024, 'b'));
@@ -129,6 +144,12 @@ TEST(FrameDecoder, GivesALargeFramesMemoryBack) {
   EXPECT_EQ(body.size(), 900u * 1024);
   EXPECT_LE(d.capacity(), FrameDecoder::kKeepBufferBytes);
   EXPECT_EQ(d.held(), 0u);
+  // Reset frees a frame in progress too.
+  ASSERT_TRUE(d.Feed(big.data(), big.size() - 1).ok());
+  EXPECT_GE(d.capacity(), big.size() - 1);
+  d.Reset();
+  EXPECT_LE(d.capacity(), FrameDecoder::kKeepBufferBytes);
+  EXPECT_EQ(d.buffered(), 0u);
 }
 
 }  // namespace

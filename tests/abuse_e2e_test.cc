@@ -195,6 +195,9 @@ TEST(AbuseE2e, TenClientsThatNeverReadDoNotDelayAnotherClientsStatus) {
     }
   }
   const Clock::time_point stalled = Clock::now();
+  // Their sessions, while they stall (pfmd drops them 5 s from now).
+  const uint64_t sessions_while_stalled =
+      testing::PfmctlJson(d.socket(), {"status"}).at("sessions").to_number<uint64_t>();
   for (int i = 0; i < kNonReaders; ++i) {
     // The kernel charges each small reply ~1 KiB of overhead against the
     // send buffer: ~170 status replies (~66 KB) fill it.
@@ -221,8 +224,7 @@ TEST(AbuseE2e, TenClientsThatNeverReadDoNotDelayAnotherClientsStatus) {
   std::cout << "status round trip with " << kNonReaders
             << " non-readers stalled: worst of 10 " << worst_ms << " ms\n";
   EXPECT_LT(worst_ms, 100);
-  const uint64_t sessions_while_stalled =
-      testing::PfmctlJson(d.socket(), {"status"}).at("sessions").to_number<uint64_t>();
+
 
   // The non-readers are dropped once their replies have not moved for
   // pfmd's stall timeout (5 s); bounded here at 15 s.
@@ -415,9 +417,16 @@ TEST(AbuseE2e, UnfinishedFramesOfOneUidAreBounded) {
           out["then"] = StatusCodeName(RecvFrame(fd, 5000).status().code());
         }
       }
-      // Below the bound again (the refused connection is gone): served.
-      absl::StatusOr<Client> c = Client::Connect(socket);
-      out["ping"] = c.ok() ? CallJson(*c, "ping") : json::object{};
+      // Below the bound again once one part's connection is gone: the uid's
+      // small requests are served (pfmd sees the hang-up in its own time).
+      ::close(fds.front());
+      fds.erase(fds.begin());
+      for (int attempt = 0; attempt < 20; ++attempt) {
+        absl::StatusOr<Client> c = Client::Connect(socket);
+        out["ping"] = c.ok() ? CallJson(*c, "ping") : json::object{};
+        if (out["ping"].as_object().contains("ok") && out["ping"].at("ok").as_bool()) break;
+        ::usleep(50000);
+      }
       char b = 1;
       (void)!::write(ready[1], &b, 1);
       pollfd p{go[0], POLLIN, 0};
@@ -428,18 +437,25 @@ TEST(AbuseE2e, UnfinishedFramesOfOneUidAreBounded) {
   });
   pollfd p{ready[0], POLLIN, 0};
   const bool child_ready = ::poll(&p, 1, 60000) == 1;
-  // Root: its own unfinished frame (over the uid bound by itself) is held,
-  // and it is served on another connection meanwhile.
-  const int root_fd = ConnectRaw(socket);
+  // Root: 10 unfinished frames of 1000 KiB, over the uid bound together,
+  // are held (uid 0 is not bounded), and root is served meanwhile.
   std::string big(4 + 1000 * 1024, ' ');
   const uint32_t len = kMaxFrameBytes;
   std::memcpy(big.data(), &len, sizeof len);
-  const bool root_sent =
-      ::send(root_fd, big.data(), big.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(big.size());
+  std::vector<int> root_fds;
+  bool root_sent = true;
+  for (int i = 0; i < 10; ++i) {
+    root_fds.push_back(ConnectRaw(socket));
+    root_sent = root_sent && ::send(root_fds.back(), big.data(), big.size(), MSG_NOSIGNAL) ==
+                                 static_cast<ssize_t>(big.size());
+  }
   const testing::Result root = Pfmctl(socket, {"status"}, 10);
-  pollfd rp{root_fd, POLLIN, 0};
-  const bool root_refused = ::poll(&rp, 1, 200) == 1;
-  ::close(root_fd);
+  bool root_refused = false;
+  for (int fd : root_fds) {
+    pollfd rp{fd, POLLIN, 0};
+    root_refused = root_refused || ::poll(&rp, 1, 50) == 1;
+    ::close(fd);
+  }
   char b = 1;
   (void)!::write(go[1], &b, 1);
   nobody.join();
@@ -448,9 +464,13 @@ TEST(AbuseE2e, UnfinishedFramesOfOneUidAreBounded) {
   EXPECT_TRUE(root_sent);
   EXPECT_FALSE(root_refused) << "root's unfinished frame was answered";
   EXPECT_EQ(root.exit_code, 0) << root.err;
-  // 8 MiB / 600 KiB: the 14th connection passes the bound.
+  // What counts is the decoders' allocations: 600 KiB to 1.2 MiB a part
+  // (a string's growth), so the bound of 8 MiB is passed by the 7th to the
+  // 14th part.
   ASSERT_TRUE(got.contains("refused_at")) << got;
-  EXPECT_EQ(got.at("refused_at").to_number<int>(), 13) << got;
+  const int refused_at = got.at("refused_at").to_number<int>();
+  EXPECT_GE(refused_at, 6) << got;
+  EXPECT_LE(refused_at, 13) << got;
   const std::string reply(got.at("reply").as_string());
   EXPECT_NE(reply.find("RESOURCE_EXHAUSTED"), std::string::npos) << reply;
   EXPECT_NE(reply.find("uid 65534 has "), std::string::npos) << reply;
@@ -460,8 +480,9 @@ TEST(AbuseE2e, UnfinishedFramesOfOneUidAreBounded) {
   EXPECT_EQ(got.at("then").as_string(), "UNAVAILABLE") << got;  // closed
   ASSERT_TRUE(got.at("ping").as_object().contains("ok")) << got;
   EXPECT_TRUE(got.at("ping").at("ok").as_bool()) << got;
-  // All hung up: the uid starts from nothing again (the same 13 parts fit;
-  // pfmd sees the hang-ups in its own time, so a few tries).
+  // All hung up: the uid starts from nothing again (one part fewer than
+  // the refused one fits again; pfmd sees the hang-ups in its own time, so
+  // a few tries).
   json::object again;
   for (int attempt = 0; attempt < 5; ++attempt) {
    again = AsUid(kNobody, [&]() -> json::object {
@@ -470,7 +491,7 @@ TEST(AbuseE2e, UnfinishedFramesOfOneUidAreBounded) {
     std::memcpy(part.data(), &l, sizeof l);
     std::vector<int> fds;
     json::object out{{"refused", false}};
-    for (int i = 0; i < 13; ++i) {
+    for (int i = 0; i < refused_at - 1; ++i) {
       const int fd = ConnectRaw(socket);
       fds.push_back(fd);
       (void)!::send(fd, part.data(), part.size(), MSG_NOSIGNAL);

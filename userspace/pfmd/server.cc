@@ -100,17 +100,19 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     size_t sent = 0;
   };
 
-  // Brings the uid's held-input total up to date with the decoder; over
+  // Brings the uid's held-input total up to date with the decoder's
+  // allocation (what it pins, not what it has in use); growing past
   // kMaxHeldInputPerUid (uid 0 exempt) is the refusal to send.
   absl::Status AccountHeldInput() {
-    const size_t now = decoder_.held();
+    const size_t now = decoder_.capacity();
     if (now == held_accounted_) return absl::OkStatus();
+    const bool grew = now > held_accounted_;
     auto it = server_.held_input_per_uid_.try_emplace(peer_.uid, 0).first;
     it->second = it->second - held_accounted_ + now;
     held_accounted_ = now;
     const size_t total = it->second;
     if (total == 0) server_.held_input_per_uid_.erase(it);
-    if (peer_.uid == 0 || total <= kMaxHeldInputPerUid) return absl::OkStatus();
+    if (!grew || peer_.uid == 0 || total <= kMaxHeldInputPerUid) return absl::OkStatus();
     return absl::ResourceExhaustedError(absl::StrCat(
         "uid ", peer_.uid, " has ", total, " bytes of requests in progress in pfmd (limit ",
         kMaxHeldInputPerUid, " bytes over its connections, kMaxHeldInputPerUid)"));
@@ -138,11 +140,13 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
             return CloseWhenFlushed();
           }
           if (ec) return Finish();
-          if (absl::Status s = decoder_.Feed(buf_.data(), n); !s.ok()) {
-            Reply(ServiceReply{s, {}, {}});
-            return CloseWhenFlushed();
-          }
-          if (absl::Status s = AccountHeldInput(); !s.ok()) {
+          absl::Status s = decoder_.Feed(buf_.data(), n);
+          if (s.ok()) s = AccountHeldInput();
+          if (!s.ok()) {
+            // No more requests from it: what it sent is dropped now, not
+            // when its last reply is written (the uid's bound is freed).
+            decoder_.Reset();
+            (void)AccountHeldInput();
             Reply(ServiceReply{s, {}, {}});
             return CloseWhenFlushed();
           }
@@ -316,7 +320,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     Close();
     queue_.clear();  // closes fds never sent
     queued_bytes_ = 0;
-    decoder_ = FrameDecoder();
+    decoder_.Reset();
     (void)AccountHeldInput();
     server_.service_.Disconnected(id_);
     server_.Closed(id_, peer_.uid);
@@ -327,7 +331,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   stream_protocol::socket socket_;
   const Peer peer_;
   FrameDecoder decoder_;
-  size_t held_accounted_ = 0;  // decoder_.held() as counted for the uid
+  size_t held_accounted_ = 0;  // decoder_.capacity() as counted for the uid
   std::array<char, 16384> buf_;
   std::deque<Outgoing> queue_;
   size_t queued_bytes_ = 0;  // not yet sent, over all of queue_
@@ -465,11 +469,13 @@ absl::Status Server::Listen(const std::string& path, uint32_t mode) {
           ", not a socket; pfmd replaces only a stale socket, so nothing "
           "was removed"));
     // Anything that accepts a connection there is live, whoever runs it
-    // (Client::Connect would also refuse a daemon of another uid). Only
-    // ECONNREFUSED says nothing listens: a socket we may not connect to
-    // (EACCES), a full backlog (EAGAIN) or a probe that could not be made
-    // tells nothing, and the file is left alone.
-    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // (Client::Connect would also refuse a daemon of another uid), and so
+    // is one whose backlog is full (EAGAIN). Only ECONNREFUSED says nothing
+    // listens: a socket we may not connect to (EACCES) or a probe that could
+    // not be made tells nothing, and the file is left alone.
+    // Non-blocking: a listener with a full backlog answers EAGAIN at once
+    // instead of holding pfmd's start-up.
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (probe < 0)
       return absl::UnavailableError(absl::StrCat(
           "cannot probe socket path ", path, ": socket: ", strerror(errno)));

@@ -371,9 +371,24 @@ absl::Status SessionManager::AttachConsumerLocked(const TypedSpec& spec, Session
 }
 
 namespace {
-absl::Status TargetGone(int32_t pid) {
+// Whether the task `spec` names is the one its pidfd was checked on, still:
+// the process alive (a pid is not reused before its process is reaped) and,
+// for a --tid session, the thread still one of its (a thread's id is free
+// as soon as it exits). perf_event_open and PTRACE_SEIZE take the ids by
+// number after the check; a target that fails this afterwards may have had
+// them land on another task.
+bool StillTheTarget(const TypedSpec& spec, int pidfd) {
+  if (!PidfdAlive(pidfd)) return false;
+  if (spec.tid <= 0) return true;
+  struct stat st;
+  return ::stat(absl::StrCat("/proc/", spec.pid, "/task/", spec.tid).c_str(), &st) == 0;
+}
+
+absl::Status TargetGone(const TypedSpec& spec) {
   return absl::NotFoundError(absl::StrCat(
-      "process ", pid, " exited while its session was set up (nothing was attached)"));
+      spec.tid > 0 ? absl::StrCat("thread ", spec.tid, " of process ", spec.pid)
+                   : absl::StrCat("process ", spec.pid),
+      " exited while its session was set up (nothing was attached)"));
 }
 }  // namespace
 
@@ -457,9 +472,9 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     // checked: it named that process only if the process is still there now
     // (a pid is not reused before its process is reaped). Else the events
     // may be on a new process at the same pid: undone.
-    if (s->pidfd.valid() && !PidfdAlive(s->pidfd.get())) {
+    if (s->pidfd.valid() && !StillTheTarget(spec, s->pidfd.get())) {
       ReleaseLocked(*s);
-      return TargetGone(spec.pid);
+      return TargetGone(spec);
     }
     s->host_bts = need_tracer;
     s->creds = peer.TracerCredentials();
@@ -509,7 +524,7 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
       KernelLockGuard l(&kernel_->lock());
       auto it = sessions_.find(created);
       if (it != sessions_.end() && it->second->pidfd.valid() &&
-          !PidfdAlive(it->second->pidfd.get())) {
+          !StillTheTarget(spec, it->second->pidfd.get())) {
         gone = true;
         ReleaseLocked(*it->second);
         sessions_.erase(it);
@@ -517,7 +532,7 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     }
     if (gone) {
       ReapTracers();
-      return TargetGone(spec.pid);
+      return TargetGone(spec);
     }
   }
   return created;

@@ -2,10 +2,14 @@
 // nothing moves unless a test runs it) and typed requests from peers.
 #include "userspace/pfmd/session_manager.h"
 
+#include <linux/perf_event.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -203,6 +207,16 @@ TEST(SessionManager, ATaskThatExitsShowsExited) {
 // the checked child and forks a new one at its pid (ns_last_pid, root).
 TEST(SessionManagerHost, ARecycledPidBetweenCheckAndUseIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
+  {
+    perf_event_attr a{};
+    a.size = sizeof(a);
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_TASK_CLOCK;
+    a.exclude_kernel = 1;
+    const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &a, 0, -1, -1, 0));
+    if (fd < 0) GTEST_SKIP() << "perf_event_open(task-clock): " << std::strerror(errno);
+    ::close(fd);
+  }
   const pid_t first = ::fork();
   if (first == 0) {
     ::pause();

@@ -217,6 +217,15 @@ int OpenPerfEvent(const perf_event_attr& in, PerfTarget t, const char* what,
     const int err = OpenOne(attr, tid, -1, what, &fd, d);
     if (err == -ESRCH) continue;  // the thread exited meanwhile
     if (err < 0) return err;      // `opened` closes what it holds
+    // A thread's id is free for reuse as soon as it exits (no reaping), so
+    // the tid named that thread when it was opened only if it is still one
+    // of the process's now; else the event may be on another task: closed.
+    struct stat st;
+    if (::stat(("/proc/" + std::to_string(t.pid) + "/task/" + std::to_string(tid)).c_str(),
+               &st) != 0) {
+      ::close(fd);
+      continue;
+    }
     if (opened.fd_ < 0) {
       opened.fd_ = fd;
     } else {

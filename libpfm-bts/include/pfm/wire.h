@@ -53,9 +53,16 @@ class FrameDecoder {
   // Pops the next complete frame body, if any.
   bool Next(std::string* body);
   size_t buffered() const { return buf_.size() - pos_; }
+  // Drops everything, allocation included (assigning a new decoder would
+  // keep the old allocation: a short string moved in is copied into it).
+  void Reset() {
+    std::string().swap(buf_);
+    pos_ = 0;
+  }
   // Bytes the decoder holds, consumed ones included, and its allocation:
   // after Feed, held() <= 4 + kMaxFrameBytes + the bytes fed; capacity()
-  // is at most kKeepBufferBytes once everything fed was taken by Next.
+  // is at most kKeepBufferBytes once everything fed was taken by Next, and
+  // after a Feed at most kKeepBufferBytes or 4 x what it holds.
   size_t held() const { return buf_.size(); }
   size_t capacity() const { return buf_.capacity(); }
   static constexpr size_t kKeepBufferBytes = 64 * 1024;
