@@ -390,19 +390,7 @@ TEST_F(SecurityHostE2e, RecycledPidDoesNotInheritAnExitedProcessesState) {
   ASSERT_EQ(shown.at("exit_status").to_number<int64_t>(), 7 << 8) << shown;
   // The same pid again: ns_last_pid makes the next fork take it (retried if
   // some other process forks in between).
-  pid_t reused = -1;
-  for (int attempt = 0; attempt < 20 && reused != old; ++attempt) {
-    if (reused > 0) {
-      ::kill(reused, SIGKILL);
-      ::waitpid(reused, nullptr, 0);
-    }
-    std::ofstream("/proc/sys/kernel/ns_last_pid") << (old - 1);
-    reused = ::fork();
-    if (reused == 0) {
-      ::pause();
-      ::_exit(0);
-    }
-  }
+  const pid_t reused = testing::ForkPausedAt(old, 20);
   children_.push_back(reused);
   if (reused != old) GTEST_SKIP() << "could not get pid " << old << " again";
   const std::string new_id = absl::StrCat(

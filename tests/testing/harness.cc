@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -244,6 +245,23 @@ Daemon::~Daemon() {
   ::unlink((socket_ + ".log").c_str());
   ::unlink(socket_.c_str());
   ::rmdir(dir_.c_str());
+}
+
+pid_t ForkPausedAt(pid_t want, int attempts) {
+  pid_t got = -1;
+  for (int attempt = 0; attempt < attempts && got != want; ++attempt) {
+    if (got > 0) {
+      ::kill(got, SIGKILL);
+      ::waitpid(got, nullptr, 0);
+    }
+    std::ofstream("/proc/sys/kernel/ns_last_pid") << (want - 1);
+    got = ::fork();
+    if (got == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+  }
+  return got;
 }
 
 }  // namespace pfm::testing

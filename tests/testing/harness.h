@@ -82,6 +82,13 @@ int ConnectRaw(const std::string& path);
 boost::json::object AsUid(uid_t uid,
                           const std::function<boost::json::object()>& fn);
 
+// Forks a child that pauses until killed, at pid `want` if it can:
+// writing want - 1 to /proc/sys/kernel/ns_last_pid (root) makes the next
+// fork take `want`, retried up to `attempts` times when another process
+// forks in between. Returns the child's pid: `want` on success, another
+// pid (or -1) if it did not get it. The caller kills and reaps it.
+pid_t ForkPausedAt(pid_t want, int attempts);
+
 }  // namespace pfm::testing
 
 #endif  // PFM_TESTS_TESTING_HARNESS_H_

@@ -10,10 +10,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include <gtest/gtest.h>
 
+#include "tests/testing/harness.h"
 #include "userspace/pfmd/session_test_util.h"
 
 namespace pfm {
@@ -229,18 +229,7 @@ TEST(SessionManagerHost, ARecycledPidBetweenCheckAndUseIsRefused) {
     ASSERT_EQ(pid, first);
     ::kill(first, SIGKILL);
     ::waitpid(first, nullptr, 0);
-    for (int attempt = 0; attempt < 50 && reused != first; ++attempt) {
-      if (reused > 0) {
-        ::kill(reused, SIGKILL);
-        ::waitpid(reused, nullptr, 0);
-      }
-      std::ofstream("/proc/sys/kernel/ns_last_pid") << (first - 1);
-      reused = ::fork();
-      if (reused == 0) {
-        ::pause();
-        ::_exit(0);
-      }
-    }
+    reused = testing::ForkPausedAt(first, 50);
   };
   PfmdConfig c;
   c.driver = "host";
