@@ -297,8 +297,8 @@ TEST(AbuseE2e, FdsAClientSendsAreNeverReceivedByPfmd) {
 }
 
 // A reply as plain JSON, so a child can report it.
-json::object CallJson(Client& c, const std::string& op) {
-  absl::StatusOr<Client::Reply> r = c.Call(op);
+json::object CallJson(Client& c, const std::string& op, json::object args = {}) {
+  absl::StatusOr<Client::Reply> r = c.Call(op, std::move(args));
   if (!r.ok())
     return {{"ok", false},
             {"code", StatusCodeName(r.status().code())},
@@ -371,6 +371,74 @@ TEST(AbuseE2e, UidOverItsConnectionCapIsRefusedWithTheNumbersAndRootStillGetsIn)
     return {{"ok", false}};
   });
   EXPECT_TRUE(again.contains("ok") && again.at("ok").as_bool()) << again;
+}
+
+// A sim task is open to every uid and has 64 Debug Store consumer slots: one
+// uid filling them would lock every other uid out of it. uid 65534 attaches
+// to pid 1000 until refused (16, --max-consumers-per-uid) and holds those;
+// meanwhile uid 65533 and root attach to the same task.
+TEST(AbuseE2e, OneUidCannotTakeEveryConsumerSlotOfATask) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
+  Daemon d(kSimFlags);
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(d.OpenToOtherUids());
+  int ready[2], go[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  const std::string socket = d.socket();
+  const json::object spec{{"pid", 1000}, {"bts", "lossless"}, {"buffer_bytes", 64 << 10}};
+  json::object got;
+  std::thread nobody([&] {
+    got = AsUid(kNobody, [&]() -> json::object {
+      json::object out;
+      absl::StatusOr<Client> c = Client::Connect(socket);
+      if (!c.ok()) return {{"connect_failed", std::string(c.status().message())}};
+      int sessions = 0;
+      for (int i = 0; i < 100; ++i) {
+        json::object r = CallJson(*c, "session_create", {{"spec", spec}});
+        if (!r.at("ok").as_bool()) {
+          out["refused"] = r;
+          break;
+        }
+        ++sessions;
+      }
+      out["sessions"] = sessions;
+      char b = 1;
+      (void)!::write(ready[1], &b, 1);
+      pollfd p{go[0], POLLIN, 0};
+      ::poll(&p, 1, 30000);
+      return out;
+    });
+  });
+  pollfd p{ready[0], POLLIN, 0};
+  const bool child_ready = ::poll(&p, 1, 30000) == 1;
+  // While uid 65534 holds its 16: another uid, then root, on the same task.
+  const json::object other = AsUid(kNobody - 1, [&]() -> json::object {
+    absl::StatusOr<Client> c = Client::Connect(socket);
+    if (!c.ok()) return {{"connect_failed", std::string(c.status().message())}};
+    return CallJson(*c, "session_create", {{"spec", spec}});
+  });
+  absl::StatusOr<Client> rc = Client::Connect(socket);
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  const json::object root = CallJson(*rc, "session_create", {{"spec", spec}});
+  const json::value status = testing::PfmctlJson(socket, {"status"});
+  char b = 1;
+  (void)!::write(go[1], &b, 1);
+  nobody.join();
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+  ASSERT_TRUE(child_ready);
+  ASSERT_FALSE(got.contains("child_failed")) << got;
+  EXPECT_EQ(testing::Num(got.at("sessions")), 16u) << got;
+  ASSERT_TRUE(got.contains("refused")) << got;
+  EXPECT_EQ(got.at("refused").at("code").as_string(), "RESOURCE_EXHAUSTED") << got;
+  EXPECT_EQ(got.at("refused").at("message").as_string(),
+            "uid 65534 has 16 Debug Store consumers on pid 1000 (limit 16 per task or "
+            "CPU, --max-consumers-per-uid)")
+      << got;
+  EXPECT_TRUE(other.contains("ok") && other.at("ok").as_bool()) << other;
+  EXPECT_TRUE(root.at("ok").as_bool()) << root;
+  // 16 of uid 65534's and root's: uid 65533's ended with its connection.
+  EXPECT_EQ(testing::Num(status.at("sessions")), 17u) << status;
 }
 
 // Frames cut short hold pfmd's memory until their connection ends: one uid
@@ -842,9 +910,10 @@ TEST(AbuseE2e, AnotherClientsRequestIsServedWithinAFewTurnsOfAPipelinedBurst) {
 // numbers.
 TEST(AbuseE2e, EverythingAtOnceWhileRootStreamsLosesNothingAndLeavesNoResidue) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
-  // --max-sessions-per-uid 100: the uid's cap, not a task's 64 consumers,
-  // is what refuses it (its sessions go to three tasks).
-  Daemon d({"--driver", "sim", "--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "4",
+  // --max-sessions-per-uid 100: the uid's cap, not its 16 consumers per task
+  // (--max-consumers-per-uid) nor a task's 64, is what refuses it (its
+  // sessions go to seven tasks, at most 15 each).
+  Daemon d({"--driver", "sim", "--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "8",
             "--sim-paused", "--max-sessions-per-uid", "100"});
   ASSERT_TRUE(d.started());
   ASSERT_TRUE(d.OpenToOtherUids());
@@ -905,7 +974,7 @@ TEST(AbuseE2e, EverythingAtOnceWhileRootStreamsLosesNothingAndLeavesNoResidue) {
         for (int i = 0; i < 1000 && !open.empty(); ++i) {
           absl::StatusOr<Client::Reply> r = open[i % open.size()].Call(
               "session_create",
-              {{"spec", json::object{{"pid", 1001 + i % 3}, {"bts", "lossless"},
+              {{"spec", json::object{{"pid", 1001 + i % 7}, {"bts", "lossless"},
                                      {"buffer_bytes", 64 << 10}}}});
           if (!r.ok()) {
             o["session_refused"] = absl::StrCat(StatusCodeName(r.status().code()), ": ",

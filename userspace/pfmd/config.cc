@@ -63,6 +63,9 @@ std::string PfmdUsage() {
   --max-sessions-per-uid N   live sessions of one uid (default 256)
   --max-tracers-per-uid N    soft-BTS tracer processes of one uid (default 16)
   --max-perf-fds-per-uid N   host perf_event fds of one uid (default 256)
+  --max-consumers-per-uid N  Debug Store consumers (BTS/PEBS streams) one uid
+                             holds on one task or CPU (default 16, of the 64
+                             a task or CPU has)
   --soft-bts-stepping branch|single  how host soft-BTS tracers step: stop at each
                              basic block's branch (default) or single-step every
                              instruction (docs/host_drivers.md)
@@ -83,7 +86,8 @@ constexpr const char* kValued[] = {
     "--mem-limit-per-uid", "--mem-limit-total", "--mux-interval-ms",
     "--idle-exit-s", "--admin-group", "--max-connections",
     "--max-connections-per-uid", "--max-sessions-per-uid",
-    "--max-tracers-per-uid", "--max-perf-fds-per-uid", "--metrics-listen",
+    "--max-tracers-per-uid", "--max-perf-fds-per-uid",
+    "--max-consumers-per-uid", "--metrics-listen",
     "--soft-bts-stepping"};
 
 bool IsValued(const std::string& flag) {
@@ -139,6 +143,8 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     return ParseInt(flag, value, 0, 1 << 16, &c->max_tracers_per_uid);
   } else if (flag == "--max-perf-fds-per-uid") {
     return ParseInt(flag, value, 0, 1 << 20, &c->max_perf_fds_per_uid);
+  } else if (flag == "--max-consumers-per-uid") {
+    return ParseInt(flag, value, 1, 1 << 20, &c->max_consumers_per_uid);
   } else if (flag == "--soft-bts-stepping") {
     if (value != "branch" && value != "single")
       return BadValue(flag, value, "expected branch or single");
@@ -187,7 +193,8 @@ absl::Status ParsePfmdConfigText(const std::string& text,
           "mem_limit_total, mux_interval_ms, sim_pmu, sim_cpus, sim_tasks, "
           "sim_seed, sim_speed, sim_paused, admin_group, max_connections, "
           "max_connections_per_uid, max_sessions_per_uid, "
-          "max_tracers_per_uid, max_perf_fds_per_uid, metrics_listen, "
+          "max_tracers_per_uid, max_perf_fds_per_uid, max_consumers_per_uid, "
+          "metrics_listen, "
           "soft_bts_stepping)"));
     if (absl::Status s = Apply(flag, value, c); !s.ok())
       return absl::InvalidArgumentError(

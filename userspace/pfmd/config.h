@@ -39,6 +39,11 @@ struct PfmdConfig {
   int max_sessions_per_uid = 256;      // live sessions of one uid
   int max_tracers_per_uid = 16;        // soft-BTS tracer processes of one uid
   int max_perf_fds_per_uid = 256;      // host perf_event fds of one uid
+  // Debug Store consumers (sessions with a BTS or PEBS stream) one uid holds
+  // on one context (a task, or a CPU's catch-all), out of the context's
+  // DsLimits::max_consumers_per_context (64): so at least four uids can
+  // always attach to a task anyone may trace (the sim's).
+  int max_consumers_per_uid = 16;
 
   // How host soft-BTS tracers step (docs/host_drivers.md): "branch" (stop
   // at each block's branch, SoftBtsOptions::branch_step) or "single"

@@ -137,6 +137,27 @@ TEST(PfmdConfigFile, ReadsEveryKeyWithCommentsAndBlankLines) {
   EXPECT_EQ(c->metrics_listen, "127.0.0.1:9464");
 }
 
+TEST(PfmdFlags, ParsesTheLimitsAsFlagsAndAsFileKeys) {
+  auto c = Parse({"--max-connections", "9", "--max-connections-per-uid", "8",
+                  "--max-sessions-per-uid", "7", "--max-tracers-per-uid", "6",
+                  "--max-perf-fds-per-uid", "5", "--max-consumers-per-uid", "4"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_connections, 9);
+  EXPECT_EQ(c->max_connections_per_uid, 8);
+  EXPECT_EQ(c->max_sessions_per_uid, 7);
+  EXPECT_EQ(c->max_tracers_per_uid, 6);
+  EXPECT_EQ(c->max_perf_fds_per_uid, 5);
+  EXPECT_EQ(c->max_consumers_per_uid, 4);
+  auto f = Parse({"--config", WriteConfig("max_consumers_per_uid = 3\n")});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->max_consumers_per_uid, 3);
+  EXPECT_EQ(Parse({}).value().max_consumers_per_uid, 16);
+  // At least one: a uid that may create a session may have a stream.
+  auto zero = Parse({"--max-consumers-per-uid", "0"});
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("--max-consumers-per-uid"), std::string::npos);
+}
+
 TEST(PfmdConfigFile, FlagsOverrideTheFileWhereverTheyStand) {
   const std::string path =
       WriteConfig("mem_limit_per_uid = 16MiB\nsim_cpus = 2\ndriver = sim\n");

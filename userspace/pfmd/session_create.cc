@@ -93,13 +93,20 @@ int SessionManager::PerfFdsFor(const TypedSpec& spec) const {
   return static_cast<int>(spec.counters.size() * per_counter + spec.breakpoints.size());
 }
 
-absl::Status SessionManager::CheckCapsLocked(const Peer& peer, int perf_fds) {
+absl::Status SessionManager::CheckCapsLocked(const Peer& peer, const TypedSpec& spec) {
   if (peer.privileged()) return absl::OkStatus();
-  int sessions = 0, fds = 0;
+  const int perf_fds = PerfFdsFor(spec);
+  int sessions = 0, fds = 0, consumers = 0;
   for (const auto& [id, o] : sessions_) {
     if (o->uid != peer.uid) continue;
     ++sessions;
     for (const auto& pe : o->perf) fds += static_cast<int>(pe->threads());
+    // A consumer on the context the new one would join: the same live task
+    // (a task's threads share its process's context), or the same CPU.
+    if (spec.consumer() && o->consumer != 0 && o->spec.task() == spec.task() &&
+        (spec.task() ? o->spec.pid == spec.pid && !TargetExitedLocked(*o)
+                     : o->spec.cpu == spec.cpu))
+      ++consumers;
   }
   if (sessions >= config_.max_sessions_per_uid)
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -109,6 +116,12 @@ absl::Status SessionManager::CheckCapsLocked(const Peer& peer, int perf_fds) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "uid ", peer.uid, " holds ", fds, " perf events and asks for ", perf_fds,
         " more (limit ", config_.max_perf_fds_per_uid, ", --max-perf-fds-per-uid)"));
+  if (consumers >= config_.max_consumers_per_uid)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", peer.uid, " has ", consumers, " Debug Store consumers on ",
+        spec.task() ? absl::StrCat("pid ", spec.pid) : absl::StrCat("cpu ", spec.cpu),
+        " (limit ", config_.max_consumers_per_uid,
+        " per task or CPU, --max-consumers-per-uid)"));
   return absl::OkStatus();
 }
 
@@ -455,7 +468,7 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     }
     if (absl::Status st = CheckTargetLocked(peer, spec, &s->pidfd); !st.ok()) return st;
     if (after_target_checked_ && spec.task()) after_target_checked_(spec.pid);
-    if (absl::Status st = CheckCapsLocked(peer, PerfFdsFor(spec)); !st.ok()) return st;
+    if (absl::Status st = CheckCapsLocked(peer, spec); !st.ok()) return st;
     s->id = next_session_;
     // Memory, then the arbiter's admission, then the consumer: a refusal at
     // any step undoes the ones before (ReleaseLocked).

@@ -160,6 +160,13 @@ uint64_t SessionManager::PoolShareLocked(const Session& s) const {
   return share / n + (rank < share % n ? 1 : 0);
 }
 
+bool SessionManager::TargetExitedLocked(const Session& s) const {
+  if (s.spec.pid <= 0) return false;
+  if (sim_) return !sim_->machine().HasTask(s.spec.pid);
+  if (s.exited) return true;
+  return s.pidfd.valid() && !PidfdAlive(s.pidfd.get());
+}
+
 SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
   SessionInfo o;
   o.id = s.id;
@@ -182,16 +189,8 @@ SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
     o.overwritten = st.overwritten;
   }
   if (s.spec.pid > 0) {
-    bool exited = false;
-    if (sim_) {
-      exited = !sim_->machine().HasTask(s.spec.pid);
-    } else if (s.exited) {
-      exited = true;
-      o.exit_status = s.exit_status;
-    } else if (s.pidfd.valid()) {
-      exited = !PidfdAlive(s.pidfd.get());
-    }
-    o.state = exited ? TaskState::kExited : TaskState::kRunning;
+    if (s.exited) o.exit_status = s.exit_status;
+    o.state = TargetExitedLocked(s) ? TaskState::kExited : TaskState::kRunning;
     o.fatal_signal = s.fatal_signal;
   }
   if (!detail) return o;

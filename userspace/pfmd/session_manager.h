@@ -282,7 +282,12 @@ class SessionManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   absl::Status CheckTargetLocked(const Peer& peer, const TypedSpec& spec,
                                  UniqueFd* pidfd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
-  absl::Status CheckCapsLocked(const Peer& peer, int perf_fds)
+  // The per-uid caps (config_): sessions, perf fds, and Debug Store
+  // consumers on the spec's context.
+  absl::Status CheckCapsLocked(const Peer& peer, const TypedSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // Whether the session's task has exited (a CPU session's never does).
+  bool TargetExitedLocked(const Session& s) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   // The perf_event fds the spec will make pfmd hold: a breakpoint one, a
   // counter one per thread of its process (PerfTarget::Process) or one.

@@ -156,6 +156,57 @@ TEST(SessionManager, PerUidSessionCapSparesPrivilegedClients) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(m.Create(Root(), 3, History(kTask)).ok());
 }
 
+// A task anyone may trace (the sim's) has 64 Debug Store consumer slots; one
+// uid holds at most --max-consumers-per-uid (16) of them, so at least four
+// uids can always attach. Sessions without a stream do not count, nor do
+// consumers on other tasks; privileged clients are not capped.
+TEST(SessionManager, PerUidConsumerCapOnATaskLeavesSlotsForOtherUids) {
+  PfmdConfig c = SimConfigWith();
+  ASSERT_EQ(c.max_consumers_per_uid, 16);
+  SessionManager m(c, SimSkylake());
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(m.Create(User(kAlice), 1, History(kTask)).ok()) << i;
+  const uint64_t allocated = m.Status().allocated;
+  const size_t sessions = m.Status().sessions;
+  absl::StatusOr<SessionId> over = m.Create(User(kAlice), 1, Lossless(kTask, 64 << 10));
+  EXPECT_EQ(over.status(),
+            absl::ResourceExhaustedError(
+                "uid 1000 has 16 Debug Store consumers on pid 1000 (limit 16 per task "
+                "or CPU, --max-consumers-per-uid)"));
+  // Refused before anything was charged or attached.
+  EXPECT_EQ(m.Status().allocated, allocated);
+  EXPECT_EQ(m.Status().sessions, sessions);
+  ExpectChargesAddUp(m);
+  // Not a consumer (a breakpoint), or another task: not capped by it.
+  EXPECT_TRUE(m.Create(User(kAlice), 1, Watch(kTask, 0x601000)).ok());
+  EXPECT_TRUE(m.Create(User(kAlice), 1, History(kTask + 1)).ok());
+  // Three more uids fill the task's 64 slots, 16 each; the fifth finds
+  // it full (the core's refusal, naming holders).
+  for (uid_t u : {kBob, uid_t{1002}, uid_t{1003}})
+    for (int i = 0; i < 16; ++i)
+      ASSERT_TRUE(m.Create(User(u), 2, History(kTask)).ok()) << u << " " << i;
+  absl::StatusOr<SessionId> full = m.Create(User(1004), 3, History(kTask));
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
+  EXPECT_NE(full.status().message().find("already has 64 consumers"), std::string::npos)
+      << full.status();
+  // One of Alice's ends: she may attach again, up to her 16.
+  std::vector<SessionInfo> mine = m.List(User(kAlice), 0, 100);
+  ASSERT_FALSE(mine.empty());
+  ASSERT_TRUE(m.Kill(User(kAlice), mine.front().id).ok());
+  EXPECT_TRUE(m.Create(User(kAlice), 1, History(kTask)).ok());
+  ExpectChargesAddUp(m);
+}
+
+TEST(SessionManager, PrivilegedClientsAreNotCappedPerTaskConsumers) {
+  PfmdConfig c = SimConfigWith();
+  c.max_consumers_per_uid = 2;
+  SessionManager m(c, SimSkylake());
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(m.Create(Root(), 3, History(kTask)).ok()) << i;
+  EXPECT_TRUE(m.Create(User(kAlice), 1, History(kTask)).ok());
+  EXPECT_TRUE(m.Create(User(kAlice), 1, History(kTask)).ok());
+  EXPECT_EQ(m.Create(User(kAlice), 1, History(kTask)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST(SessionManager, ListPagesInIdOrder) {
   SessionManager m(SimConfigWith(), SimSkylake());
   std::vector<SessionId> ids;
