@@ -516,6 +516,7 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
       if (TracerProcess* live = tracers_->FindLocked(spec.pid); live != nullptr && !live->done())
         as_is = true;
     }
+    if (before_tracer_start_) before_tracer_start_(spec.pid);
     if (absl::Status st = tracers_->Start(spec.pid, peer, config_.max_tracers_per_uid,
                                              options, as_is);
         !st.ok()) {

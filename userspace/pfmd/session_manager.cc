@@ -53,6 +53,7 @@ SessionManager::SessionManager(PfmdConfig config, MachineInfo machine,
       machine_(WithSoftBtsScope(std::move(machine), config_.driver != "sim")),
       clock_(deps.clock != nullptr ? deps.clock : &monotonic_),
       after_target_checked_(std::move(deps.after_target_checked)),
+      before_tracer_start_(std::move(deps.before_tracer_start)),
       kernel_(std::make_unique<Kernel>(machine_, [&] {
         KernelOptions ko;
         ko.mux_interval_ns = uint64_t(config_.mux_interval_ms) * 1000000ull;

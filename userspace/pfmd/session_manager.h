@@ -200,6 +200,10 @@ struct SessionManagerDeps {
   // its credentials read) and the first use of its pid, to put a recycled
   // pid there.
   std::function<void(int32_t pid)> after_target_checked;
+  // Tests: runs in Create after the session's perf events and consumer are
+  // in place and re-checked, just before the pid's soft-BTS tracer is
+  // started (it seizes the pid by number).
+  std::function<void(int32_t pid)> before_tracer_start;
 };
 
 class SessionManager {
@@ -343,6 +347,7 @@ class SessionManager {
   MonotonicClock monotonic_;
   const Clock* const clock_;
   const std::function<void(int32_t)> after_target_checked_;
+  const std::function<void(int32_t)> before_tracer_start_;
   // The arbitration core; it owns the kernel lock, which guards everything
   // below.
   const std::unique_ptr<Kernel> kernel_;

@@ -3,6 +3,7 @@
 #include "userspace/pfmd/session_manager.h"
 
 #include <linux/perf_event.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -10,9 +11,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sstream>
+#include <fstream>
 
 #include <gtest/gtest.h>
+#include "absl/strings/str_cat.h"
 
+#include "kernel/drivers/ptrace/tracer_process.h"
 #include "tests/testing/harness.h"
 #include "userspace/pfmd/session_test_util.h"
 
@@ -310,5 +315,172 @@ TEST(SessionManagerHost, ARecycledPidBetweenCheckAndUseIsRefused) {
   EXPECT_EQ(t.held, 0u);
 }
 
+// The same for a --tid session: a thread's id is free as soon as the thread
+// exits (its process lives on), so a new process can take the number
+// between the check that the thread belongs to the process and the
+// perf_event_open by number. The hook ends the thread and forks a new
+// process at its id.
+TEST(SessionManagerHost, ARecycledTidBetweenCheckAndUseIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
+  {
+    perf_event_attr a{};
+    a.size = sizeof(a);
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_TASK_CLOCK;
+    a.exclude_kernel = 1;
+    const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &a, 0, -1, -1, 0));
+    if (fd < 0) GTEST_SKIP() << "perf_event_open(task-clock): " << std::strerror(errno);
+    ::close(fd);
+  }
+  // A process with a second thread, which reports its tid and returns
+  // when `release` is written.
+  int report[2], release[2];
+  ASSERT_EQ(::pipe(report), 0);
+  ASSERT_EQ(::pipe(release), 0);
+  const pid_t first = ::fork();
+  if (first == 0) {
+    pthread_t t;
+    static int fds[2];
+    fds[0] = report[1];
+    fds[1] = release[0];
+    ::pthread_create(
+        &t, nullptr,
+        [](void*) -> void* {
+          const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
+          (void)!::write(fds[0], &tid, sizeof tid);
+          char b;
+          (void)!::read(fds[1], &b, 1);
+          return nullptr;
+        },
+        nullptr);
+    ::pthread_join(t, nullptr);
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_GT(first, 0);
+  ::close(report[1]);
+  ::close(release[0]);
+  pid_t tid = 0;
+  ASSERT_EQ(::read(report[0], &tid, sizeof tid), static_cast<ssize_t>(sizeof tid));
+  ::close(report[0]);
+  ASSERT_NE(tid, first);
+  const std::string task_dir = absl::StrCat("/proc/", first, "/task/", tid);
+  pid_t reused = -1;
+  bool thread_ended = false;
+  SessionManagerDeps deps;
+  deps.after_target_checked = [&](int32_t pid) {
+    ASSERT_EQ(pid, first);
+    (void)!::write(release[1], "x", 1);
+    for (int i = 0; i < 2000 && !thread_ended; ++i) {
+      thread_ended = ::access(task_dir.c_str(), F_OK) != 0;
+      if (!thread_ended) ::usleep(1000);
+    }
+    if (thread_ended) reused = testing::ForkPausedAt(tid, 50);
+  };
+  PfmdConfig c;
+  c.driver = "host";
+  MachineInfo m;
+  m.cpus = 2;
+  m.pmu = "none";
+  m.debug_registers = 4;
+  m.software_events = true;
+  SessionManager mgr(c, m, std::move(deps));
+  TypedSpec spec;
+  spec.pid = first;
+  spec.tid = tid;
+  spec.counters = {"task-clock"};
+  absl::StatusOr<SessionId> id = mgr.Create(Root(), 1, spec);
+  if (reused > 0) {
+    ::kill(reused, SIGKILL);
+    ::waitpid(reused, nullptr, 0);
+  }
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+  ::close(release[1]);
+  ASSERT_TRUE(thread_ended) << task_dir << " is still there";
+  if (reused != tid) GTEST_SKIP() << "tid " << tid << " was not reused";
+  ASSERT_FALSE(id.ok()) << "a session on the process now at " << tid;
+  EXPECT_EQ(id.status(),
+            absl::NotFoundError(absl::StrCat("thread ", tid, " of process ", first,
+                                             " exited while its session was set up "
+                                             "(nothing was attached)")));
+  EXPECT_TRUE(mgr.List(Root(), 0, 100).empty());
+  const SessionManager::MemoryTotals t = mgr.Memory();
+  EXPECT_EQ(t.allocated, 0u);
+  EXPECT_EQ(t.held, 0u);
+}
+
+// The soft-BTS tracer seizes the pid by number after the first re-check:
+// a pid recycled just before it starts is seized, found to be another
+// process (the session's pidfd is dead), and let go. The new process is
+// left running and untraced; nothing of the session stays.
+TEST(SessionManagerHost, ARecycledPidBeforeTheTracerStartsIsRefusedAndLetGo) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
+  const pid_t first = ::fork();
+  if (first == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_GT(first, 0);
+  pid_t reused = -1;
+  SessionManagerDeps deps;
+  deps.before_tracer_start = [&](int32_t pid) {
+    ASSERT_EQ(pid, first);
+    ::kill(first, SIGKILL);
+    ::waitpid(first, nullptr, 0);
+    reused = testing::ForkPausedAt(first, 50);
+  };
+  PfmdConfig c;
+  c.driver = "host";
+  MachineInfo m;
+  m.cpus = 2;
+  m.pmu = "none";
+  m.debug_registers = 4;
+  m.software_events = true;
+  m.soft_bts = true;  // ptrace, as HostMachine finds it
+  absl::StatusOr<SessionId> id;
+  std::string reused_status;
+  {
+    SessionManager mgr(c, m, std::move(deps));
+    TypedSpec spec;
+    spec.pid = first;
+    spec.bts = BtsMode::kLossless;
+    spec.buffer_bytes = 1 << 20;
+    id = mgr.Create(Root(), 1, spec);
+    EXPECT_TRUE(mgr.List(Root(), 0, 100).empty());
+    const SessionManager::MemoryTotals t = mgr.Memory();
+    EXPECT_EQ(t.allocated, 0u);
+    EXPECT_EQ(t.held, 0u);
+    if (reused > 0) {
+      std::ifstream in(absl::StrCat("/proc/", reused, "/status"));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      reused_status = ss.str();
+    }
+  }
+  if (reused > 0) {
+    ::kill(reused, SIGKILL);
+    ::waitpid(reused, nullptr, 0);
+  }
+  ASSERT_NE(reused, -1) << "the tracer was never started: " << id.status();
+  if (reused != first) GTEST_SKIP() << "pid " << first << " was not reused";
+  ASSERT_FALSE(id.ok()) << "a soft-BTS session on the process now at pid " << first;
+  EXPECT_EQ(id.status(),
+            absl::NotFoundError(absl::StrCat("process ", first,
+                                             " exited while its session was set up "
+                                             "(nothing was attached)")));
+  // Let go: not traced, and not left stopped (S, sleeping in pause).
+  EXPECT_NE(reused_status.find("\nTracerPid:\t0\n"), std::string::npos) << reused_status;
+  EXPECT_NE(reused_status.find("\nState:\tS"), std::string::npos) << reused_status;
+}
+
 }  // namespace
 }  // namespace pfm
+
+// The soft-BTS tracer is this binary run again with kTracerHelperFlag
+// (TracerProcess::Start execs /proc/self/exe), as pfmd's main does.
+int main(int argc, char** argv) {
+  if (int rc = pfm::MaybeRunTracerHelper(argc, argv); rc >= 0) return rc;
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
