@@ -711,6 +711,59 @@ TEST(AbuseE2e, SocketPathThatIsNotASocketIsRefusedAndLeftIntact) {
 // cannot probe: with the socket's mode 0000 and pfmd without
 // CAP_DAC_OVERRIDE (root otherwise connects anywhere), connect says EACCES,
 // which tells nothing about a listener.
+// The directories above the socket: a link another uid planted, or a
+// directory another uid owns or may write (without the sticky bit), would
+// let that uid choose what answers at the path, or where a root pfmd
+// creates its socket. pfmd refuses to start and creates nothing.
+TEST(AbuseE2e, SocketDirectoryAnotherUidControlsIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (chown to another uid)";
+  const std::string dir = testing::MakeSocketDir();
+  const std::string target = dir + "/roots";
+  ASSERT_EQ(::mkdir(target.c_str(), 0700), 0);
+  const std::string link = dir + "/link";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  ASSERT_EQ(::lchown(link.c_str(), testing::kNobody, testing::kNobody), 0);
+  testing::Result r = testing::Run(
+      {testing::PfmdPath(), "--driver", "sim", "--socket", link + "/pfmd.sock"}, {}, 10);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("pfmd: FAILED_PRECONDITION: socket path " + link + "/pfmd.sock: " +
+                       link + " is a symbolic link owned by uid 65534"),
+            std::string::npos)
+      << r.err;
+  struct stat st;
+  EXPECT_NE(::lstat((target + "/pfmd.sock").c_str(), &st), 0) << "a socket was created";
+
+  const std::string theirs = dir + "/theirs";
+  ASSERT_EQ(::mkdir(theirs.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(theirs.c_str(), testing::kNobody, testing::kNobody), 0);
+  r = testing::Run({testing::PfmdPath(), "--driver", "sim", "--socket", theirs + "/pfmd.sock"},
+                   {}, 10);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find(theirs + " is a directory owned by uid 65534, mode 0700"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(::lstat((theirs + "/pfmd.sock").c_str(), &st), 0) << "a socket was created";
+
+  const std::string open_dir = dir + "/open";
+  ASSERT_EQ(::mkdir(open_dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  r = testing::Run(
+      {testing::PfmdPath(), "--driver", "sim", "--socket", open_dir + "/pfmd.sock"}, {}, 10);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("writable by group or others without the sticky bit"),
+            std::string::npos)
+      << r.err;
+  // With the sticky bit (as /tmp) it serves.
+  ASSERT_EQ(::chmod(open_dir.c_str(), 01777), 0);
+  const std::string err = testing::MakeTempDir("abuse") + "/pfmd.err";
+  const pid_t pid =
+      SpawnPfmd({"--driver", "sim", "--sim-paused", "--socket", open_dir + "/pfmd.sock"}, err);
+  EXPECT_TRUE(WaitForSocket(open_dir + "/pfmd.sock", pid)) << ReadFile(err);
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid, std::chrono::seconds(5)), 0);
+  (void)!::system(("rm -rf '" + dir + "'").c_str());
+}
+
 TEST(AbuseE2e, LiveOrUnprobeableSocketIsLeftAlone) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (drops capabilities)";
   const std::string dir = testing::MakeSocketDir();

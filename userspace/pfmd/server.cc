@@ -3,6 +3,7 @@
 // accept back-off are one state machine on one asio thread, and read best
 // together; split it when a second transport appears.
 #include "userspace/pfmd/server.h"
+#include "userspace/pfmd/socket_dir.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -459,6 +460,9 @@ absl::Status Server::Listen(const std::string& path, uint32_t mode) {
     return absl::InvalidArgumentError(absl::StrCat(
         "socket path '", path, "' is empty or longer than ",
         sizeof(sockaddr_un{}.sun_path) - 1, " bytes"));
+  // Whoever may change the directories decides what answers at the path
+  // (and where a root pfmd creates and removes a file): root or pfmd's uid.
+  if (absl::Status st = CheckSocketDirectory(path, ::geteuid()); !st.ok()) return st;
   // Only a stale socket is ever removed: the path may be a typo or point
   // (through a symlink) at someone else's file, and pfmd often runs as root.
   struct stat st;
