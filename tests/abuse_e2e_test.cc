@@ -1165,7 +1165,9 @@ TEST(AbuseE2e, EverythingAtOnceWhileRootStreamsLosesNothingAndLeavesNoResidue) {
       if (testing::Num(h.status.at("sessions")) == 1u) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    // Past pfmd's kTrimDelay (server.h: 500 ms) after the last close
+    // (status's own connection), so pfmd has given its free heap pages back.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     h.fds = FdCount(d.pid());
     h.rss_kib = RssKiB(d.pid());
     return h;
@@ -1208,9 +1210,16 @@ TEST(AbuseE2e, EverythingAtOnceWhileRootStreamsLosesNothingAndLeavesNoResidue) {
   EXPECT_EQ(testing::Num(charged[0].at("bytes")), testing::Num(st.at("memory").at("allocated")));
   EXPECT_EQ(testing::Num(start.status.at("memory").at("allocated")),
             testing::Num(st.at("memory").at("allocated")));
-  // fds and RSS back within 5% of where the measured round started.
-  EXPECT_LE(std::abs(end.fds - start.fds), std::max(1, start.fds / 20))
-      << start.fds << " -> " << end.fds;
+  // fds and RSS back within 5% of where pfmd started, before any abuse
+  // (and so of where the measured round started): pfmd trims its heap
+  // after a burst of closes (without the trim the warm-up round alone
+  // left RSS 12-13 % up).
+  for (const Held* h : {&start, &end}) {
+    EXPECT_LE(std::abs(h->fds - before_warm.fds), std::max(1, before_warm.fds / 20))
+        << before_warm.fds << " -> " << h->fds;
+    EXPECT_LE(h->rss_kib, before_warm.rss_kib + before_warm.rss_kib / 20)
+        << before_warm.rss_kib << " -> " << h->rss_kib << " KiB";
+  }
   EXPECT_LE(end.rss_kib, start.rss_kib + start.rss_kib / 20)
       << start.rss_kib << " -> " << end.rss_kib << " KiB";
 

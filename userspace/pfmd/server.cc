@@ -6,6 +6,7 @@
 #include "userspace/pfmd/socket_dir.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -361,7 +362,8 @@ Server::Server(asio::io_context& io, Service& service, ServerLimits limits)
       service_(service),
       limits_(limits),
       acceptor_(io),
-      accept_timer_(io) {}
+      accept_timer_(io),
+      trim_timer_(io) {}
 
 Server::~Server() { Stop(); }
 
@@ -639,12 +641,26 @@ void Server::Closed(ConnectionId id, uid_t uid) {
   auto it = conns_per_uid_.find(uid);
   if (it != conns_per_uid_.end() && --it->second <= 0) conns_per_uid_.erase(it);
   conns_.erase(id);
+  // What a burst of clients made pfmd allocate (their buffers, their
+  // sessions' records) is free now, but glibc keeps freed pages mapped in
+  // its arenas: without a trim a daemon's RSS stays at the high-water mark
+  // of its busiest moment. Once per burst, kTrimDelay after its first
+  // close (the trim walks every arena: microseconds to a few ms).
+  if (!trim_pending_) {
+    trim_pending_ = true;
+    trim_timer_.expires_after(kTrimDelay);
+    trim_timer_.async_wait([this](boost::system::error_code ec) {
+      trim_pending_ = false;
+      if (!ec) ::malloc_trim(0);
+    });
+  }
 }
 
 void Server::Stop() {
   boost::system::error_code ec;
   if (acceptor_.is_open()) acceptor_.close(ec);
   accept_timer_.cancel();
+  trim_timer_.cancel();
   auto conns = conns_;
   for (auto& [id, c] : conns) c->Close();
   for (auto& [id, r] : refusals_) {

@@ -55,6 +55,9 @@ inline constexpr std::chrono::milliseconds kReplyStallTimeout{5000};
 // stops accepting for this long; the pending connections wait in the
 // listen backlog.
 inline constexpr std::chrono::milliseconds kAcceptBackoff{100};
+// The heap's free pages go back to the kernel this long after the first of
+// a burst of connection closes (Server::Closed).
+inline constexpr std::chrono::milliseconds kTrimDelay{500};
 // A refused connection is kept half-closed this long so its client can send
 // its first request and still read the refusal (closing at once would make
 // that send fail with EPIPE). At most kMaxLingeringRefusals at a time; more
@@ -114,6 +117,10 @@ class Server {
   const ServerLimits limits_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::steady_timer accept_timer_;
+  // Gives the heap's free pages back to the kernel (malloc_trim) a moment
+  // after connections close, once per burst of closes: see Closed.
+  boost::asio::steady_timer trim_timer_;
+  bool trim_pending_ = false;
   bool accept_backing_off_ = false;  // one log line per back-off episode
   std::string path_;
   ConnectionId next_id_ = 1;
