@@ -306,51 +306,76 @@ json::object CallJson(Client& c, const std::string& op, json::object args = {}) 
   return {{"ok", true}};
 }
 
+// Runs `child` as `uid` in a child process (AsUid); where the child calls
+// the `hold` it is given, it signals and waits (at most 30 s) while
+// `meanwhile` runs here with the child's connections and sessions still
+// open. Returns the child's report, with "child_not_ready" set when it did
+// not reach `hold` within `ready_ms`.
+json::object WhileUidHolds(uid_t uid,
+                           const std::function<json::object(const std::function<void()>&)>& child,
+                           const std::function<void()>& meanwhile, int ready_ms = 30000) {
+  int ready[2], go[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return {{"child_failed", "pipe2"}};
+  if (::pipe2(go, O_CLOEXEC) != 0) {
+    ::close(ready[0]);
+    ::close(ready[1]);
+    return {{"child_failed", "pipe2"}};
+  }
+  json::object got;
+  std::thread t([&] {
+    got = AsUid(uid, [&]() -> json::object {
+      return child([&] {
+        char b = 1;
+        (void)!::write(ready[1], &b, 1);
+        pollfd p{go[0], POLLIN, 0};
+        ::poll(&p, 1, 30000);
+      });
+    });
+  });
+  pollfd p{ready[0], POLLIN, 0};
+  const bool child_ready = ::poll(&p, 1, ready_ms) == 1;
+  meanwhile();
+  char b = 1;
+  (void)!::write(go[1], &b, 1);
+  t.join();
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+  if (!child_ready) got["child_not_ready"] = true;
+  return got;
+}
+
 TEST(AbuseE2e, UidOverItsConnectionCapIsRefusedWithTheNumbersAndRootStillGetsIn) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root: the test drops to uid 65534";
   Daemon d(kSimFlags);  // default --max-connections-per-uid 64
   ASSERT_TRUE(d.started());
   ASSERT_TRUE(d.OpenToOtherUids());
   // The child holds its connections until the parent has checked root.
-  int ready[2], go[2];
-  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
   const std::string socket = d.socket();
-  json::object got;
-  std::thread nobody([&] {
-    got = AsUid(kNobody, [&]() -> json::object {
-      std::vector<Client> open;
-      json::object out;
-      for (int i = 0; i < 100; ++i) {
-        absl::StatusOr<Client> c = Client::Connect(socket);
-        if (!c.ok()) {
-          out["connect_failed"] = std::string(c.status().message());
-          break;
+  testing::Result root;
+  const json::object got = WhileUidHolds(
+      kNobody,
+      [&](const std::function<void()>& hold) -> json::object {
+        std::vector<Client> open;
+        json::object out;
+        for (int i = 0; i < 100; ++i) {
+          absl::StatusOr<Client> c = Client::Connect(socket);
+          if (!c.ok()) {
+            out["connect_failed"] = std::string(c.status().message());
+            break;
+          }
+          json::object r = CallJson(*c, "ping");
+          if (!r.at("ok").as_bool()) {
+            out["refused"] = r;
+            break;
+          }
+          open.push_back(*std::move(c));
         }
-        json::object r = CallJson(*c, "ping");
-        if (!r.at("ok").as_bool()) {
-          out["refused"] = r;
-          break;
-        }
-        open.push_back(*std::move(c));
-      }
-      out["open"] = open.size();
-      char b = 1;
-      (void)!::write(ready[1], &b, 1);
-      pollfd p{go[0], POLLIN, 0};
-      ::poll(&p, 1, 30000);
-      return out;
-    });
-  });
-  pollfd p{ready[0], POLLIN, 0};
-  const bool child_ready = ::poll(&p, 1, 30000) == 1;
-  // Root is not capped per uid: it gets in while uid 65534 is at its cap.
-  const testing::Result root = Pfmctl(d.socket(), {"status"}, 10);
-  char b = 1;
-  (void)!::write(go[1], &b, 1);
-  nobody.join();
-  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
-  ASSERT_TRUE(child_ready);
+        out["open"] = open.size();
+        hold();
+        return out;
+      },
+      // Root is not capped per uid: it gets in while uid 65534 is at its cap.
+      [&] { root = Pfmctl(socket, {"status"}, 10); });
+  ASSERT_FALSE(got.contains("child_not_ready")) << got;
   ASSERT_FALSE(got.contains("child_failed")) << got;
   EXPECT_EQ(root.exit_code, 0) << root.err;
   EXPECT_NE(root.out.find("driver sim"), std::string::npos) << root.out;
@@ -382,51 +407,42 @@ TEST(AbuseE2e, OneUidCannotTakeEveryConsumerSlotOfATask) {
   Daemon d(kSimFlags);
   ASSERT_TRUE(d.started());
   ASSERT_TRUE(d.OpenToOtherUids());
-  int ready[2], go[2];
-  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
   const std::string socket = d.socket();
   const json::object spec{{"pid", 1000}, {"bts", "lossless"}, {"buffer_bytes", 64 << 10}};
-  json::object got;
-  std::thread nobody([&] {
-    got = AsUid(kNobody, [&]() -> json::object {
-      json::object out;
-      absl::StatusOr<Client> c = Client::Connect(socket);
-      if (!c.ok()) return {{"connect_failed", std::string(c.status().message())}};
-      int sessions = 0;
-      for (int i = 0; i < 100; ++i) {
-        json::object r = CallJson(*c, "session_create", {{"spec", spec}});
-        if (!r.at("ok").as_bool()) {
-          out["refused"] = r;
-          break;
+  json::object other, root;
+  json::value status;
+  const json::object got = WhileUidHolds(
+      kNobody,
+      [&](const std::function<void()>& hold) -> json::object {
+        json::object out;
+        absl::StatusOr<Client> c = Client::Connect(socket);
+        if (!c.ok()) return {{"connect_failed", std::string(c.status().message())}};
+        int sessions = 0;
+        for (int i = 0; i < 100; ++i) {
+          json::object r = CallJson(*c, "session_create", {{"spec", spec}});
+          if (!r.at("ok").as_bool()) {
+            out["refused"] = r;
+            break;
+          }
+          ++sessions;
         }
-        ++sessions;
-      }
-      out["sessions"] = sessions;
-      char b = 1;
-      (void)!::write(ready[1], &b, 1);
-      pollfd p{go[0], POLLIN, 0};
-      ::poll(&p, 1, 30000);
-      return out;
-    });
-  });
-  pollfd p{ready[0], POLLIN, 0};
-  const bool child_ready = ::poll(&p, 1, 30000) == 1;
-  // While uid 65534 holds its 16: another uid, then root, on the same task.
-  const json::object other = AsUid(kNobody - 1, [&]() -> json::object {
-    absl::StatusOr<Client> c = Client::Connect(socket);
-    if (!c.ok()) return {{"connect_failed", std::string(c.status().message())}};
-    return CallJson(*c, "session_create", {{"spec", spec}});
-  });
-  absl::StatusOr<Client> rc = Client::Connect(socket);
-  ASSERT_TRUE(rc.ok()) << rc.status();
-  const json::object root = CallJson(*rc, "session_create", {{"spec", spec}});
-  const json::value status = testing::PfmctlJson(socket, {"status"});
-  char b = 1;
-  (void)!::write(go[1], &b, 1);
-  nobody.join();
-  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
-  ASSERT_TRUE(child_ready);
+        out["sessions"] = sessions;
+        hold();
+        return out;
+      },
+      // While uid 65534 holds its 16: another uid, then root, on the same task.
+      [&] {
+        other = AsUid(kNobody - 1, [&]() -> json::object {
+          absl::StatusOr<Client> c = Client::Connect(socket);
+          if (!c.ok()) return {{"connect_failed", std::string(c.status().message())}};
+          return CallJson(*c, "session_create", {{"spec", spec}});
+        });
+        absl::StatusOr<Client> rc = Client::Connect(socket);
+        root = rc.ok() ? CallJson(*rc, "session_create", {{"spec", spec}})
+                       : json::object{{"ok", false}};
+        status = testing::PfmctlJson(socket, {"status"});
+      });
+  ASSERT_FALSE(got.contains("child_not_ready")) << got;
   ASSERT_FALSE(got.contains("child_failed")) << got;
   EXPECT_EQ(testing::Num(got.at("sessions")), 16u) << got;
   ASSERT_TRUE(got.contains("refused")) << got;
@@ -453,82 +469,73 @@ TEST(AbuseE2e, UnfinishedFramesOfOneUidAreBounded) {
   ASSERT_TRUE(d.started());
   ASSERT_TRUE(d.OpenToOtherUids());
   const std::string socket = d.socket();
-  int ready[2], go[2];
-  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
   constexpr size_t kPart = 600 * 1024;
-  json::object got;
-  std::thread nobody([&] {
-    got = AsUid(kNobody, [&]() -> json::object {
-      json::object out;
-      std::string part(4 + kPart, ' ');
-      const uint32_t len = kMaxFrameBytes;
-      std::memcpy(part.data(), &len, sizeof len);
-      std::vector<int> fds;
-      for (int i = 0; i < 30 && !out.contains("refused_at"); ++i) {
-        const int fd = ConnectRaw(socket);
-        if (fd < 0) {
-          out["connect_failed_at"] = i;
-          break;
+  bool root_sent = true, root_refused = false;
+  testing::Result root;
+  const json::object got = WhileUidHolds(
+      kNobody,
+      [&](const std::function<void()>& hold) -> json::object {
+        json::object out;
+        std::string part(4 + kPart, ' ');
+        const uint32_t len = kMaxFrameBytes;
+        std::memcpy(part.data(), &len, sizeof len);
+        std::vector<int> fds;
+        for (int i = 0; i < 30 && !out.contains("refused_at"); ++i) {
+          const int fd = ConnectRaw(socket);
+          if (fd < 0) {
+            out["connect_failed_at"] = i;
+            break;
+          }
+          fds.push_back(fd);
+          for (size_t off = 0; off < part.size();) {
+            const ssize_t n = ::send(fd, part.data() + off, part.size() - off, MSG_NOSIGNAL);
+            if (n <= 0) break;  // refused and closed
+            off += static_cast<size_t>(n);
+          }
+          pollfd p{fd, POLLIN, 0};
+          if (::poll(&p, 1, 100) == 1) {
+            absl::StatusOr<Frame> f = RecvFrame(fd, 1000);
+            out["refused_at"] = i;
+            out["reply"] = f.ok() ? f->body : std::string(f.status().message());
+            out["then"] = StatusCodeName(RecvFrame(fd, 5000).status().code());
+          }
         }
-        fds.push_back(fd);
-        for (size_t off = 0; off < part.size();) {
-          const ssize_t n = ::send(fd, part.data() + off, part.size() - off, MSG_NOSIGNAL);
-          if (n <= 0) break;  // refused and closed
-          off += static_cast<size_t>(n);
+        // Below the bound again once one part's connection is gone: the uid's
+        // small requests are served (pfmd sees the hang-up in its own time).
+        ::close(fds.front());
+        fds.erase(fds.begin());
+        for (int attempt = 0; attempt < 20; ++attempt) {
+          absl::StatusOr<Client> c = Client::Connect(socket);
+          out["ping"] = c.ok() ? CallJson(*c, "ping") : json::object{};
+          if (out["ping"].as_object().contains("ok") && out["ping"].at("ok").as_bool()) break;
+          ::usleep(50000);
         }
-        pollfd p{fd, POLLIN, 0};
-        if (::poll(&p, 1, 100) == 1) {
-          absl::StatusOr<Frame> f = RecvFrame(fd, 1000);
-          out["refused_at"] = i;
-          out["reply"] = f.ok() ? f->body : std::string(f.status().message());
-          out["then"] = StatusCodeName(RecvFrame(fd, 5000).status().code());
+        hold();
+        for (int fd : fds) ::close(fd);
+        return out;
+      },
+      // Root: 10 unfinished frames of 1000 KiB, over the uid bound
+      // together, are held (uid 0 is not bounded), and root is served
+      // meanwhile.
+      [&] {
+        std::string big(4 + 1000 * 1024, ' ');
+        const uint32_t len = kMaxFrameBytes;
+        std::memcpy(big.data(), &len, sizeof len);
+        std::vector<int> root_fds;
+        for (int i = 0; i < 10; ++i) {
+          root_fds.push_back(ConnectRaw(socket));
+          root_sent = root_sent && ::send(root_fds.back(), big.data(), big.size(),
+                                          MSG_NOSIGNAL) == static_cast<ssize_t>(big.size());
         }
-      }
-      // Below the bound again once one part's connection is gone: the uid's
-      // small requests are served (pfmd sees the hang-up in its own time).
-      ::close(fds.front());
-      fds.erase(fds.begin());
-      for (int attempt = 0; attempt < 20; ++attempt) {
-        absl::StatusOr<Client> c = Client::Connect(socket);
-        out["ping"] = c.ok() ? CallJson(*c, "ping") : json::object{};
-        if (out["ping"].as_object().contains("ok") && out["ping"].at("ok").as_bool()) break;
-        ::usleep(50000);
-      }
-      char b = 1;
-      (void)!::write(ready[1], &b, 1);
-      pollfd p{go[0], POLLIN, 0};
-      ::poll(&p, 1, 30000);
-      for (int fd : fds) ::close(fd);
-      return out;
-    });
-  });
-  pollfd p{ready[0], POLLIN, 0};
-  const bool child_ready = ::poll(&p, 1, 60000) == 1;
-  // Root: 10 unfinished frames of 1000 KiB, over the uid bound together,
-  // are held (uid 0 is not bounded), and root is served meanwhile.
-  std::string big(4 + 1000 * 1024, ' ');
-  const uint32_t len = kMaxFrameBytes;
-  std::memcpy(big.data(), &len, sizeof len);
-  std::vector<int> root_fds;
-  bool root_sent = true;
-  for (int i = 0; i < 10; ++i) {
-    root_fds.push_back(ConnectRaw(socket));
-    root_sent = root_sent && ::send(root_fds.back(), big.data(), big.size(), MSG_NOSIGNAL) ==
-                                 static_cast<ssize_t>(big.size());
-  }
-  const testing::Result root = Pfmctl(socket, {"status"}, 10);
-  bool root_refused = false;
-  for (int fd : root_fds) {
-    pollfd rp{fd, POLLIN, 0};
-    root_refused = root_refused || ::poll(&rp, 1, 50) == 1;
-    ::close(fd);
-  }
-  char b = 1;
-  (void)!::write(go[1], &b, 1);
-  nobody.join();
-  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
-  ASSERT_TRUE(child_ready) << got;
+        root = Pfmctl(socket, {"status"}, 10);
+        for (int fd : root_fds) {
+          pollfd rp{fd, POLLIN, 0};
+          root_refused = root_refused || ::poll(&rp, 1, 50) == 1;
+          ::close(fd);
+        }
+      },
+      60000);
+  ASSERT_FALSE(got.contains("child_not_ready")) << got;
   EXPECT_TRUE(root_sent);
   EXPECT_FALSE(root_refused) << "root's unfinished frame was answered";
   EXPECT_EQ(root.exit_code, 0) << root.err;

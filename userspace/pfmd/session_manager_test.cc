@@ -257,27 +257,48 @@ TEST(SessionManager, ATaskThatExitsShowsExited) {
             absl::StatusCode::kNotFound);
 }
 
+// The host driver's tests: a machine as HostMachine finds this VM (no
+// PMU, kernel software events), and why perf's task-clock cannot be
+// counted here ("" when it can).
+MachineInfo HostWithoutPmu() {
+  MachineInfo m;
+  m.cpus = 2;
+  m.pmu = "none";
+  m.debug_registers = 4;
+  m.software_events = true;
+  return m;
+}
+
+std::string NoTaskClock() {
+  perf_event_attr a{};
+  a.size = sizeof(a);
+  a.type = PERF_TYPE_SOFTWARE;
+  a.config = PERF_COUNT_SW_TASK_CLOCK;
+  a.exclude_kernel = 1;
+  const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &a, 0, -1, -1, 0));
+  if (fd < 0) return std::string("perf_event_open(task-clock): ") + std::strerror(errno);
+  ::close(fd);
+  return "";
+}
+
+// A child that waits in pause() until killed.
+pid_t ForkPaused() {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  return pid;
+}
+
 // The host driver: a pid recycled between the target's check and the
 // perf_event_open by number never gets the session (or its events); the
 // new process at that pid is another process. The hook kills and reaps
 // the checked child and forks a new one at its pid (ns_last_pid, root).
 TEST(SessionManagerHost, ARecycledPidBetweenCheckAndUseIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
-  {
-    perf_event_attr a{};
-    a.size = sizeof(a);
-    a.type = PERF_TYPE_SOFTWARE;
-    a.config = PERF_COUNT_SW_TASK_CLOCK;
-    a.exclude_kernel = 1;
-    const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &a, 0, -1, -1, 0));
-    if (fd < 0) GTEST_SKIP() << "perf_event_open(task-clock): " << std::strerror(errno);
-    ::close(fd);
-  }
-  const pid_t first = ::fork();
-  if (first == 0) {
-    ::pause();
-    ::_exit(0);
-  }
+  if (const std::string why = NoTaskClock(); !why.empty()) GTEST_SKIP() << why;
+  const pid_t first = ForkPaused();
   ASSERT_GT(first, 0);
   pid_t reused = -1;
   SessionManagerDeps deps;
@@ -289,11 +310,7 @@ TEST(SessionManagerHost, ARecycledPidBetweenCheckAndUseIsRefused) {
   };
   PfmdConfig c;
   c.driver = "host";
-  MachineInfo m;
-  m.cpus = 2;
-  m.pmu = "none";
-  m.debug_registers = 4;
-  m.software_events = true;
+  MachineInfo m = HostWithoutPmu();
   SessionManager mgr(c, m, std::move(deps));
   TypedSpec spec;
   spec.pid = first;
@@ -322,16 +339,7 @@ TEST(SessionManagerHost, ARecycledPidBetweenCheckAndUseIsRefused) {
 // process at its id.
 TEST(SessionManagerHost, ARecycledTidBetweenCheckAndUseIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
-  {
-    perf_event_attr a{};
-    a.size = sizeof(a);
-    a.type = PERF_TYPE_SOFTWARE;
-    a.config = PERF_COUNT_SW_TASK_CLOCK;
-    a.exclude_kernel = 1;
-    const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &a, 0, -1, -1, 0));
-    if (fd < 0) GTEST_SKIP() << "perf_event_open(task-clock): " << std::strerror(errno);
-    ::close(fd);
-  }
+  if (const std::string why = NoTaskClock(); !why.empty()) GTEST_SKIP() << why;
   // A process with a second thread, which reports its tid and returns
   // when `release` is written.
   int report[2], release[2];
@@ -379,11 +387,7 @@ TEST(SessionManagerHost, ARecycledTidBetweenCheckAndUseIsRefused) {
   };
   PfmdConfig c;
   c.driver = "host";
-  MachineInfo m;
-  m.cpus = 2;
-  m.pmu = "none";
-  m.debug_registers = 4;
-  m.software_events = true;
+  MachineInfo m = HostWithoutPmu();
   SessionManager mgr(c, m, std::move(deps));
   TypedSpec spec;
   spec.pid = first;
@@ -416,11 +420,7 @@ TEST(SessionManagerHost, ARecycledTidBetweenCheckAndUseIsRefused) {
 // left running and untraced; nothing of the session stays.
 TEST(SessionManagerHost, ARecycledPidBeforeTheTracerStartsIsRefusedAndLetGo) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
-  const pid_t first = ::fork();
-  if (first == 0) {
-    ::pause();
-    ::_exit(0);
-  }
+  const pid_t first = ForkPaused();
   ASSERT_GT(first, 0);
   pid_t reused = -1;
   SessionManagerDeps deps;
@@ -432,11 +432,7 @@ TEST(SessionManagerHost, ARecycledPidBeforeTheTracerStartsIsRefusedAndLetGo) {
   };
   PfmdConfig c;
   c.driver = "host";
-  MachineInfo m;
-  m.cpus = 2;
-  m.pmu = "none";
-  m.debug_registers = 4;
-  m.software_events = true;
+  MachineInfo m = HostWithoutPmu();
   m.soft_bts = true;  // ptrace, as HostMachine finds it
   absl::StatusOr<SessionId> id;
   std::string reused_status;
