@@ -281,6 +281,14 @@ std::string NoTaskClock() {
   return "";
 }
 
+// Kills and reaps child `pid`, then forks a paused process at the same pid
+// (ns_last_pid; root): its pid, or what ForkPausedAt got instead.
+pid_t Recycle(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return testing::ForkPausedAt(pid, 50);
+}
+
 // A child that waits in pause() until killed.
 pid_t ForkPaused() {
   const pid_t pid = ::fork();
@@ -304,9 +312,7 @@ TEST(SessionManagerHost, ARecycledPidBetweenCheckAndUseIsRefused) {
   SessionManagerDeps deps;
   deps.after_target_checked = [&](int32_t pid) {
     ASSERT_EQ(pid, first);
-    ::kill(first, SIGKILL);
-    ::waitpid(first, nullptr, 0);
-    reused = testing::ForkPausedAt(first, 50);
+    reused = Recycle(first);
   };
   PfmdConfig c;
   c.driver = "host";
@@ -426,9 +432,7 @@ TEST(SessionManagerHost, ARecycledPidBeforeTheTracerStartsIsRefusedAndLetGo) {
   SessionManagerDeps deps;
   deps.before_tracer_start = [&](int32_t pid) {
     ASSERT_EQ(pid, first);
-    ::kill(first, SIGKILL);
-    ::waitpid(first, nullptr, 0);
-    reused = testing::ForkPausedAt(first, 50);
+    reused = Recycle(first);
   };
   PfmdConfig c;
   c.driver = "host";
