@@ -58,6 +58,11 @@ class Kernel : public CoreHooks, public PebsRouter, public ScheduleObserver {
                            ErrorDetail* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   // Trace memory the core holds (rings and DS buffers), for accounting.
   uint64_t HeldBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // DsAllocator::TaskContextOf.
+  int32_t TaskContextOf(int32_t pid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_) {
+    lock_.AssertHeld();
+    return ds_.TaskContextOf(pid);
+  }
   // Brings consumers up to date: drains the area of `cpu` now.
   void DrainCpu(int cpu, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
 

@@ -448,8 +448,8 @@ TEST(AbuseE2e, OneUidCannotTakeEveryConsumerSlotOfATask) {
   ASSERT_TRUE(got.contains("refused")) << got;
   EXPECT_EQ(got.at("refused").at("code").as_string(), "RESOURCE_EXHAUSTED") << got;
   EXPECT_EQ(got.at("refused").at("message").as_string(),
-            "uid 65534 has 16 Debug Store consumers on pid 1000 (limit 16 per task or "
-            "CPU, --max-consumers-per-uid)")
+            "uid 65534 has 16 Debug Store consumers on pid 1000 (limit 16 per task, "
+            "--max-consumers-per-uid)")
       << got;
   EXPECT_TRUE(other.contains("ok") && other.at("ok").as_bool()) << other;
   EXPECT_TRUE(root.at("ok").as_bool()) << root;
@@ -714,14 +714,11 @@ TEST(AbuseE2e, SocketPathThatIsNotASocketIsRefusedAndLeftIntact) {
   ::rmdir(dir.c_str());
 }
 
-// A socket something listens on is never replaced, and neither is one pfmd
-// cannot probe: with the socket's mode 0000 and pfmd without
-// CAP_DAC_OVERRIDE (root otherwise connects anywhere), connect says EACCES,
-// which tells nothing about a listener.
 // The directories above the socket: a link another uid planted, or a
-// directory another uid owns or may write (without the sticky bit), would
-// let that uid choose what answers at the path, or where a root pfmd
-// creates its socket. pfmd refuses to start and creates nothing.
+// directory another uid owns or may write (a sticky one only above the
+// socket's own), would let that uid choose what answers at the path, or
+// where a root pfmd creates its socket. pfmd refuses to start and creates
+// nothing.
 TEST(AbuseE2e, SocketDirectoryAnotherUidControlsIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (chown to another uid)";
   const std::string dir = testing::MakeSocketDir();
@@ -760,17 +757,31 @@ TEST(AbuseE2e, SocketDirectoryAnotherUidControlsIsRefused) {
   EXPECT_NE(r.err.find("writable by group or others without the sticky bit"),
             std::string::npos)
       << r.err;
-  // With the sticky bit (as /tmp) it serves.
+  // With the sticky bit (as /tmp): still not as the socket's own directory
+  // (anyone could take the name first), but a directory of root's below it
+  // serves.
   ASSERT_EQ(::chmod(open_dir.c_str(), 01777), 0);
+  r = testing::Run(
+      {testing::PfmdPath(), "--driver", "sim", "--socket", open_dir + "/pfmd.sock"}, {}, 10);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("and it is the socket's own: another user could take the socket's name"),
+            std::string::npos)
+      << r.err;
+  const std::string below = open_dir + "/roots";
+  ASSERT_EQ(::mkdir(below.c_str(), 0700), 0);
   const std::string err = testing::MakeTempDir("abuse") + "/pfmd.err";
   const pid_t pid =
-      SpawnPfmd({"--driver", "sim", "--sim-paused", "--socket", open_dir + "/pfmd.sock"}, err);
-  EXPECT_TRUE(WaitForSocket(open_dir + "/pfmd.sock", pid)) << ReadFile(err);
+      SpawnPfmd({"--driver", "sim", "--sim-paused", "--socket", below + "/pfmd.sock"}, err);
+  EXPECT_TRUE(WaitForSocket(below + "/pfmd.sock", pid)) << ReadFile(err);
   ::kill(pid, SIGTERM);
   EXPECT_EQ(WaitExit(pid, std::chrono::seconds(5)), 0);
   (void)!::system(("rm -rf '" + dir + "'").c_str());
 }
 
+// A socket something listens on is never replaced, and neither is one pfmd
+// cannot probe: with the socket's mode 0000 and pfmd without
+// CAP_DAC_OVERRIDE (root otherwise connects anywhere), connect says EACCES,
+// which tells nothing about a listener.
 TEST(AbuseE2e, LiveOrUnprobeableSocketIsLeftAlone) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (drops capabilities)";
   const std::string dir = testing::MakeSocketDir();
@@ -1172,8 +1183,8 @@ TEST(AbuseE2e, EverythingAtOnceWhileRootStreamsLosesNothingAndLeavesNoResidue) {
       if (testing::Num(h.status.at("sessions")) == 1u) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    // Past pfmd's kTrimDelay (server.h: 500 ms) after the last close
-    // (status's own connection), so pfmd has given its free heap pages back.
+    // pfmd trims its heap within kTrimDelay (server.h: 500 ms) of any
+    // connection's close; the last close here is status's own connection.
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     h.fds = FdCount(d.pid());
     h.rss_kib = RssKiB(d.pid());

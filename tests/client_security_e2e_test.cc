@@ -457,6 +457,37 @@ TEST_F(ClientSecurityE2e, EmbeddedDaemonStartsInAFreshPrivateDirectory) {
   EXPECT_NE(::access(sock.c_str(), F_OK), 0) << "the embedded pfmd did not stop";
 }
 
+// A $XDG_RUNTIME_DIR that pfmd's socket rule refuses (userspace/pfmd/
+// socket_dir.h: here another uid's directory open to all; under `sudo -E`
+// root gets a user's) is passed over: pfmctl creates nothing in it and
+// starts its embedded daemon in /tmp/pfmd-65534. Before, it made
+// $XDG_RUNTIME_DIR/pfmd there and the embedded pfmd refused to start.
+TEST_F(ClientSecurityE2e, XdgRuntimeDirThatPfmdWouldRefuseIsPassedOver) {
+  const std::string xdg = testing::MakeSocketDir();
+  ASSERT_EQ(::chown(xdg.c_str(), kOther, kOther), 0);
+  ASSERT_EQ(::chmod(xdg.c_str(), 0777), 0);
+  const std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=/nonexistent",
+                                        "XDG_RUNTIME_DIR=" + xdg};
+  testing::Result r =
+      RunAs(kNobody, {bin_dir_ + "/pfmctl", "--driver", "sim", "--json", "status"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  boost::system::error_code jec;
+  json::value v = json::parse(r.out, jec);
+  ASSERT_FALSE(jec) << r.out;
+  EXPECT_EQ(v.at("driver").as_string(), "sim");
+  struct stat st;
+  EXPECT_NE(::lstat((xdg + "/pfmd").c_str(), &st), 0) << "pfmctl used " << xdg;
+  const std::string sock = absl::StrCat(kNobodyDir, "/pfmd.sock");
+  ASSERT_EQ(::lstat(sock.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  r = RunAs(kNobody, {bin_dir_ + "/pfmctl", "shutdown"}, env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (int i = 0; i < 100 && ::access(sock.c_str(), F_OK) == 0; ++i) ::usleep(20000);
+  EXPECT_NE(::access(sock.c_str(), F_OK), 0) << "the embedded pfmd did not stop";
+  std::error_code ec;
+  fs::remove_all(xdg, ec);
+}
+
 // More sessions than one session_list page (1000): pfmctl pages with
 // "after" and returns every session once, in id order, in --json and in
 // the table.

@@ -133,7 +133,10 @@ bool Round(Client& c, int client, uint64_t round, Tally* t) {
 TEST(LoadE2e, TwoHundredClientsChurnSessionsAndLeaveNothingBehind) {
   Daemon d({"--driver", "sim", "--sim-pmu", "skl", "--sim-cpus", "2", "--sim-tasks", "8",
             "--sim-seed", "3", "--sim-paused", "--mem-limit-per-uid", "1GiB",
-            "--mem-limit-total", "1GiB"});
+            "--mem-limit-total", "1GiB",
+            // 200 clients on 8 tasks: up to 25 consumers of one task at once
+            // (run as a user, not root, the per-uid cap would refuse some).
+            "--max-consumers-per-uid", "64"});
   ASSERT_TRUE(d.started());
   // Warm up: one client's round and the sim once, so lazily created daemon
   // state (pools, the sim's buffers) is in the baseline.

@@ -133,6 +133,10 @@ class DsAllocator {
   // every context's DS buffers (tasks' and live catch-alls'), what memory
   // accounting must add up to (not the per-CPU areas of an idle machine).
   uint64_t HeldBytes() const;
+  // The task whose context `pid`'s consumers join: the first pid of its
+  // task group (a process its driver reported as a child of a traced one
+  // shares its parent's context), else pid itself.
+  int32_t TaskContextOf(int32_t pid) const { return RootOf(pid); }
   // Shrinks (or grows) a task context's BTS buffer to `bts_records` (never
   // below limits().min_bts_records): drains it, reallocates, and writes a
   // RESIZED record to its consumers. Returns the new size in bytes or -errno.

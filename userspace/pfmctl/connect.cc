@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "userspace/pfmd/server.h"
+#include "userspace/pfmd/socket_dir.h"
 
 namespace pfm {
 namespace {
@@ -122,9 +123,14 @@ void SetProcessArgv(int argc, char** argv) {
 
 absl::StatusOr<std::string> PrivateSocketPath() {
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
-  const std::string dir = xdg != nullptr && *xdg == '/'
-                              ? absl::StrCat(xdg, "/pfmd")
-                              : absl::StrCat("/tmp/pfmd-", ::getuid());
+  // $XDG_RUNTIME_DIR only if the embedded pfmd would accept it as the
+  // directory above its own (userspace/pfmd/socket_dir.h): not, e.g., a
+  // user's directory under `sudo -E` (root's pfmd would refuse it).
+  const bool use_xdg =
+      xdg != nullptr && *xdg == '/' &&
+      CheckSocketDirectory(absl::StrCat(xdg, "/pfmd"), ::geteuid()).ok();
+  const std::string dir = use_xdg ? absl::StrCat(xdg, "/pfmd")
+                                  : absl::StrCat("/tmp/pfmd-", ::getuid());
   const uid_t me = ::getuid();
   struct stat st;
   if (::lstat(dir.c_str(), &st) != 0) {

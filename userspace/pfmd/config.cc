@@ -64,8 +64,8 @@ std::string PfmdUsage() {
   --max-tracers-per-uid N    soft-BTS tracer processes of one uid (default 16)
   --max-perf-fds-per-uid N   host perf_event fds of one uid (default 256)
   --max-consumers-per-uid N  Debug Store consumers (BTS/PEBS streams) one uid
-                             holds on one task or CPU (default 16, of the 64
-                             a task or CPU has)
+                             holds on one task (default 16, of the 64 a task
+                             has); privileged clients are not capped
   --soft-bts-stepping branch|single  how host soft-BTS tracers step: stop at each
                              basic block's branch (default) or single-step every
                              instruction (docs/host_drivers.md)

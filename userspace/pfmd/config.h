@@ -40,9 +40,9 @@ struct PfmdConfig {
   int max_tracers_per_uid = 16;        // soft-BTS tracer processes of one uid
   int max_perf_fds_per_uid = 256;      // host perf_event fds of one uid
   // Debug Store consumers (sessions with a BTS or PEBS stream) one uid holds
-  // on one context (a task, or a CPU's catch-all), out of the context's
-  // DsLimits::max_consumers_per_context (64): so at least four uids can
-  // always attach to a task anyone may trace (the sim's).
+  // on one task context, out of its DsLimits::max_consumers_per_context
+  // (64): so at least four uids can always attach to a task anyone may
+  // trace (the sim's). CPU contexts are for privileged clients, not capped.
   int max_consumers_per_uid = 16;
 
   // How host soft-BTS tracers step (docs/host_drivers.md): "branch" (stop

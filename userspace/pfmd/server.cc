@@ -646,21 +646,24 @@ void Server::Closed(ConnectionId id, uid_t uid) {
   // its arenas: without a trim a daemon's RSS stays at the high-water mark
   // of its busiest moment. Once per burst, kTrimDelay after its first
   // close (the trim walks every arena: microseconds to a few ms).
-  if (!trim_pending_) {
+  if (!trim_pending_ && !stopped_) {
     trim_pending_ = true;
     trim_timer_.expires_after(kTrimDelay);
     trim_timer_.async_wait([this](boost::system::error_code ec) {
+      if (ec == asio::error::operation_aborted) return;  // Stop: `this` may be gone
       trim_pending_ = false;
-      if (!ec) ::malloc_trim(0);
+      ::malloc_trim(0);
     });
   }
 }
 
 void Server::Stop() {
+  stopped_ = true;  // no trim armed by the closes below
   boost::system::error_code ec;
   if (acceptor_.is_open()) acceptor_.close(ec);
   accept_timer_.cancel();
   trim_timer_.cancel();
+  trim_pending_ = false;
   auto conns = conns_;
   for (auto& [id, c] : conns) c->Close();
   for (auto& [id, r] : refusals_) {

@@ -121,6 +121,7 @@ class Server {
   // after connections close, once per burst of closes: see Closed.
   boost::asio::steady_timer trim_timer_;
   bool trim_pending_ = false;
+  bool stopped_ = false;  // Stop ran: nothing more is armed
   bool accept_backing_off_ = false;  // one log line per back-off episode
   std::string path_;
   ConnectionId next_id_ = 1;

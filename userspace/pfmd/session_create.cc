@@ -101,11 +101,13 @@ absl::Status SessionManager::CheckCapsLocked(const Peer& peer, const TypedSpec& 
     if (o->uid != peer.uid) continue;
     ++sessions;
     for (const auto& pe : o->perf) fds += static_cast<int>(pe->threads());
-    // A consumer on the context the new one would join: the same live task
-    // (a task's threads share its process's context), or the same CPU.
-    if (spec.consumer() && o->consumer != 0 && o->spec.task() == spec.task() &&
-        (spec.task() ? o->spec.pid == spec.pid && !TargetExitedLocked(*o)
-                     : o->spec.cpu == spec.cpu))
+    // A consumer in the task context the new one would join: the same
+    // live task group (a task's threads, and on the host the children an
+    // inherited trace follows, share one context). CPU contexts are for
+    // privileged clients only (CheckTargetLocked), which are not capped.
+    if (spec.consumer() && spec.task() && o->consumer != 0 && o->spec.task() &&
+        kernel_->TaskContextOf(o->spec.pid) == kernel_->TaskContextOf(spec.pid) &&
+        !TargetExitedLocked(*o))
       ++consumers;
   }
   if (sessions >= config_.max_sessions_per_uid)
@@ -116,12 +118,11 @@ absl::Status SessionManager::CheckCapsLocked(const Peer& peer, const TypedSpec& 
     return absl::ResourceExhaustedError(absl::StrCat(
         "uid ", peer.uid, " holds ", fds, " perf events and asks for ", perf_fds,
         " more (limit ", config_.max_perf_fds_per_uid, ", --max-perf-fds-per-uid)"));
-  if (consumers >= config_.max_consumers_per_uid)
+  if (spec.consumer() && spec.task() && consumers >= config_.max_consumers_per_uid)
     return absl::ResourceExhaustedError(absl::StrCat(
-        "uid ", peer.uid, " has ", consumers, " Debug Store consumers on ",
-        spec.task() ? absl::StrCat("pid ", spec.pid) : absl::StrCat("cpu ", spec.cpu),
-        " (limit ", config_.max_consumers_per_uid,
-        " per task or CPU, --max-consumers-per-uid)"));
+        "uid ", peer.uid, " has ", consumers, " Debug Store consumers on pid ",
+        kernel_->TaskContextOf(spec.pid), " (limit ", config_.max_consumers_per_uid,
+        " per task, --max-consumers-per-uid)"));
   return absl::OkStatus();
 }
 

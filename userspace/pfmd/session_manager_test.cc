@@ -175,8 +175,8 @@ TEST(SessionManager, PerUidConsumerCapOnATaskLeavesSlotsForOtherUids) {
   absl::StatusOr<SessionId> over = m.Create(User(kAlice), 1, Lossless(kTask, 64 << 10));
   EXPECT_EQ(over.status(),
             absl::ResourceExhaustedError(
-                "uid 1000 has 16 Debug Store consumers on pid 1000 (limit 16 per task "
-                "or CPU, --max-consumers-per-uid)"));
+                "uid 1000 has 16 Debug Store consumers on pid 1000 (limit 16 per task, "
+                "--max-consumers-per-uid)"));
   // Refused before anything was charged or attached.
   EXPECT_EQ(m.Status().allocated, allocated);
   EXPECT_EQ(m.Status().sessions, sessions);

@@ -2,12 +2,12 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
-#include <vector>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,30 +16,18 @@
 namespace pfm {
 namespace {
 
+// As the kernel's limit on links followed in one lookup (MAXSYMLINKS).
+constexpr int kMaxLinks = 40;
+
 std::string Describe(const struct stat& st) {
   return absl::StrFormat("owned by uid %u, mode %04o", st.st_uid, st.st_mode & 07777);
 }
 
-// "/a", "/a/b", ... for an absolute path ("/" alone: none).
-std::vector<std::string> Prefixes(const std::string& abs) {
-  std::vector<std::string> out;
-  std::string at;
-  for (absl::string_view c : absl::StrSplit(abs, '/', absl::SkipEmpty())) {
-    if (c == ".") continue;
-    at = absl::StrCat(at, "/", c);
-    out.push_back(at);
-  }
-  return out;
-}
-
-absl::Status Missing(const std::string& socket_path, const std::string& dir,
-                     const std::string& at, int err) {
-  if (err == ENOENT || err == ENOTDIR)
-    return absl::NotFoundError(absl::StrCat("socket path ", socket_path, ": its directory ",
-                                            dir, " does not exist (", at, ": ",
-                                            strerror(err), ")"));
-  return absl::UnavailableError(absl::StrCat("socket path ", socket_path, ": cannot inspect ",
-                                             at, ": ", strerror(err)));
+void PushComponents(absl::string_view path, std::deque<std::string>* todo) {
+  std::deque<std::string> parts;
+  for (absl::string_view c : absl::StrSplit(path, '/', absl::SkipEmpty()))
+    if (c != ".") parts.emplace_back(c);
+  todo->insert(todo->begin(), parts.begin(), parts.end());
 }
 
 }  // namespace
@@ -47,55 +35,91 @@ absl::Status Missing(const std::string& socket_path, const std::string& dir,
 absl::Status CheckSocketDirectory(const std::string& socket_path, uid_t self) {
   const auto trusted = [self](uid_t u) { return u == 0 || u == self; };
   const std::string who = self == 0 ? std::string("root") : absl::StrCat("root or uid ", self);
+  const std::string what = absl::StrCat("socket path ", socket_path, ": ");
   const size_t slash = socket_path.rfind('/');
-  std::string dir = slash == std::string::npos ? std::string(".")
-                    : slash == 0               ? std::string("/")
-                                               : socket_path.substr(0, slash);
-  std::string abs = dir;
-  if (abs[0] != '/') {
+  const std::string dir = slash == std::string::npos ? std::string(".")
+                          : slash == 0               ? std::string("/")
+                                                     : socket_path.substr(0, slash);
+  std::string start = dir;
+  if (start[0] != '/') {
     char cwd[PATH_MAX];
     if (::getcwd(cwd, sizeof cwd) == nullptr)
-      return absl::UnavailableError(absl::StrCat(
-          "socket path ", socket_path, ": cannot read the working directory: ",
-          strerror(errno)));
-    abs = absl::StrCat(cwd, "/", dir);
+      return absl::UnavailableError(
+          absl::StrCat(what, "cannot read the working directory: ", strerror(errno)));
+    start = absl::StrCat(cwd, "/", dir);
   }
-  // 1. Links as given.
+  // The path is resolved here, a component at a time, as the kernel would
+  // (links expanded where met, ".." to the parent of what was reached), so
+  // that every link on the way, inside a link's target too, and every
+  // directory reached is judged. `at` is the resolved directory so far.
+  std::deque<std::string> todo;
+  PushComponents(start, &todo);
+  std::string at = "/";
+  int links = 0;
   struct stat st;
-  for (const std::string& at : Prefixes(abs)) {
-    if (::lstat(at.c_str(), &st) != 0) return Missing(socket_path, dir, at, errno);
-    if (S_ISLNK(st.st_mode) && !trusted(st.st_uid)) {
-      char target[PATH_MAX];
-      const ssize_t n = ::readlink(at.c_str(), target, sizeof target - 1);
-      return absl::FailedPreconditionError(absl::StrCat(
-          "socket path ", socket_path, ": ", at, " is a symbolic link ", Describe(st),
-          n > 0 ? absl::StrCat(" (to ", absl::string_view(target, static_cast<size_t>(n)), ")")
-                : "",
-          "; pfmd follows only links owned by ", who, ", so nothing was created"));
-    }
-  }
-  // 2. The directories it resolves to, from /.
-  char real[PATH_MAX];
-  if (::realpath(abs.c_str(), real) == nullptr) return Missing(socket_path, dir, abs, errno);
-  std::vector<std::string> dirs = {"/"};
-  for (std::string& p : Prefixes(real)) dirs.push_back(std::move(p));
-  for (const std::string& at : dirs) {
-    if (::stat(at.c_str(), &st) != 0) return Missing(socket_path, dir, at, errno);
-    if (!S_ISDIR(st.st_mode))
-      return absl::NotFoundError(absl::StrCat("socket path ", socket_path, ": ", at,
-                                              " is not a directory"));
+  // Judges the directory `at`; `last`: as the socket's own.
+  const auto judge = [&](bool last) -> absl::Status {
+    if (::stat(at.c_str(), &st) != 0)
+      return absl::UnavailableError(absl::StrCat(what, "cannot inspect ", at, ": ",
+                                                 strerror(errno)));
     if (!trusted(st.st_uid))
       return absl::FailedPreconditionError(absl::StrCat(
-          "socket path ", socket_path, ": ", at, " is a directory ", Describe(st),
+          what, at, " is a directory ", Describe(st),
           "; the socket's directories must be owned by ", who,
           " (their owner decides what answers there), so nothing was created"));
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
+    const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+    // Sticky (/tmp): only an entry's owner may rename or remove it, and
+    // the next directory's owner is judged in turn; but in the socket's own
+    // directory anyone could take the socket's name first.
+    if (others_write && (last || (st.st_mode & S_ISVTX) == 0))
       return absl::FailedPreconditionError(absl::StrCat(
-          "socket path ", socket_path, ": ", at, " is a directory ", Describe(st),
-          ", writable by group or others without the sticky bit: another user could "
-          "replace what is in it, so nothing was created"));
+          what, at, " is a directory ", Describe(st), ", writable by group or others",
+          last ? ", and it is the socket's own: another user could take the socket's name"
+               : " without the sticky bit: another user could replace what is in it",
+          ", so nothing was created"));
+    return absl::OkStatus();
+  };
+  if (absl::Status s = judge(false); !s.ok()) return s;
+  while (!todo.empty()) {
+    const std::string c = std::move(todo.front());
+    todo.pop_front();
+    if (c == "..") {
+      at = at.substr(0, std::max<size_t>(1, at.rfind('/')));
+    } else {
+      const std::string next = at == "/" ? "/" + c : at + "/" + c;
+      if (::lstat(next.c_str(), &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+          return absl::NotFoundError(absl::StrCat(what, "its directory ", dir,
+                                                  " does not exist (", next, ": ",
+                                                  strerror(errno), ")"));
+        return absl::UnavailableError(
+            absl::StrCat(what, "cannot inspect ", next, ": ", strerror(errno)));
+      }
+      if (S_ISLNK(st.st_mode)) {
+        char target[PATH_MAX];
+        const ssize_t n = ::readlink(next.c_str(), target, sizeof target - 1);
+        if (n <= 0)
+          return absl::UnavailableError(
+              absl::StrCat(what, "cannot read the link ", next, ": ", strerror(errno)));
+        const absl::string_view to(target, static_cast<size_t>(n));
+        if (!trusted(st.st_uid))
+          return absl::FailedPreconditionError(absl::StrCat(
+              what, next, " is a symbolic link ", Describe(st), " (to ", to,
+              "); pfmd follows only links owned by ", who, ", so nothing was created"));
+        if (++links > kMaxLinks)
+          return absl::FailedPreconditionError(
+              absl::StrCat(what, "more than ", kMaxLinks, " symbolic links on the way"));
+        PushComponents(to, &todo);
+        if (to[0] == '/') at = "/";
+        continue;  // `at` is unchanged: the target is resolved from here
+      }
+      if (!S_ISDIR(st.st_mode))
+        return absl::NotFoundError(absl::StrCat(what, next, " is not a directory"));
+      at = next;
+    }
+    if (absl::Status s = judge(false); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return judge(true);  // the socket's own directory, once more
 }
 
 }  // namespace pfm

@@ -40,9 +40,24 @@ absl::Status Check(const std::string& sock) { return CheckSocketDirectory(sock, 
 TEST_F(SocketDirTest, TrustsTheCallersOwnPrivateDirectory) {
   const std::string d = Mkdir("run");
   EXPECT_TRUE(Check(d + "/pfmd.sock").ok()) << Check(d + "/pfmd.sock");
-  // /tmp itself: root's, world-writable with the sticky bit.
-  EXPECT_TRUE(Check("/tmp/pfmd.sock").ok()) << Check("/tmp/pfmd.sock");
+  // Above it, /tmp: root's, world-writable with the sticky bit.
   EXPECT_TRUE(Check("/pfmd.sock").ok());
+  // "..", "." and repeated slashes resolve as the kernel resolves them.
+  EXPECT_TRUE(Check(d + "/../run/.//pfmd.sock").ok()) << Check(d + "/../run/.//pfmd.sock");
+}
+
+TEST_F(SocketDirTest, ResolvesARelativePathFromTheWorkingDirectory) {
+  const std::string d = Mkdir("run");
+  char cwd[4096];
+  ASSERT_NE(::getcwd(cwd, sizeof cwd), nullptr);
+  ASSERT_EQ(::chdir(d.c_str()), 0);
+  const absl::Status bare = Check("pfmd.sock");
+  const absl::Status up = Check("../run/pfmd.sock");
+  const absl::Status missing = Check("nope/pfmd.sock");
+  ASSERT_EQ(::chdir(cwd), 0);
+  EXPECT_TRUE(bare.ok()) << bare;
+  EXPECT_TRUE(up.ok()) << up;
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
 }
 
 TEST_F(SocketDirTest, FollowsALinkOfTheCallerOrRoot) {
@@ -67,6 +82,15 @@ TEST_F(SocketDirTest, RefusesALinkOfAnotherUidNamingItAndItsTarget) {
   const std::string sub = Mkdir("real/sub");
   EXPECT_EQ(Check(link + "/sub/pfmd.sock").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Check(sub + "/pfmd.sock").ok());
+  // A link of root's whose target goes through that link is judged all the
+  // way: the other uid's link is found inside it.
+  const std::string outer = base_ + "/outer";
+  ASSERT_EQ(::symlink("link/sub", outer.c_str()), 0);
+  const absl::Status inner = Check(outer + "/pfmd.sock");
+  EXPECT_EQ(inner.code(), absl::StatusCode::kFailedPrecondition) << inner;
+  EXPECT_NE(inner.message().find(link + " is a symbolic link owned by uid 65534"),
+            std::string::npos)
+      << inner;
 }
 
 TEST_F(SocketDirTest, RefusesADirectoryOfAnotherUidAnywhereOnThePath) {
@@ -98,11 +122,32 @@ TEST_F(SocketDirTest, RefusesAWritableDirectoryUnlessSticky) {
                 ", mode 0777, writable by group or others without the sticky bit: "
                 "another user could replace what is in it, so nothing was created"));
   const std::string group = Mkdir("group", 0770);
-  EXPECT_EQ(Check(group + "/mine/pfmd.sock").code(), absl::StatusCode::kNotFound);
+  // Judged in order, from /: the group-writable directory is refused
+  // before what lies below it is looked at.
+  EXPECT_EQ(Check(group + "/mine/pfmd.sock").code(), absl::StatusCode::kFailedPrecondition);
   Mkdir("group/mine");
   EXPECT_EQ(Check(group + "/mine/pfmd.sock").code(), absl::StatusCode::kFailedPrecondition);
+  // Sticky: fine above the socket's directory, not as the socket's own
+  // (as /tmp/pfmd.sock: anyone could take the name first).
   ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
-  EXPECT_TRUE(Check(sock).ok()) << Check(sock);
+  const std::string mine = Mkdir("shared/mine");
+  EXPECT_TRUE(Check(mine + "/pfmd.sock").ok()) << Check(mine + "/pfmd.sock");
+  EXPECT_EQ(Check(sock),
+            absl::FailedPreconditionError(
+                "socket path " + sock + ": " + shared +
+                " is a directory owned by uid " + std::to_string(::geteuid()) +
+                ", mode 1777, writable by group or others, and it is the socket's own: "
+                "another user could take the socket's name, so nothing was created"));
+  EXPECT_EQ(Check("/tmp/pfmd.sock").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SocketDirTest, RefusesALoopOfLinks) {
+  const std::string a = base_ + "/a", b = base_ + "/b";
+  ASSERT_EQ(::symlink(b.c_str(), a.c_str()), 0);
+  ASSERT_EQ(::symlink(a.c_str(), b.c_str()), 0);
+  const absl::Status s = Check(a + "/pfmd.sock");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("more than 40 symbolic links"), std::string::npos) << s;
 }
 
 TEST_F(SocketDirTest, MissingDirectoryIsNotFoundAndAFileIsNotADirectory) {
