@@ -279,9 +279,17 @@ class ClientSecurityE2e : public ::testing::Test {
   }
 
   // pfmctl as uid 65534 with no XDG_RUNTIME_DIR and no PFMD_SOCKET.
-  static testing::Result PfmctlAsNobody(std::vector<std::string> args) {
+  static testing::Result PfmctlAsNobody(std::vector<std::string> args,
+                                        const std::vector<std::string>& more_env = {}) {
     args.insert(args.begin(), bin_dir_ + "/pfmctl");
-    return RunAs(kNobody, args, {"PATH=/usr/bin:/bin", "HOME=/nonexistent"});
+    std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=/nonexistent"};
+    env.insert(env.end(), more_env.begin(), more_env.end());
+    return RunAs(kNobody, args, env);
+  }
+  // Whether `path` is gone within 2 s (a daemon told to shut down).
+  static bool GoneSoon(const std::string& path) {
+    for (int i = 0; i < 100 && ::access(path.c_str(), F_OK) == 0; ++i) ::usleep(20000);
+    return ::access(path.c_str(), F_OK) != 0;
   }
 
   static std::string bin_dir_;
@@ -453,8 +461,7 @@ TEST_F(ClientSecurityE2e, EmbeddedDaemonStartsInAFreshPrivateDirectory) {
 
   r = PfmctlAsNobody({"shutdown"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  for (int i = 0; i < 100 && ::access(sock.c_str(), F_OK) == 0; ++i) ::usleep(20000);
-  EXPECT_NE(::access(sock.c_str(), F_OK), 0) << "the embedded pfmd did not stop";
+  EXPECT_TRUE(GoneSoon(sock)) << "the embedded pfmd did not stop";
 }
 
 // A $XDG_RUNTIME_DIR that pfmd's socket rule refuses (userspace/pfmd/
@@ -466,10 +473,8 @@ TEST_F(ClientSecurityE2e, XdgRuntimeDirThatPfmdWouldRefuseIsPassedOver) {
   const std::string xdg = testing::MakeSocketDir();
   ASSERT_EQ(::chown(xdg.c_str(), kOther, kOther), 0);
   ASSERT_EQ(::chmod(xdg.c_str(), 0777), 0);
-  const std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=/nonexistent",
-                                        "XDG_RUNTIME_DIR=" + xdg};
-  testing::Result r =
-      RunAs(kNobody, {bin_dir_ + "/pfmctl", "--driver", "sim", "--json", "status"}, env);
+  const std::vector<std::string> xdg_env = {"XDG_RUNTIME_DIR=" + xdg};
+  testing::Result r = PfmctlAsNobody({"--driver", "sim", "--json", "status"}, xdg_env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   boost::system::error_code jec;
   json::value v = json::parse(r.out, jec);
@@ -480,10 +485,9 @@ TEST_F(ClientSecurityE2e, XdgRuntimeDirThatPfmdWouldRefuseIsPassedOver) {
   const std::string sock = absl::StrCat(kNobodyDir, "/pfmd.sock");
   ASSERT_EQ(::lstat(sock.c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
-  r = RunAs(kNobody, {bin_dir_ + "/pfmctl", "shutdown"}, env);
+  r = PfmctlAsNobody({"shutdown"}, xdg_env);
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  for (int i = 0; i < 100 && ::access(sock.c_str(), F_OK) == 0; ++i) ::usleep(20000);
-  EXPECT_NE(::access(sock.c_str(), F_OK), 0) << "the embedded pfmd did not stop";
+  EXPECT_TRUE(GoneSoon(sock)) << "the embedded pfmd did not stop";
   std::error_code ec;
   fs::remove_all(xdg, ec);
 }

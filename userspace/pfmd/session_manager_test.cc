@@ -281,12 +281,24 @@ std::string NoTaskClock() {
   return "";
 }
 
+void KillAndReap(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+}
+
 // Kills and reaps child `pid`, then forks a paused process at the same pid
 // (ns_last_pid; root): its pid, or what ForkPausedAt got instead.
 pid_t Recycle(pid_t pid) {
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, 0);
+  KillAndReap(pid);
   return testing::ForkPausedAt(pid, 50);
+}
+
+// A refused creation left no session and no charge.
+void ExpectNothingLeft(SessionManager& mgr) {
+  EXPECT_TRUE(mgr.List(Root(), 0, 100).empty());
+  const SessionManager::MemoryTotals t = mgr.Memory();
+  EXPECT_EQ(t.allocated, 0u);
+  EXPECT_EQ(t.held, 0u);
 }
 
 // A child that waits in pause() until killed.
@@ -322,20 +334,14 @@ TEST(SessionManagerHost, ARecycledPidBetweenCheckAndUseIsRefused) {
   spec.pid = first;
   spec.counters = {"task-clock"};
   absl::StatusOr<SessionId> id = mgr.Create(Root(), 1, spec);
-  if (reused > 0) {
-    ::kill(reused, SIGKILL);
-    ::waitpid(reused, nullptr, 0);
-  }
+  if (reused > 0) KillAndReap(reused);
   if (reused != first) GTEST_SKIP() << "pid " << first << " was not reused";
   ASSERT_FALSE(id.ok()) << "a session on the process now at pid " << first;
   EXPECT_EQ(id.status().code(), absl::StatusCode::kNotFound) << id.status();
   EXPECT_NE(id.status().message().find("exited while its session was set up"),
             absl::string_view::npos)
       << id.status();
-  EXPECT_TRUE(mgr.List(Root(), 0, 100).empty());
-  const SessionManager::MemoryTotals t = mgr.Memory();
-  EXPECT_EQ(t.allocated, 0u);
-  EXPECT_EQ(t.held, 0u);
+  ExpectNothingLeft(mgr);
 }
 
 // The same for a --tid session: a thread's id is free as soon as the thread
@@ -400,12 +406,8 @@ TEST(SessionManagerHost, ARecycledTidBetweenCheckAndUseIsRefused) {
   spec.tid = tid;
   spec.counters = {"task-clock"};
   absl::StatusOr<SessionId> id = mgr.Create(Root(), 1, spec);
-  if (reused > 0) {
-    ::kill(reused, SIGKILL);
-    ::waitpid(reused, nullptr, 0);
-  }
-  ::kill(first, SIGKILL);
-  ::waitpid(first, nullptr, 0);
+  if (reused > 0) KillAndReap(reused);
+  KillAndReap(first);
   ::close(release[1]);
   ASSERT_TRUE(thread_ended) << task_dir << " is still there";
   if (reused != tid) GTEST_SKIP() << "tid " << tid << " was not reused";
@@ -414,10 +416,7 @@ TEST(SessionManagerHost, ARecycledTidBetweenCheckAndUseIsRefused) {
             absl::NotFoundError(absl::StrCat("thread ", tid, " of process ", first,
                                              " exited while its session was set up "
                                              "(nothing was attached)")));
-  EXPECT_TRUE(mgr.List(Root(), 0, 100).empty());
-  const SessionManager::MemoryTotals t = mgr.Memory();
-  EXPECT_EQ(t.allocated, 0u);
-  EXPECT_EQ(t.held, 0u);
+  ExpectNothingLeft(mgr);
 }
 
 // The soft-BTS tracer seizes the pid by number after the first re-check:
@@ -447,10 +446,7 @@ TEST(SessionManagerHost, ARecycledPidBeforeTheTracerStartsIsRefusedAndLetGo) {
     spec.bts = BtsMode::kLossless;
     spec.buffer_bytes = 1 << 20;
     id = mgr.Create(Root(), 1, spec);
-    EXPECT_TRUE(mgr.List(Root(), 0, 100).empty());
-    const SessionManager::MemoryTotals t = mgr.Memory();
-    EXPECT_EQ(t.allocated, 0u);
-    EXPECT_EQ(t.held, 0u);
+    ExpectNothingLeft(mgr);
     if (reused > 0) {
       std::ifstream in(absl::StrCat("/proc/", reused, "/status"));
       std::stringstream ss;
@@ -458,10 +454,7 @@ TEST(SessionManagerHost, ARecycledPidBeforeTheTracerStartsIsRefusedAndLetGo) {
       reused_status = ss.str();
     }
   }
-  if (reused > 0) {
-    ::kill(reused, SIGKILL);
-    ::waitpid(reused, nullptr, 0);
-  }
+  if (reused > 0) KillAndReap(reused);
   ASSERT_NE(reused, -1) << "the tracer was never started: " << id.status();
   if (reused != first) GTEST_SKIP() << "pid " << first << " was not reused";
   ASSERT_FALSE(id.ok()) << "a soft-BTS session on the process now at pid " << first;
