@@ -63,6 +63,11 @@ class Kernel : public CoreHooks, public PebsRouter, public ScheduleObserver {
     lock_.AssertHeld();
     return ds_.TaskContextOf(pid);
   }
+  // DsAllocator::LiveTaskContextOfConsumer.
+  int32_t LiveTaskContextOfConsumer(ConsumerId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_) {
+    lock_.AssertHeld();
+    return ds_.LiveTaskContextOfConsumer(id);
+  }
   // Brings consumers up to date: drains the area of `cpu` now.
   void DrainCpu(int cpu, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
 

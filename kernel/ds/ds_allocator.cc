@@ -781,17 +781,43 @@ void DsAllocator::TaskCreated(TaskId parent, TaskId child) {
   const int32_t root = RootOf(parent.pid);
   auto [it, fresh] = group_live_.emplace(root, 1);
   ++it->second;
-  if (child.pid != parent.pid && child.pid != root) family_[child.pid] = root;
+  // A new process of the group, or a new thread of one (the root's own
+  // threads are counted by group_live_ alone).
+  if (child.pid != root) {
+    Member& m = family_[child.pid];
+    m.root = root;
+    ++m.live;
+  }
+}
+
+void DsAllocator::MemberGone(int32_t root, TaskId task) {
+  if (task.pid == root) return;
+  auto m = family_.find(task.pid);
+  if (m != family_.end() && m->second.root == root && --m->second.live == 0) family_.erase(m);
+}
+
+void DsAllocator::ForgetGroup(int32_t root) {
+  for (auto it = family_.begin(); it != family_.end();)
+    it = it->second.root == root ? family_.erase(it) : std::next(it);
+}
+
+int32_t DsAllocator::LiveTaskContextOfConsumer(ConsumerId id) const {
+  auto it = consumers_.find(id);
+  if (it == consumers_.end()) return 0;
+  const Context* ctx = it->second->ctx;
+  return ctx != nullptr && !ctx->exited ? ctx->pid : 0;
 }
 
 void DsAllocator::TaskDetached(TaskId task) {
   const int32_t root = RootOf(task.pid);
   auto g = group_live_.find(root);
   if (g == group_live_.end()) return;
-  if (--g->second > 0) return;
+  if (--g->second > 0) {
+    MemberGone(root, task);
+    return;
+  }
   group_live_.erase(g);
-  for (auto it = family_.begin(); it != family_.end();)
-    it = it->second == root ? family_.erase(it) : std::next(it);
+  ForgetGroup(root);
 }
 
 void DsAllocator::TaskExec(TaskId task, uint64_t now) {
@@ -813,6 +839,7 @@ void DsAllocator::TaskExit(TaskId task, uint64_t now, int64_t status) {
     if (g->second > 1) {
       // One of several: its EXIT goes out, the context goes on.
       --g->second;
+      MemberGone(root, task);
       Context* ctx = LiveTaskContext(root);
       if (ctx == nullptr) return;
       pfm_record rec{};
@@ -833,8 +860,7 @@ void DsAllocator::TaskExit(TaskId task, uint64_t now, int64_t status) {
       return;
     }
     group_live_.erase(g);
-    for (auto it = family_.begin(); it != family_.end();)
-      it = it->second == root ? family_.erase(it) : std::next(it);
+    ForgetGroup(root);
   }
   Context* ctx = TaskContext(root);
   if (ctx == nullptr || ctx->exited) return;

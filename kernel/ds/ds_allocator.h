@@ -137,6 +137,9 @@ class DsAllocator {
   // task group (a process its driver reported as a child of a traced one
   // shares its parent's context), else pid itself.
   int32_t TaskContextOf(int32_t pid) const { return RootOf(pid); }
+  // The pid of the live task context consumer `id` is attached to; 0 for a
+  // CPU consumer, one whose task context has exited, or no such consumer.
+  int32_t LiveTaskContextOfConsumer(ConsumerId id) const;
   // Shrinks (or grows) a task context's BTS buffer to `bts_records` (never
   // below limits().min_bts_records): drains it, reallocates, and writes a
   // RESIZED record to its consumers. Returns the new size in bytes or -errno.
@@ -254,14 +257,25 @@ class DsAllocator {
   ConsumerId next_id_ = 1;
   std::map<ConsumerId, std::unique_ptr<Consumer>> consumers_;
   std::map<int32_t, std::unique_ptr<Context>> tasks_;  // by pid
-  // Task groups: a child process's pid -> the group's first pid, and the
-  // live tasks of every group a driver reported (by first pid).
-  std::map<int32_t, int32_t> family_;
+  // Task groups: a child process's pid -> the group's first pid and that
+  // process's live tasks (threads), and the live tasks of every group a
+  // driver reported (by first pid). A child process leaves family_ with its
+  // last task: its pid may then be reused by a process outside the group.
+  struct Member {
+    int32_t root = 0;
+    uint32_t live = 0;
+  };
+  std::map<int32_t, Member> family_;
   std::map<int32_t, uint32_t> group_live_;
   int32_t RootOf(int32_t pid) const {
     auto it = family_.find(pid);
-    return it == family_.end() ? pid : it->second;
+    return it == family_.end() ? pid : it->second.root;
   }
+  // One task of group `root` is gone (exited or detached): its process
+  // leaves family_ with its last one; the group's count is the caller's.
+  void MemberGone(int32_t root, TaskId task);
+  // Group `root` has no live task left: its children leave family_.
+  void ForgetGroup(int32_t root);
   // Consumers that asked for their session's SCHEDULE records, by session.
   std::map<uint64_t, std::vector<Consumer*>> schedule_consumers_;
   std::vector<std::unique_ptr<CpuState>> cpus_;

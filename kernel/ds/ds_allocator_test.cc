@@ -874,6 +874,44 @@ TEST(DsAllocator, OneThreadConsumerGetsOnlyThatThreadAndEndsWithIt) {
   ExpectInvariant(ds);
 }
 
+// A child process an inherited trace follows shares its group's context
+// while it lives; once its last thread is gone its pid is free, and a new
+// process there (perhaps another user's) is outside the group: its
+// consumers get a context of their own, never the group's records.
+TEST(DsAllocator, AChildProcessLeavesItsGroupWithItsLastThread) {
+  DsAllocator ds(1, DsLimits{});
+  const int group = ds.Attach(Task(1000, PFM_BTS_LOSSLESS), 0, nullptr);
+  ASSERT_GT(group, 0);
+  EXPECT_EQ(ds.LiveTaskContextOfConsumer(group), 1000);
+  const TaskId root{1000, 1000}, child{1002, 1002}, child_thread{1002, 1003},
+      other_child{1004, 1004};
+  ds.TaskCreated(root, child);
+  ds.TaskCreated(child, child_thread);
+  ds.TaskCreated(root, other_child);
+  EXPECT_EQ(ds.TaskContextOf(1002), 1000);
+  EXPECT_EQ(ds.TaskContextOf(1004), 1000);
+  uint64_t now = 10;
+  ds.TaskExit(child_thread, now++, 0);
+  EXPECT_EQ(ds.TaskContextOf(1002), 1000) << "the child process still has a thread";
+  ds.TaskExit(child, now++, 0);
+  EXPECT_EQ(ds.TaskContextOf(1002), 1002) << "pid 1002 still maps to the group";
+  EXPECT_EQ(ds.TaskContextOf(1004), 1000);
+  // A new process at 1002: its own context.
+  const int stranger = ds.Attach(Task(1002, PFM_BTS_LOSSLESS), now, nullptr);
+  ASSERT_GT(stranger, 0);
+  EXPECT_EQ(ds.LiveTaskContextOfConsumer(stranger), 1002);
+  EXPECT_EQ(ds.LiveTaskContextOfConsumer(group), 1000);
+  // A detached child leaves the same way.
+  ds.TaskDetached(other_child);
+  EXPECT_EQ(ds.TaskContextOf(1004), 1004);
+  // The group's end: its context is no longer live for its consumers.
+  ds.TaskExit(root, now++, 0);
+  EXPECT_EQ(ds.LiveTaskContextOfConsumer(group), 0);
+  EXPECT_EQ(ds.LiveTaskContextOfConsumer(stranger), 1002);
+  EXPECT_EQ(ds.LiveTaskContextOfConsumer(9999), 0);
+  ExpectInvariant(ds);
+}
+
 TEST(DsAllocator, RefusesBadRequestsNamingTheField) {
   DsAllocator ds(2, DsLimits{});
   ErrorDetail d;

@@ -122,16 +122,16 @@ void SetProcessArgv(int argc, char** argv) {
 }
 
 absl::StatusOr<std::string> PrivateSocketPath() {
+  // The uid the embedded pfmd runs as, and judges its directories by.
+  const uid_t me = ::geteuid();
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
   // $XDG_RUNTIME_DIR only if the embedded pfmd would accept it as the
   // directory above its own (userspace/pfmd/socket_dir.h): not, e.g., a
   // user's directory under `sudo -E` (root's pfmd would refuse it).
-  const bool use_xdg =
-      xdg != nullptr && *xdg == '/' &&
-      CheckSocketDirectory(absl::StrCat(xdg, "/pfmd"), ::geteuid()).ok();
-  const std::string dir = use_xdg ? absl::StrCat(xdg, "/pfmd")
-                                  : absl::StrCat("/tmp/pfmd-", ::getuid());
-  const uid_t me = ::getuid();
+  const bool use_xdg = xdg != nullptr && *xdg == '/' &&
+                       CheckSocketDirectory(absl::StrCat(xdg, "/pfmd"), me).ok();
+  const std::string dir =
+      use_xdg ? absl::StrCat(xdg, "/pfmd") : absl::StrCat("/tmp/pfmd-", me);
   struct stat st;
   if (::lstat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT)

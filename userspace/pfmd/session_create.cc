@@ -96,18 +96,19 @@ int SessionManager::PerfFdsFor(const TypedSpec& spec) const {
 absl::Status SessionManager::CheckCapsLocked(const Peer& peer, const TypedSpec& spec) {
   if (peer.privileged()) return absl::OkStatus();
   const int perf_fds = PerfFdsFor(spec);
+  // The task context a new consumer joins (a process's threads, and on the
+  // host the children an inherited trace follows, share one), and the
+  // uid's consumers attached to it while it lives. CPU contexts are for
+  // privileged clients only (CheckTargetLocked), which are not capped.
+  const int32_t joins =
+      spec.consumer() && spec.task() ? kernel_->TaskContextOf(spec.pid) : 0;
   int sessions = 0, fds = 0, consumers = 0;
   for (const auto& [id, o] : sessions_) {
     if (o->uid != peer.uid) continue;
     ++sessions;
     for (const auto& pe : o->perf) fds += static_cast<int>(pe->threads());
-    // A consumer in the task context the new one would join: the same
-    // live task group (a task's threads, and on the host the children an
-    // inherited trace follows, share one context). CPU contexts are for
-    // privileged clients only (CheckTargetLocked), which are not capped.
-    if (spec.consumer() && spec.task() && o->consumer != 0 && o->spec.task() &&
-        kernel_->TaskContextOf(o->spec.pid) == kernel_->TaskContextOf(spec.pid) &&
-        !TargetExitedLocked(*o))
+    if (joins != 0 && o->consumer != 0 &&
+        kernel_->LiveTaskContextOfConsumer(o->consumer) == joins)
       ++consumers;
   }
   if (sessions >= config_.max_sessions_per_uid)
@@ -118,11 +119,10 @@ absl::Status SessionManager::CheckCapsLocked(const Peer& peer, const TypedSpec& 
     return absl::ResourceExhaustedError(absl::StrCat(
         "uid ", peer.uid, " holds ", fds, " perf events and asks for ", perf_fds,
         " more (limit ", config_.max_perf_fds_per_uid, ", --max-perf-fds-per-uid)"));
-  if (spec.consumer() && spec.task() && consumers >= config_.max_consumers_per_uid)
+  if (joins != 0 && consumers >= config_.max_consumers_per_uid)
     return absl::ResourceExhaustedError(absl::StrCat(
-        "uid ", peer.uid, " has ", consumers, " Debug Store consumers on pid ",
-        kernel_->TaskContextOf(spec.pid), " (limit ", config_.max_consumers_per_uid,
-        " per task, --max-consumers-per-uid)"));
+        "uid ", peer.uid, " has ", consumers, " Debug Store consumers on pid ", joins,
+        " (limit ", config_.max_consumers_per_uid, " per task, --max-consumers-per-uid)"));
   return absl::OkStatus();
 }
 
