@@ -7,6 +7,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh || exit 1
 log=$(mktemp)
+# Tests make their socket directories under /tmp (tests/testing/harness.h,
+# MakeSocketDir) and must remove them: one left behind after the run counts
+# as a failed test below.
+started=$(mktemp)
 bazel test //... --test_tag_filters=-benchmark,-fuzz "$@" 2>&1 | tee "$log" \
   | grep -vE '^[0-9]+\.[0-9]+: src/main/tools/' 
 rc=${PIPESTATUS[0]}
@@ -19,6 +23,13 @@ if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
   failed=1
 fi
 rm -f "$log"
+left=$(find /tmp -maxdepth 1 -name 'pfmtest-*' -newer "$started" 2>/dev/null)
+rm -f "$started"
+if [ -n "$left" ]; then
+  echo "test: socket directories left in /tmp by the tests:" $left
+  failed=$((failed + 1))
+  rc=1
+fi
 # The whole tree built with clang -Wthread-safety (.bazelrc config
 # thread-safety, in its own output base), counted as one test
 # (tools/thread_safety.sh).

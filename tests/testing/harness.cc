@@ -1,6 +1,7 @@
 #include "tests/testing/harness.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
@@ -45,12 +46,51 @@ std::string MakeTempDir(const std::string& prefix) {
   return d ? d : "";
 }
 
+namespace {
+
+// The socket directories this process made, removed at its exit: they are
+// outside TEST_TMPDIR, and some hold copies of binaries (a setuid-root one in
+// security_host_e2e_test) that must not outlive the test.
+struct SocketDirs {
+  pid_t owner = 0;
+  std::vector<std::string> dirs;
+};
+SocketDirs& TheSocketDirs() {
+  static auto* dirs = new SocketDirs;
+  return *dirs;
+}
+
+int RemoveEntry(const char* path, const struct stat*, int type, struct FTW*) {
+  if (type == FTW_DP)
+    ::rmdir(path);
+  else
+    ::unlink(path);
+  return 0;  // go on whatever failed: remove what can be removed
+}
+
+void RemoveSocketDirs() {
+  SocketDirs& s = TheSocketDirs();
+  if (::getpid() != s.owner) return;  // a forked child calling exit()
+  for (const std::string& d : s.dirs)
+    ::nftw(d.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+}  // namespace
+
 std::string MakeSocketDir() {
   // Not under TEST_TMPDIR: sun_path holds only 107 bytes.
   char tmpl[] = "/tmp/pfmtest-XXXXXX";
   char* d = ::mkdtemp(tmpl);
   EXPECT_NE(d, nullptr);
-  return d ? d : "";
+  if (d == nullptr) return "";
+  SocketDirs& s = TheSocketDirs();
+  if (s.owner != ::getpid()) {
+    s.owner = ::getpid();
+    s.dirs.clear();  // a child's copy of its parent's list is not its own
+    std::atexit(RemoveSocketDirs);
+  }
+  s.dirs.push_back(d);
+  return d;
 }
 
 namespace {

@@ -29,7 +29,10 @@ std::string PfmctlPath();
 // cleans TEST_TMPDIR.
 std::string MakeTempDir(const std::string& prefix);
 
-// A fresh short directory under /tmp for sockets (the caller removes it).
+// A fresh short directory under /tmp for sockets (Bazel's TEST_TMPDIR is too
+// long a path for sun_path). Removed with everything in it when the process
+// that made it exits normally (not by its forked children; a test killed by
+// a signal leaves it).
 std::string MakeSocketDir();
 
 // Runs argv to completion, capturing stdout and stderr. `env` entries are
