@@ -213,19 +213,21 @@ int OpenPerfEvent(const perf_event_attr& in, PerfTarget t, const char* what,
   attr.inherit_thread = t.children ? 0 : 1;
   PerfEvent opened;
   for (pid_t tid : ThreadsOf(t.pid)) {
+    if (t.before_thread_open) t.before_thread_open(tid);
     int fd = -1;
     const int err = OpenOne(attr, tid, -1, what, &fd, d);
     if (err == -ESRCH) continue;  // the thread exited meanwhile
-    if (err < 0) return err;      // `opened` closes what it holds
     // A thread's id is free for reuse as soon as it exits (no reaping), so
     // the tid named that thread when it was opened only if it is still one
-    // of the process's now; else the event may be on another task: closed.
+    // of the process's now; else the event may be on another task (closed),
+    // and a refusal was another task's (not this request's).
     struct stat st;
     if (::stat(("/proc/" + std::to_string(t.pid) + "/task/" + std::to_string(tid)).c_str(),
                &st) != 0) {
-      ::close(fd);
+      if (fd >= 0) ::close(fd);
       continue;
     }
+    if (err < 0) return err;  // `opened` closes what it holds
     if (opened.fd_ < 0) {
       opened.fd_ = fd;
     } else {

@@ -59,15 +59,24 @@ int ProbePerfCaps(const std::string& devices_dir, PerfCaps* out,
 // PerfEvent holds them and its Read sums them. A thread created between the
 // listing and the opening of its creator's event is not counted (perf's race
 // as well); a thread that is gone by then is skipped.
+//
+// A thread's id is free for reuse as soon as the thread exits (no reaping),
+// so each thread's event counts only if the id is still one of the
+// process's threads after the open; else it may be on another task and is
+// closed, and an error from that open (another user's process now at the
+// id) is not the request's.
 struct PerfTarget {
   pid_t pid = -1;
   int cpu = -1;
   bool process = false;
   bool children = false;
-  static PerfTarget Task(pid_t pid) { return PerfTarget{pid, -1}; }
-  static PerfTarget Cpu(int cpu) { return PerfTarget{-1, cpu}; }
+  // Tests: called with each thread id of a process target just before its
+  // event is opened (to end the thread and put a new process at its id).
+  std::function<void(pid_t tid)> before_thread_open;
+  static PerfTarget Task(pid_t pid) { return PerfTarget{pid, -1, false, false, {}}; }
+  static PerfTarget Cpu(int cpu) { return PerfTarget{-1, cpu, false, false, {}}; }
   static PerfTarget Process(pid_t pid, bool children) {
-    return PerfTarget{pid, -1, true, children};
+    return PerfTarget{pid, -1, true, children, {}};
   }
 };
 

@@ -8,10 +8,12 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -228,6 +230,95 @@ TEST(PerfEvents, AProcessTargetCountsEveryThreadAndChildrenOnlyWhenAsked) {
                                 &none, &d),
             -ESRCH);
   EXPECT_FALSE(none.is_open());
+}
+
+// Forks a paused process at pid `want` (ns_last_pid; root): its pid, or
+// what the last of `attempts` forks got.
+pid_t ForkPausedAt(pid_t want, int attempts) {
+  pid_t got = -1;
+  for (int i = 0; i < attempts && got != want; ++i) {
+    if (got > 0) {
+      kill(got, SIGKILL);
+      waitpid(got, nullptr, 0);
+    }
+    FILE* f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+    if (f == nullptr) return -1;
+    fprintf(f, "%d", want - 1);
+    fclose(f);
+    got = fork();
+    if (got == 0) {
+      pause();
+      _exit(0);
+    }
+  }
+  return got;
+}
+
+// A process target opens one event per thread id it listed; a thread that
+// exits after the listing frees its id at once, and a new process there
+// must not get the session's event. The hook ends the second thread just
+// before its open and forks a new process at its id: the event opened on
+// that id is dropped (only the main thread's is kept), without failing the
+// request.
+TEST(PerfEvents, AThreadIdRecycledBeforeItsOpenIsNotCounted) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
+  int report[2], release[2];
+  ASSERT_EQ(pipe(report), 0);
+  ASSERT_EQ(pipe(release), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(report[0]);
+    close(release[1]);
+    std::thread t([&] {
+      const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+      if (write(report[1], &tid, sizeof tid) != sizeof tid) _exit(2);
+      char b;
+      if (read(release[0], &b, 1) != 1) _exit(3);
+    });
+    t.join();
+    pause();
+    _exit(0);
+  }
+  close(report[1]);
+  close(release[0]);
+  pid_t tid = 0;
+  ASSERT_EQ(read(report[0], &tid, sizeof tid), static_cast<ssize_t>(sizeof tid));
+  close(report[0]);
+  ASSERT_NE(tid, child);
+  const std::string task_dir =
+      "/proc/" + std::to_string(child) + "/task/" + std::to_string(tid);
+  bool thread_ended = false;
+  pid_t reused = -1;
+  std::vector<pid_t> seen;
+  PerfTarget target = PerfTarget::Process(child, false);
+  target.before_thread_open = [&](pid_t t) {
+    seen.push_back(t);
+    if (t != tid) return;
+    ASSERT_EQ(write(release[1], "x", 1), 1);
+    for (int i = 0; i < 2000 && !thread_ended; ++i) {
+      struct stat st;
+      thread_ended = stat(task_dir.c_str(), &st) != 0;
+      if (!thread_ended) usleep(1000);
+    }
+    if (thread_ended) reused = ForkPausedAt(tid, 50);
+  };
+  PerfEvent ev;
+  ErrorDetail d;
+  const int rc = OpenSoftwareCounter(target, PERF_COUNT_SW_TASK_CLOCK, &ev, &d);
+  if (reused > 0) {
+    kill(reused, SIGKILL);
+    waitpid(reused, nullptr, 0);
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(release[1]);
+  if (NotPermitted(rc)) GTEST_SKIP() << d.message;
+  EXPECT_EQ(seen, (std::vector<pid_t>{child, tid}));
+  ASSERT_TRUE(thread_ended) << task_dir << " is still there";
+  if (reused != tid) GTEST_SKIP() << "tid " << tid << " was not reused";
+  ASSERT_EQ(rc, 0) << d.message;
+  EXPECT_EQ(ev.threads(), 1u) << "an event on the process now at " << tid;
 }
 
 TEST(PerfEvents, CountsACpuWideSoftwareEvent) {
