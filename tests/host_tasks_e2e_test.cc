@@ -101,6 +101,68 @@ TEST_F(HostTasksE2e, AThreadIdAsAPidIsRefusedNamingItsProcess) {
   th.join();
 }
 
+// A process that an inherited trace follows (a child `record` follows) is
+// traced by that trace's tracer: a BTS session of its own is refused with
+// where its records are (FAILED_PRECONDITION: before, the tracer of its own
+// failed to seize it and the client read PERMISSION_DENIED "need the same
+// uid or CAP_SYS_PTRACE", as root too). Counters on it need no tracer and
+// are served; the recording is not disturbed.
+TEST_F(HostTasksE2e, ABtsSessionOnAFollowedChildIsRefusedNamingTheTracedProcess) {
+  const std::string file = dir_ + "/child.pid";
+  testing::Result rec;
+  std::thread recorder([&] {
+    rec = Pfmctl(socket(), {"record", "-o", dir_ + "/followed.trace", "--", "/bin/sh", "-c",
+                            "/bin/sleep 60 & echo $! > " + file + ".tmp; mv " + file +
+                                ".tmp " + file + "; wait"});
+  });
+  pid_t child = 0;
+  for (int i = 0; i < 600 && child == 0; ++i) {
+    std::ifstream in(file);
+    if (!(in >> child)) {
+      child = 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_GT(child, 0) << "the shell never wrote its child's pid";
+  // The shell, the process `record` started: the child's parent.
+  pid_t shell = 0;
+  {
+    std::ifstream st("/proc/" + std::to_string(child) + "/stat");
+    std::string line;
+    std::getline(st, line);
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    char state;
+    rest >> state >> shell;
+  }
+  const testing::Result bts = Pfmctl(
+      socket(), {"session", "create", "--role", "profiler", "--pid", std::to_string(child),
+                 "--bts", "lossless"});
+  const testing::Result counters =
+      Pfmctl(socket(), {"--json", "session", "create", "--role", "profiler", "--pid",
+                        std::to_string(child), "--counter", "task-clock"});
+  const boost::json::value list = testing::PfmctlJson(socket(), {"session", "list"});
+  ::kill(child, SIGKILL);  // the shell's wait returns: the recording ends
+  recorder.join();
+  EXPECT_EQ(bts.exit_code, 1) << bts.err;
+  EXPECT_EQ(bts.err, absl::StrCat("pfmctl: FAILED_PRECONDITION: pid ", child,
+                                  " is followed by the inherited trace of pid ", shell,
+                                  " (its tracer traces it, and its records, with their own "
+                                  "pid, go to pid ",
+                                  shell, "'s sessions): create the session on pid ", shell,
+                                  "\n"));
+  EXPECT_EQ(counters.exit_code, 0) << counters.err;
+  // The recording's session and the counters' only.
+  EXPECT_EQ(list.as_array().size(), 2u) << list;
+  EXPECT_EQ(rec.exit_code, 0) << rec.err;
+  absl::StatusOr<Trace> t = ReadTrace(dir_ + "/followed.trace");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::set<uint32_t> pids;
+  for (const pfm_record& r : t->records)
+    if (r.type == PFM_REC_BRANCH) pids.insert(r.pid);
+  EXPECT_TRUE(pids.count(static_cast<uint32_t>(shell))) << "no branches of the shell";
+  EXPECT_TRUE(pids.count(static_cast<uint32_t>(child))) << "no branches of the child";
+}
+
 // perf record -t TID: one thread of a running process. Its records only
 // (the process's other thread runs all along), and the recording ends when
 // that thread exits, while the process runs on. A tid that is not a thread

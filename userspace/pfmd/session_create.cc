@@ -469,6 +469,18 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     }
     if (absl::Status st = CheckTargetLocked(peer, spec, &s->pidfd); !st.ok()) return st;
     if (after_target_checked_ && spec.task()) after_target_checked_(spec.pid);
+    // A process that an inherited trace follows is traced by that trace's
+    // tracer (one tracer a task: ptrace), and its records go to the sessions
+    // of the process the trace started on; a tracer of its own could not
+    // seize it.
+    if (need_tracer) {
+      const int32_t root = kernel_->TaskContextOf(spec.pid);
+      if (root != spec.pid)
+        return absl::FailedPreconditionError(absl::StrCat(
+            "pid ", spec.pid, " is followed by the inherited trace of pid ", root,
+            " (its tracer traces it, and its records, with their own pid, go to pid ",
+            root, "'s sessions): create the session on pid ", root));
+    }
     if (absl::Status st = CheckCapsLocked(peer, spec); !st.ok()) return st;
     s->id = next_session_;
     // Memory, then the arbiter's admission, then the consumer: a refusal at
