@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -161,6 +163,39 @@ TEST_F(HostTasksE2e, ABtsSessionOnAFollowedChildIsRefusedNamingTheTracedProcess)
     if (r.type == PFM_REC_BRANCH) pids.insert(r.pid);
   EXPECT_TRUE(pids.count(static_cast<uint32_t>(shell))) << "no branches of the shell";
   EXPECT_TRUE(pids.count(static_cast<uint32_t>(child))) << "no branches of the child";
+}
+
+// A process another tracer holds (here this test, as a debugger or strace
+// would) cannot be traced by pfmd's: the refusal names that tracer, not the
+// credentials (as root, PTRACE_SEIZE's EPERM is about the tracer already
+// there). Nothing is left behind, and the process is untouched.
+TEST_F(HostTasksE2e, AProcessAnotherTracerHoldsIsRefusedNamingThatTracer) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_EQ(::ptrace(PTRACE_SEIZE, child, nullptr, nullptr), 0) << std::strerror(errno);
+  const testing::Result r = Pfmctl(socket(), {"session", "create", "--role", "profiler",
+                                              "--pid", std::to_string(child), "--bts",
+                                              "lossless"});
+  const boost::json::value list = testing::PfmctlJson(socket(), {"session", "list"});
+  std::ifstream status("/proc/" + std::to_string(child) + "/status");
+  std::string line, tracer;
+  while (std::getline(status, line))
+    if (line.rfind("TracerPid:", 0) == 0) tracer = line;
+  ::ptrace(PTRACE_DETACH, child, nullptr, nullptr);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err, absl::StrCat("pfmctl: RESOURCE_EXHAUSTED: soft BTS on pid ", child,
+                                ": cannot trace pid ", child, ": it is already traced by pid ",
+                                ::getpid(),
+                                " (a task has one ptrace tracer: a debugger, strace, or "
+                                "another trace)\n"));
+  EXPECT_EQ(list.as_array().size(), 0u) << list;
+  EXPECT_EQ(tracer, absl::StrCat("TracerPid:\t", ::getpid()));
 }
 
 // perf record -t TID: one thread of a running process. Its records only

@@ -699,6 +699,14 @@ bool ReadTaskIds(pid_t tid, pid_t* tgid, pid_t* ppid) {
   return *tgid > 0;
 }
 
+// The pid of the task's tracer (TracerPid in /proc/TID/status); 0 for none
+// or when it is gone.
+pid_t TracerOf(pid_t tid) {
+  const std::string st = ReadFile("/proc/" + std::to_string(tid) + "/status");
+  const size_t at = st.find("\nTracerPid:");
+  return at == std::string::npos ? 0 : static_cast<pid_t>(std::atol(st.c_str() + at + 11));
+}
+
 // The tids of /proc/PID/task.
 std::vector<pid_t> ListThreads(pid_t pid) {
   std::vector<pid_t> out;
@@ -1859,6 +1867,18 @@ bool SoftBtsRun::AttachAll() {
   const long opts = SeizeOptions();
   if (ptrace(PTRACE_SEIZE, root_, nullptr, reinterpret_cast<void*>(opts)) != 0) {
     const int e = errno;
+    // A task has one tracer: a debugger, strace, or another pfmd tracer
+    // there refuses this one whatever the credentials.
+    const pid_t other = e == EPERM ? TracerOf(root_) : 0;
+    if (other > 0) {
+      t->start_detail_.Set(-EBUSY,
+                           "cannot trace pid %d: it is already traced by pid %d "
+                           "(a task has one ptrace tracer: a debugger, strace, or "
+                           "another trace)",
+                           root_, other);
+      t->ReportStarted(-EBUSY);
+      return false;
+    }
     t->start_detail_.Set(-e, "cannot trace pid %d: PTRACE_SEIZE failed: %s%s",
                          root_, strerror(e),
                          e == EPERM ? " (need the same uid or CAP_SYS_PTRACE)"
