@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -239,6 +240,105 @@ TEST_F(SecurityHostE2e, NonDumpableOwnProcessIsRefusedWithTheKernelsReason) {
                             "--counter", "task-clock"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_EQ(Sessions(), 1u);
+}
+
+// A detached session keeps its tracer after its process exits (for its
+// stats and maps), but that tracer is no process any more: its helper is
+// reaped at the next request (no zombie child of pfmd, its socket closed)
+// and it does not count against --max-tracers-per-uid. With a cap of 1,
+// uid 65534 traces a process that then exits, and traces another one
+// while the first session is still there.
+TEST_F(SecurityHostE2e, AnExitedProcessesTracerIsReapedAndFreesItsUidsSlot) {
+  Daemon d({"--driver", "host", "--max-tracers-per-uid", "1"});
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(d.OpenToOtherUids());
+  auto nobody = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {pfmctl_, "--socket", d.socket()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::Run(AsNobody(argv));
+  };
+  auto spawn = [&] {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0)
+        ::_exit(3);
+      ::execl("/bin/sleep", "sleep", "30", nullptr);
+      ::_exit(127);
+    }
+    return pid;
+  };
+  // Until the child runs /bin/sleep as uid 65534 (exec made it dumpable).
+  auto wait_exec = [](pid_t pid) {
+    for (int i = 0; i < 500; ++i) {
+      if (ReadFile(absl::StrCat("/proc/", pid, "/comm")) == "sleep\n") return true;
+      ::usleep(10000);
+    }
+    return false;
+  };
+  // pfmd's children in state Z.
+  auto zombies = [&] {
+    std::vector<pid_t> out;
+    DIR* dir = ::opendir("/proc");
+    while (const dirent* e = dir != nullptr ? ::readdir(dir) : nullptr) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0) continue;
+      const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+      const size_t paren = stat.rfind(')');
+      if (paren == std::string::npos) continue;
+      char state = 0;
+      int ppid = 0;
+      if (std::sscanf(stat.c_str() + paren + 1, " %c %d", &state, &ppid) == 2 &&
+          ppid == d.pid() && state == 'Z')
+        out.push_back(pid);
+    }
+    if (dir != nullptr) ::closedir(dir);
+    return out;
+  };
+  const pid_t first = spawn();
+  ASSERT_GT(first, 0);
+  children_.push_back(first);
+  ASSERT_TRUE(wait_exec(first));
+  Result a = nobody({"--json", "session", "create", "--role", "profiler", "--pid",
+                     std::to_string(first), "--bts", "lossless"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(TracerHelpersOf(first).size(), 1u);
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+  // The session sees its process's end, and stays.
+  json::value shown;
+  for (int i = 0; i < 500; ++i) {
+    shown = PfmctlJson(d.socket(), {"session", "list"});
+    if (shown.as_array().size() == 1 && shown.as_array()[0].at("state") == "exited") break;
+    ::usleep(10000);
+  }
+  ASSERT_EQ(shown.as_array().size(), 1u) << shown;
+  ASSERT_EQ(shown.as_array()[0].at("state"), "exited") << shown;
+  // A request later (any request reaps), the helper is gone, not a zombie.
+  for (int i = 0; i < 500 && !TracerHelpersOf(first).empty(); ++i) {
+    PfmctlJson(d.socket(), {"status"});
+    ::usleep(10000);
+  }
+  EXPECT_TRUE(TracerHelpersOf(first).empty());
+  EXPECT_TRUE(zombies().empty()) << "pfmd has unreaped children";
+  const pid_t second = spawn();
+  ASSERT_GT(second, 0);
+  children_.push_back(second);
+  ASSERT_TRUE(wait_exec(second));
+  Result b = nobody({"--json", "session", "create", "--role", "profiler", "--pid",
+                     std::to_string(second), "--bts", "lossless"});
+  EXPECT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(PfmctlJson(d.socket(), {"session", "list"}).as_array().size(), 2u);
+  // The cap still holds for processes that run: a third is refused.
+  const pid_t third = spawn();
+  ASSERT_GT(third, 0);
+  children_.push_back(third);
+  ASSERT_TRUE(wait_exec(third));
+  Result c = nobody({"session", "create", "--role", "profiler", "--pid",
+                     std::to_string(third), "--bts", "lossless"});
+  EXPECT_EQ(c.exit_code, 1);
+  EXPECT_EQ(c.err, absl::StrCat("pfmctl: RESOURCE_EXHAUSTED: soft BTS on pid ", third,
+                                ": uid 65534 has 1 soft-BTS tracer processes (limit 1, "
+                                "--max-tracers-per-uid)\n"));
 }
 
 // Finding 1: root of a user namespace is root of nothing pfmd serves.

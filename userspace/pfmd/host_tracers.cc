@@ -11,7 +11,7 @@ HostTracers::HostTracers(Kernel* kernel, Callbacks callbacks)
     : kernel_(kernel), callbacks_(std::move(callbacks)) {}
 
 HostTracers::~HostTracers() {
-  std::vector<std::unique_ptr<TracerProcess>> all;
+  std::vector<std::shared_ptr<TracerProcess>> all;
   {
     KernelLockGuard l(&kernel_->lock());
     for (auto& [pid, e] : live_) all.push_back(std::move(e.process));
@@ -48,8 +48,10 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
       live_.erase(it);
     }
     if (!peer.privileged()) {
+      // A done tracer (its process exited) stays in live_ for its sessions'
+      // stats, but is no process of the uid's any more.
       int mine = 0;
-      for (const auto& [p, e] : live_) mine += e.uid == peer.uid;
+      for (const auto& [p, e] : live_) mine += e.uid == peer.uid && !e.process->done();
       if (mine >= max_per_uid)
         return absl::ResourceExhaustedError(absl::StrCat(
             "uid ", peer.uid, " has ", mine, " soft-BTS tracer processes (limit ",
@@ -92,10 +94,19 @@ void HostTracers::RetireLocked(int32_t pid) {
 }
 
 void HostTracers::Reap() {
-  std::vector<std::unique_ptr<TracerProcess>> stop;
+  std::vector<std::shared_ptr<TracerProcess>> stop;
+  std::vector<std::shared_ptr<TracerProcess>> finished;  // done, kept in live_
   std::vector<SoftBtsTracer::Stats> counted;
   {
     KernelLockGuard l(&kernel_->lock());
+    // A live tracer whose process ended (detached sessions keep it until
+    // they are killed): its helper is reaped and its channel closed now,
+    // not when its last session goes.
+    for (auto& [pid, e] : live_)
+      if (!e.reaped && e.process->done()) {
+        e.reaped = true;
+        finished.push_back(e.process);
+      }
     stop.swap(retired_);
     // Counted now, while they leave retired_, so TotalsLocked never dips
     // while they stop; their last drain is added below.
@@ -105,6 +116,7 @@ void HostTracers::Reap() {
       gone_branches_ += counted.back().branches;
     }
   }
+  for (auto& t : finished) t->Stop();
   if (stop.empty()) return;
   for (auto& t : stop) t->Stop();
   KernelLockGuard l(&kernel_->lock());
@@ -123,7 +135,7 @@ uint64_t HostTracers::Stops(const SoftBtsTracer::Stats& s) { return s.steps + s.
 HostTracers::Totals HostTracers::TotalsLocked() const {
   kernel_->lock().AssertHeld();
   Totals t;
-  t.processes = live_.size();
+  for (const auto& [pid, e] : live_) t.processes += !e.process->done();
   t.steps = gone_steps_;
   t.branches = gone_branches_;
   auto add = [&t](const TracerProcess& p) {

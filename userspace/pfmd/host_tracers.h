@@ -7,7 +7,9 @@
 //
 // Threading: Start() and Reap() are called without the kernel lock (they
 // wait for processes); the *Locked methods with it. Tracers are stopped only
-// by Reap() and the destructor, on the caller's thread.
+// by Reap() and the destructor, on the caller's thread; each Reap() holds
+// the tracers it stops by shared_ptr, so another thread's Reap() cannot
+// free one under it.
 #ifndef PFM_USERSPACE_PFMD_HOST_TRACERS_H_
 #define PFM_USERSPACE_PFMD_HOST_TRACERS_H_
 
@@ -53,14 +55,17 @@ class HostTracers {
   TracerProcess* FindLocked(int32_t pid) const;
   // Queues the pid's tracer to be stopped by Reap().
   void RetireLocked(int32_t pid);
-  // Stops retired tracers; call without the kernel lock.
+  // Stops retired tracers, and the live ones that are done (their process
+  // and helper ended: the helper is reaped and its channel closed, while
+  // the tracer stays findable for its sessions' stats and maps); call
+  // without the kernel lock.
   void Reap();
 
   // What every tracer did since pfmd started (for /metrics): never
   // decreases, as counters must not. The live and retired tracers' stats as
   // last reported, plus the final stats of those stopped.
   struct Totals {
-    size_t processes = 0;  // live (started and not yet retired)
+    size_t processes = 0;  // live (started, not retired, not done)
     uint64_t steps = 0;
     uint64_t branches = 0;
   };
@@ -68,14 +73,15 @@ class HostTracers {
 
  private:
   struct Entry {
-    std::unique_ptr<TracerProcess> process;
+    std::shared_ptr<TracerProcess> process;
     uid_t uid = 0;
+    bool reaped = false;  // done, and handed to a Reap() to stop
   };
 
   Kernel* const kernel_;
   const Callbacks callbacks_;
   std::map<int32_t, Entry> live_;  // guarded by the kernel lock
-  std::vector<std::unique_ptr<TracerProcess>> retired_;  // likewise
+  std::vector<std::shared_ptr<TracerProcess>> retired_;  // likewise
   // Steps and branches of the tracers Reap() took out of retired_: counted
   // at the swap, and what they added while stopping once they stopped.
   static uint64_t Stops(const SoftBtsTracer::Stats& s);

@@ -169,7 +169,7 @@ bool TracerProcess::Send(uint32_t type, const void* payload, uint32_t len,
                          bool wait) {
   const std::string f = Frame(type, payload, len);
   std::lock_guard<std::mutex> lk(send_mu_);
-  return WriteAll(fd_, f.data(), f.size(), wait);
+  return fd_ >= 0 && WriteAll(fd_, f.data(), f.size(), wait);
 }
 
 void TracerProcess::MarkDone() {
@@ -500,7 +500,7 @@ int TracerProcess::OpenDebugChannel(UniqueFd* client, ErrorDetail* d) {
   bool sent;
   {
     std::lock_guard<std::mutex> lk(send_mu_);
-    sent = tracer_protocol::SendWithFd(fd_, f, sv[1]);
+    sent = fd_ >= 0 && tracer_protocol::SendWithFd(fd_, f, sv[1]);
   }
   ::close(sv[1]);
   if (!sent) {
@@ -527,7 +527,13 @@ void TracerProcess::Stop() {
   ::shutdown(fd_, SHUT_RDWR);  // a helper that missed kStop sees EOF
   if (reader_.joinable()) reader_.join();
   ReapHelper(helper_, finished ? kStopTimeout : std::chrono::milliseconds(100));
-  ::close(fd_);
+  {
+    // A stopped tracer may still be asked to send (a session on its pid
+    // that ends later closes its debug channel): never to a reused number.
+    std::lock_guard<std::mutex> lk(send_mu_);
+    ::close(fd_);
+    fd_ = -1;
+  }
   MarkDone();
   reaped_ = true;
 }

@@ -171,7 +171,9 @@ class TracerProcess {
 
   const pid_t pid_;     // the tracee
   const pid_t helper_;  // the helper process (our child)
-  const int fd_;        // our end of the socket pair
+  // Our end of the socket pair; -1 once Stop() closed it (written there
+  // only, after the reader is joined, under send_mu_).
+  int fd_;
   const Host host_;
   const Options options_;
   std::thread reader_;
