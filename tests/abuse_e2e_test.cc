@@ -102,6 +102,7 @@ pid_t SpawnPfmd(const std::vector<std::string>& flags, const std::string& err_pa
 // Waits up to `timeout` for `pid` to exit; kills it after. The exit code, or
 // 128 + signal.
 int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
+  if (pid <= 0) return -1;  // a failed fork: never kill(-1)
   int status = 0;
   const Clock::time_point end = Clock::now() + timeout;
   while (::waitpid(pid, &status, WNOHANG) != pid) {

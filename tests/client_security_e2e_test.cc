@@ -61,10 +61,11 @@ testing::Result RunAs(uid_t uid, const std::vector<std::string>& argv,
   int outp[2], errp[2];
   if (::pipe2(outp, O_CLOEXEC) != 0 || ::pipe2(errp, O_CLOEXEC) != 0) return res;
   const pid_t pid = ::fork();
+  if (pid < 0) return res;  // never kill(-1) below
   if (pid == 0) {
     ::dup2(outp[1], 1);
     ::dup2(errp[1], 2);
-    const int devnull = ::open("/dev/null", O_RDONLY);
+    const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     ::dup2(devnull, 0);
     if (::chdir("/") != 0 || ::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 ||
         ::setuid(uid) != 0)

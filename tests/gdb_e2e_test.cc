@@ -134,6 +134,7 @@ class GdbE2e : public testing::DaemonTest {
   }
   void TearDown() override {
     for (pid_t p : children_) {
+      if (p <= 0) continue;  // a failed fork: never kill(-1)
       ::kill(p, SIGKILL);
       int st;
       ::waitpid(p, &st, 0);

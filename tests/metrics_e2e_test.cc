@@ -223,7 +223,7 @@ class PrometheusServer {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
       const int out = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      const int null = ::open("/dev/null", O_RDONLY);
+      const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       ::dup2(null, 0);
       ::dup2(out, 1);
       ::dup2(out, 2);

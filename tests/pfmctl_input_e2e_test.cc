@@ -77,10 +77,11 @@ testing::Result RunFast(const std::vector<std::string>& argv, int timeout_s = 60
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const pid_t pid = ::fork();
+  if (pid < 0) return res;  // never kill(-1) below
   if (pid == 0) {
     ::dup2(outp[1], 1);
     ::dup2(errp[1], 2);
-    const int devnull = ::open("/dev/null", O_RDONLY);
+    const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     ::dup2(devnull, 0);
     ::execv(args[0], args.data());
     ::_exit(127);

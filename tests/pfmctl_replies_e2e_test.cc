@@ -183,10 +183,11 @@ testing::Result RunPfmctl(const std::string& socket, const std::vector<std::stri
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return res;
   const pid_t pid = ::fork();
+  if (pid < 0) return res;  // never kill(-1) below
   if (pid == 0) {
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
-    const int devnull = ::open("/dev/null", O_RDONLY);
+    const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     ::dup2(devnull, 0);
     std::vector<char*> cargs;
     for (const std::string& a : argv) cargs.push_back(const_cast<char*>(a.c_str()));

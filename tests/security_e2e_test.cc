@@ -61,6 +61,7 @@ pid_t SpawnSpinner() {
 }
 
 void KillAndReap(pid_t pid) {
+  if (pid <= 0) return;  // a failed fork: never kill(-1)
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
 }

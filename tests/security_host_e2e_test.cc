@@ -4,6 +4,9 @@
 // programs: copies of pfmctl and of a probe program in a world-readable
 // directory, since the runfiles tree is not readable by that uid) or a
 // forked child (AsUid) talking to the socket itself.
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -11,13 +14,17 @@
 #include <sys/prctl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -126,6 +133,7 @@ class SecurityHostE2e : public testing::DaemonTest {
   }
   void TearDown() override {
     for (pid_t p : children_) {
+      if (p <= 0) continue;  // a failed fork: never kill(-1)
       ::kill(p, SIGKILL);
       ::waitpid(p, nullptr, 0);
     }
@@ -339,6 +347,75 @@ TEST_F(SecurityHostE2e, AnExitedProcessesTracerIsReapedAndFreesItsUidsSlot) {
   EXPECT_EQ(c.err, absl::StrCat("pfmctl: RESOURCE_EXHAUSTED: soft BTS on pid ", third,
                                 ": uid 65534 has 1 soft-BTS tracer processes (limit 1, "
                                 "--max-tracers-per-uid)\n"));
+}
+
+// The files a process has open, as (device, inode) of what each fd names,
+// but fds 0-2 and anonymous inodes (every epoll, eventfd, pidfd and perf
+// event shares one inode: they cannot be told apart this way).
+std::set<std::pair<dev_t, ino_t>> OpenFilesOf(pid_t pid) {
+  std::set<std::pair<dev_t, ino_t>> out;
+  const std::string dir = absl::StrCat("/proc/", pid, "/fd");
+  DIR* d = ::opendir(dir.c_str());
+  while (const dirent* e = d != nullptr ? ::readdir(d) : nullptr) {
+    const int fd = std::atoi(e->d_name);
+    const std::string path = dir + "/" + e->d_name;
+    char link[256] = {};
+    struct stat st;
+    if (fd > 2 && ::readlink(path.c_str(), link, sizeof(link) - 1) > 0 &&
+        std::strncmp(link, "anon_inode:", 11) != 0 && ::stat(path.c_str(), &st) == 0)
+      out.insert({st.st_dev, st.st_ino});
+  }
+  if (d != nullptr) ::closedir(d);
+  return out;
+}
+
+// Makes close_range fail with ENOSYS (as on Linux before 5.9, or under a
+// container's seccomp policy) for this process and what it execs.
+void FailCloseRange() {
+  sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_close_range, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof(code) / sizeof(code[0])), code};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+    ::_exit(125);
+}
+
+// A tracer helper runs as the client: none of pfmd's files reaches it (its
+// listening socket and client connections, which are not close-on-exec,
+// ring memfds, perf events), whether close_range works or not (then each
+// fd below the limit is closed). A client connection is open while the
+// helper is forked.
+TEST_F(SecurityHostE2e, TracerHelpersGetNoneOfPfmdsFiles) {
+  for (const bool filtered : {false, true}) {
+    SCOPED_TRACE(filtered ? "close_range fails" : "close_range works");
+    Daemon d({"--driver", "host"}, filtered ? FailCloseRange : std::function<void()>());
+    ASSERT_TRUE(d.started());
+    const int conn = testing::ConnectRaw(d.socket());
+    ASSERT_GE(conn, 0);
+    ASSERT_TRUE(SendFrame(conn, "{\"op\":\"ping\"}", {}).ok());
+    ASSERT_TRUE(RecvFrame(conn, 5000).ok());  // accepted: pfmd holds it
+    const pid_t worker = SpawnWorker(5);
+    ASSERT_GT(worker, 0);
+    children_.push_back(worker);
+    PfmctlJson(d.socket(), {"session", "create", "--role", "profiler", "--pid",
+                            std::to_string(worker), "--bts", "lossless"});
+    const std::vector<pid_t> helpers = TracerHelpersOf(worker);
+    ASSERT_EQ(helpers.size(), 1u);
+    const std::set<std::pair<dev_t, ino_t>> pfmd = OpenFilesOf(d.pid());
+    const std::set<std::pair<dev_t, ino_t>> helper = OpenFilesOf(helpers[0]);
+    EXPECT_GE(pfmd.size(), 3u);  // its socket, the connection, the session's
+    EXPECT_FALSE(helper.empty());  // its channel to pfmd (fd 3), at least
+    for (const auto& f : helper)
+      EXPECT_EQ(pfmd.count(f), 0u) << "the helper has pfmd's inode " << f.second;
+    ::close(conn);
+  }
 }
 
 // Finding 1: root of a user namespace is root of nothing pfmd serves.

@@ -114,12 +114,23 @@ Result Run(const std::vector<std::string>& argv,
            const std::map<std::string, std::string>& env, int timeout_s) {
   Result res;
   int outp[2], errp[2];
-  if (::pipe2(outp, O_CLOEXEC) != 0 || ::pipe2(errp, O_CLOEXEC) != 0) return res;
-  pid_t pid = ::fork();
+  if (::pipe2(outp, O_CLOEXEC) != 0) return res;
+  if (::pipe2(errp, O_CLOEXEC) != 0) {
+    ::close(outp[0]);
+    ::close(outp[1]);
+    return res;
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    // Never on to waitpid(-1) or kill(-1): as root that is every process.
+    res.err = std::string("fork: ") + std::strerror(errno);
+    for (int fd : {outp[0], outp[1], errp[0], errp[1]}) ::close(fd);
+    return res;
+  }
   if (pid == 0) {
     ::dup2(outp[1], 1);
     ::dup2(errp[1], 2);
-    int devnull = ::open("/dev/null", O_RDONLY);
+    const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     ::dup2(devnull, 0);
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> args;
@@ -173,6 +184,11 @@ boost::json::object AsUid(uid_t uid, const std::function<boost::json::object()>&
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return {{"child_failed", "pipe"}};
   const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(p[0]);
+    ::close(p[1]);
+    return {{"child_failed", "fork"}};
+  }
   if (pid == 0) {
     ::close(p[0]);
     if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0)
@@ -220,13 +236,18 @@ int ConnectRaw(const std::string& path) {
   return fd;
 }
 
-Daemon::Daemon(std::vector<std::string> flags) {
+Daemon::Daemon(std::vector<std::string> flags, const std::function<void()>& in_child) {
   dir_ = MakeSocketDir();
   socket_ = dir_ + "/pfmd.sock";
   std::vector<std::string> argv = {PfmdPath(), "--socket", socket_};
   argv.insert(argv.end(), flags.begin(), flags.end());
   pid_ = ::fork();
+  if (pid_ < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    return;
+  }
   if (pid_ == 0) {
+    if (in_child) in_child();
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -296,6 +317,7 @@ pid_t ForkPausedAt(pid_t want, int attempts) {
     }
     std::ofstream("/proc/sys/kernel/ns_last_pid") << (want - 1);
     got = ::fork();
+    if (got < 0) return -1;
     if (got == 0) {
       ::pause();
       ::_exit(0);

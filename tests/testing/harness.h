@@ -51,7 +51,10 @@ boost::json::value PfmctlJson(const std::string& socket,
 // A pfmd child process on its own socket; SIGTERM and reaped on destruction.
 class Daemon {
  public:
-  explicit Daemon(std::vector<std::string> flags);
+  // `in_child`, if set, runs in the forked child just before it execs pfmd
+  // (e.g. to install a seccomp filter pfmd then runs under).
+  explicit Daemon(std::vector<std::string> flags,
+                  const std::function<void()>& in_child = nullptr);
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;

@@ -282,6 +282,7 @@ std::string NoTaskClock() {
 }
 
 void KillAndReap(pid_t pid) {
+  if (pid <= 0) return;  // a failed fork: never kill(-1)
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
 }
