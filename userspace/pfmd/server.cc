@@ -506,20 +506,35 @@ absl::Status Server::Listen(const std::string& path, uint32_t mode) {
   }
   boost::system::error_code ec;
   acceptor_.open(stream_protocol(), ec);
+  // Asio opens sockets without SOCK_CLOEXEC; the tracer helpers' children
+  // close what they inherit anyway (tracer_process.cc), this closes it on
+  // exec too.
+  if (!ec) ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
   if (!ec) acceptor_.bind(stream_protocol::endpoint(path), ec);
-  if (ec)
+  if (ec) {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
     return absl::UnavailableError(
         absl::StrCat("cannot bind ", path, ": ", ec.message()));
+  }
+  // From here a failure removes the socket file it bound (or whatever
+  // replaced it: unlink does not follow a symlink).
+  auto unbind = [&](absl::Status st) {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    ::unlink(path.c_str());
+    return st;
+  };
   // Not chmod: if the socket file were swapped for a symlink after bind
   // (a directory others can write), root would change the mode of the
   // link's target. AT_SYMLINK_NOFOLLOW refuses a symlink (EOPNOTSUPP).
   if (::fchmodat(AT_FDCWD, path.c_str(), mode, AT_SYMLINK_NOFOLLOW) != 0)
-    return absl::UnavailableError(
-        absl::StrCat("chmod ", path, ": ", strerror(errno)));
+    return unbind(absl::UnavailableError(
+        absl::StrCat("chmod ", path, ": ", strerror(errno))));
   acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", path, ": ", ec.message()));
+    return unbind(absl::UnavailableError(
+        absl::StrCat("cannot listen on ", path, ": ", ec.message())));
   path_ = path;
   Accept();
   return absl::OkStatus();
@@ -548,6 +563,7 @@ void Server::Accept() {
       return;
     }
     accept_backing_off_ = false;
+    ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // as the listener's
     // Who the peer is, from the socket alone (userspace/pfmd/auth.h).
     absl::StatusOr<Peer> peer =
         PeerFromSocket(socket.native_handle(), service_.auth_policy());
