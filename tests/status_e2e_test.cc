@@ -1,13 +1,17 @@
 // End to end: the real pfmd binary and the real pfmctl binary over a real
 // Unix socket (issue 2's walking skeleton).
 #include <perfmon/pfmlib.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -174,6 +178,11 @@ TEST(StatusE2e, PfmctlStartsAnEmbeddedDaemonWhenNoneRuns) {
   chmod(runtime.c_str(), 0700);
   std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime},
                                             {"PFMD_SOCKET", ""}};
+  // Stops the daemon if an assertion ends the test before its shutdown.
+  struct Stopper {
+    const std::map<std::string, std::string>& env;
+    ~Stopper() { testing::Run({testing::PfmctlPath(), "shutdown"}, env); }
+  } stopper{env};
   testing::Result r = testing::Run(
       {testing::PfmctlPath(), "--json", "--driver", "sim", "status"}, env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -192,6 +201,49 @@ TEST(StatusE2e, PfmctlStartsAnEmbeddedDaemonWhenNoneRuns) {
   unlink((runtime + "/pfmd/pfmd.sock.log").c_str());
   rmdir((runtime + "/pfmd").c_str());
   rmdir(runtime.c_str());
+}
+
+// The embedded daemon outlives the pfmctl that started it, so it must keep
+// none of that pfmctl's files: a pipe its caller reads to EOF (here: the
+// write end, inherited by pfmctl without close-on-exec, must be closed once
+// pfmctl has exited while the daemon runs on), a lock, a directory it holds
+// busy (its working directory is /).
+TEST(StatusE2e, TheEmbeddedDaemonKeepsNoneOfItsStartersFiles) {
+  const std::string runtime = testing::MakeSocketDir();
+  ASSERT_EQ(chmod(runtime.c_str(), 0700), 0);
+  const std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime},
+                                                  {"PFMD_SOCKET", ""}};
+  // Stops the daemon whatever the test's outcome.
+  struct Stopper {
+    const std::map<std::string, std::string>& env;
+    ~Stopper() { testing::Run({testing::PfmctlPath(), "shutdown"}, env); }
+  } stopper{env};
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);  // not close-on-exec: pfmctl inherits both ends
+  testing::Result r = testing::Run(
+      {testing::PfmctlPath(), "--json", "--driver", "sim", "status"}, env);
+  close(p[1]);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  pollfd pf{p[0], POLLIN, 0};
+  ASSERT_EQ(poll(&pf, 1, 5000), 1) << "the pipe's write end is still open somewhere";
+  char c;
+  EXPECT_EQ(read(p[0], &c, 1), 0);  // EOF: nobody holds the write end
+  close(p[0]);
+  // The daemon runs on, in /.
+  const std::string title = "pfmd (embedded) --socket " + runtime + "/pfmd/pfmd.sock";
+  pid_t daemon = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
+    if (pid <= 0) continue;
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmd;
+    std::getline(in, cmd, '\0');
+    if (cmd == title) daemon = pid;
+  }
+  ASSERT_GT(daemon, 0) << "no process named '" << title << "'";
+  std::error_code ec;
+  EXPECT_EQ(std::filesystem::read_symlink("/proc/" + std::to_string(daemon) + "/cwd", ec),
+            "/");
 }
 
 TEST(StatusE2e, PfmdRefusesOverlongSocketPath) {

@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,6 +63,17 @@ absl::Status StartEmbedded(PfmdConfig config, const std::string& path) {
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0)
     return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+  // Above stdio (pfmctl may have started with fd 0, 1 or 2 closed): the
+  // daemon's stdio is replaced below, its ready pipe must survive that.
+  if (ready[1] <= 2) {
+    const int moved = ::fcntl(ready[1], F_DUPFD_CLOEXEC, 3);
+    ::close(ready[1]);
+    if (moved < 0) {
+      ::close(ready[0]);
+      return absl::InternalError(absl::StrCat("fcntl: ", strerror(errno)));
+    }
+    ready[1] = moved;
+  }
   pid_t child = ::fork();
   if (child < 0) {
     ::close(ready[0]);
@@ -73,11 +86,28 @@ absl::Status StartEmbedded(PfmdConfig config, const std::string& path) {
     if (::fork() != 0) ::_exit(0);
     int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     const std::string log = path + ".log";
-    int logfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+    // This start's log only: the file does not grow over the daemon's
+    // restarts (one already running writes with O_APPEND at the new end).
+    int logfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
                        0600);
     ::dup2(devnull, 0);
     ::dup2(devnull, 1);
     ::dup2(logfd >= 0 ? logfd : devnull, 2);
+    // A daemon outlives its starter: it keeps none of the starter's other
+    // files (a lock `flock` holds, a pipe a caller waits on for EOF) and
+    // not its working directory.
+    const unsigned keep = static_cast<unsigned>(ready[1]);  // > 2, see above
+    if ((keep > 3 && ::syscall(SYS_close_range, 3u, keep - 1, 0u) != 0) ||
+        ::syscall(SYS_close_range, keep + 1, ~0u, 0u) != 0) {
+      // Linux before 5.9, or a seccomp policy: one by one.
+      rlimit lim{};
+      const rlim_t top = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY
+                             ? lim.rlim_cur
+                             : 65536;
+      for (rlim_t fd = 3; fd < top; ++fd)
+        if (fd != keep) ::close(static_cast<int>(fd));
+    }
+    if (path[0] == '/' && ::chdir("/") != 0) ::_exit(1);
     NameEmbeddedDaemon(path);
     // This grandchild shares pfmctl's stack: an exception must not unwind
     // into pfmctl's code and carry on there as a second pfmctl.
