@@ -16,8 +16,13 @@ WORKLOAD=bazel-bin/tools/demo/workload_bin
 unset PFMD_SOCKET   # use the running daemon, or start an embedded one
 TMP=$(mktemp -d /tmp/pfm-demo.XXXXXX)
 SIMPID=""
+SESSIONS=""   # ids of this demo's sessions still open
+BGPIDS=""     # its background processes
 cleanup() {
-  [ -n "$SIMPID" ] && kill "$SIMPID" 2>/dev/null || true
+  # Whatever stopped the demo (set -e, ^C), it leaves no session behind in
+  # the daemon (a system pfmd keeps detached sessions) and no process.
+  for id in $SESSIONS; do "$PFMCTL" session kill "$id" >/dev/null 2>&1 || true; done
+  for p in $BGPIDS $SIMPID; do kill "$p" 2>/dev/null || true; done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -30,6 +35,7 @@ say "pfmctl status (this machine, host driver; embedded pfmd started on demand)"
 say "a real process: $WORKLOAD 40 (computes, sleeps, repeats)"
 "$WORKLOAD" 40 >"$TMP/workload.out" &
 WPID=$!
+BGPIDS="$BGPIDS $WPID"
 for _ in $(seq 50); do [ -s "$TMP/workload.out" ] && break; sleep 0.05; done
 cat "$TMP/workload.out"
 WORK=$(sed -n 's/.*work() at \(0x[0-9a-f]*\).*/\1/p' "$TMP/workload.out")
@@ -37,14 +43,17 @@ WORK=$(sed -n 's/.*work() at \(0x[0-9a-f]*\).*/\1/p' "$TMP/workload.out")
 say "debugger: a 32-branch history ring and a pinned breakpoint on work() ($WORK)"
 DBG=$("$PFMCTL" --json session create --role debugger --pid "$WPID" --bts history \
         --buffer 2KiB --breakpoint "$WORK:1:x" | id_of)
+SESSIONS="$SESSIONS $DBG"
 echo "session $DBG"
 say "profiler on the same process: lossless branch stream + counters"
 PROF=$("$PFMCTL" --json session create --role profiler --pid "$WPID" --bts lossless \
         --buffer 16MiB --counter task-clock --counter context-switches \
         --counter page-faults | id_of)
+SESSIONS="$SESSIONS $PROF"
 echo "session $PROF"
 "$PFMCTL" stream "$PROF" -o "$TMP/profile.trace" &
 SPID=$!
+BGPIDS="$BGPIDS $SPID"
 sleep 1.5
 
 say "pfmctl resources: who is using the PMU while they share the task?"
@@ -66,6 +75,7 @@ PAGER=cat perf script -F comm,tid,time,ip,sym,addr -i "$TMP/perf.data" 2>/dev/nu
   | grep -m5 ' work' || true
 "$PFMCTL" session kill "$DBG"
 "$PFMCTL" session kill "$PROF"
+SESSIONS=""
 
 say "a crash: pfmctl record --role debugger --bts history -- $WORKLOAD 2 crash"
 set +e
@@ -78,9 +88,11 @@ set -e
 say "GDB on pfm: the real gdb debugs a process while a profiler streams it"
 "$WORKLOAD" 60 >"$TMP/workload2.out" &
 WPID2=$!
+BGPIDS="$BGPIDS $WPID2"
 for _ in $(seq 50); do [ -s "$TMP/workload2.out" ] && break; sleep 0.05; done
 "$PFMCTL" record --bts lossless -o "$TMP/beside_gdb.trace" -p "$WPID2" >"$TMP/rec.out" 2>&1 &
 RECPID=$!
+BGPIDS="$BGPIDS $RECPID"
 for _ in $(seq 100); do "$PFMCTL" session list | grep -q "pid $WPID2" && break; sleep 0.05; done
 cat >"$TMP/demo.gdb" <<'GDB'
 set pagination off
@@ -117,8 +129,13 @@ kill "$WPID2" 2>/dev/null || true
 wait "$WPID2" 2>/dev/null || true
 
 say "what this machine cannot do is refused, and changes nothing"
-"$PFMCTL" session create --pid $$ --pebs MEM_LOAD_RETIRED.L3_MISS || true
-"$PFMCTL" session create --pid $$ --counter cycles || true
+for what in "--pebs MEM_LOAD_RETIRED.L3_MISS" "--counter cycles"; do
+  # shellcheck disable=SC2086  # two words: the flag and its value
+  if id=$("$PFMCTL" --json session create --pid $$ $what | id_of); then
+    echo "session $id: this machine has it"   # real hardware: not refused
+    "$PFMCTL" session kill "$id"
+  fi
+done
 
 say "the simulated Skylake (pfmd --driver sim): BTS and PEBS mixed in one stream"
 "$PFMD" --driver sim --sim-pmu skl --sim-cpus 4 --sim-tasks 6 --sim-paused \

@@ -7,10 +7,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh || exit 1
 log=$(mktemp)
-# Tests make their socket directories under /tmp (tests/testing/harness.h,
-# MakeSocketDir) and must remove them: one left behind after the run counts
-# as a failed test below.
+# Tests make directories under /tmp (socket paths must be short:
+# tests/testing/harness.h MakeSocketDir, and a few tests' own) and must
+# remove them: one left behind after the run counts as a failed test below.
 started=$(mktemp)
+trap 'rm -f "$log" "$started"' EXIT
 bazel test //... --test_tag_filters=-benchmark,-fuzz "$@" 2>&1 | tee "$log" \
   | grep -vE '^[0-9]+\.[0-9]+: src/main/tools/' 
 rc=${PIPESTATUS[0]}
@@ -23,10 +24,11 @@ if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
   failed=1
 fi
 rm -f "$log"
-left=$(find /tmp -maxdepth 1 -name 'pfmtest-*' -newer "$started" 2>/dev/null)
-rm -f "$started"
+left=$(find /tmp -maxdepth 1 \( -name 'pfmtest-*' -o -name 'pfm-auth-*' \
+  -o -name 'pfm-sockdir-*' -o -name 'pfmctl-bin-*' -o -name 'pfmd-65534*' \) \
+  -newer "$started" 2>/dev/null)
 if [ -n "$left" ]; then
-  echo "test: socket directories left in /tmp by the tests:" $left
+  echo "test: directories left in /tmp by the tests:" $left
   failed=$((failed + 1))
   rc=1
 fi

@@ -16,8 +16,10 @@ for d in */; do
   case "$d" in bazel-*) continue ;; esac
   [ -n "$(find "$d" -name BUILD -print -quit)" ] && pkgs+=("//${d%/}/...")
 done
+# The server goes however this script ends (^C included): else it would
+# idle for hours beside the default build's.
+trap 'bazel --output_base="$base" shutdown >/dev/null 2>&1 || true' EXIT
 bazel --output_base="$base" build --config=thread-safety "${pkgs[@]}" || status=$?
-bazel --output_base="$base" shutdown >/dev/null 2>&1 || true
 if [ "$status" -eq 0 ]; then
   echo "thread_safety: ${pkgs[*]} clean under clang -Wthread-safety"
 else

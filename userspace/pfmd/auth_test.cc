@@ -104,10 +104,21 @@ absl::StatusOr<Peer> PeerOfChild(const AuthPolicy& policy,
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::chmod(path.c_str(), 0666) != 0 || ::listen(lfd, 4) != 0)
+  const auto cleanup = [&] {
+    ::close(lfd);
+    ::unlink(path.c_str());
+    ::rmdir(dir);
+  };
+  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::chmod(path.c_str(), 0666) != 0 || ::listen(lfd, 4) != 0) {
+    cleanup();
     return absl::InternalError("bind/listen");
+  }
   const pid_t child = ::fork();
+  if (child < 0) {
+    cleanup();
+    return absl::InternalError("fork");
+  }
   if (child == 0) {
     become();
     int c = ::socket(AF_UNIX, SOCK_STREAM, 0);
@@ -122,11 +133,9 @@ absl::StatusOr<Peer> PeerOfChild(const AuthPolicy& policy,
                                         : -1;
   absl::StatusOr<Peer> peer = PeerFromSocket(cfd, policy);
   ::close(cfd);
-  ::close(lfd);
   int st = 0;
   ::waitpid(child, &st, 0);
-  ::unlink(path.c_str());
-  ::rmdir(dir);
+  cleanup();
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
     return absl::InternalError("the child could not connect");
   return peer;
