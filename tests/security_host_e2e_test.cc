@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -321,13 +322,16 @@ TEST_F(SecurityHostE2e, AnExitedProcessesTracerIsReapedAndFreesItsUidsSlot) {
   }
   ASSERT_EQ(shown.as_array().size(), 1u) << shown;
   ASSERT_EQ(shown.as_array()[0].at("state"), "exited") << shown;
-  // A request later (any request reaps), the helper is gone, not a zombie.
-  for (int i = 0; i < 500 && !TracerHelpersOf(first).empty(); ++i) {
+  // A request later (any request reaps, once pfmd has seen the helper's
+  // end), the helper is gone, not a zombie. Without the reaping it stays a
+  // zombie until the session is killed, however many requests come.
+  bool reaped = false;
+  for (int i = 0; i < 500 && !reaped; ++i) {
     PfmctlJson(d.socket(), {"status"});
-    ::usleep(10000);
+    reaped = TracerHelpersOf(first).empty() && zombies().empty();
+    if (!reaped) ::usleep(10000);
   }
-  EXPECT_TRUE(TracerHelpersOf(first).empty());
-  EXPECT_TRUE(zombies().empty()) << "pfmd has unreaped children";
+  EXPECT_TRUE(reaped) << "pfmd has unreaped children";
   const pid_t second = spawn();
   ASSERT_GT(second, 0);
   children_.push_back(second);
@@ -387,15 +391,50 @@ void FailCloseRange() {
     ::_exit(125);
 }
 
-// A tracer helper runs as the client: none of pfmd's files reaches it (its
-// listening socket and client connections, which are not close-on-exec,
-// ring memfds, perf events), whether close_range works or not (then each
-// fd below the limit is closed). A client connection is open while the
-// helper is forked.
+// The descriptors >= 3 of a process that are not close-on-exec, by number
+// (the "flags:" line of /proc/PID/fdinfo/FD, octal).
+std::vector<int> InheritableFdsOf(pid_t pid) {
+  std::vector<int> out;
+  const std::string dir = absl::StrCat("/proc/", pid, "/fdinfo");
+  DIR* d = ::opendir(dir.c_str());
+  while (const dirent* e = d != nullptr ? ::readdir(d) : nullptr) {
+    const int fd = std::atoi(e->d_name);
+    if (fd < 3) continue;
+    const std::string info = ReadFile(dir + "/" + e->d_name);
+    const size_t at = info.find("flags:");
+    if (at != std::string::npos &&
+        (std::strtoul(info.c_str() + at + 6, nullptr, 8) & O_CLOEXEC) == 0)
+      out.push_back(fd);
+  }
+  if (d != nullptr) ::closedir(d);
+  return out;
+}
+
+// A tracer helper runs as the client: none of pfmd's files reaches it. Two
+// layers: pfmd opens (or marks) every descriptor close-on-exec, its
+// listening socket and client connections too, which Boost.Asio opens
+// without SOCK_CLOEXEC; and the helper's child closes everything above its
+// channel before the exec (closefrom: close_range, or /proc/self/fd where
+// close_range is refused, as on Linux before 5.9 or under a seccomp
+// policy). pfmd is given a file it inherits on purpose (not close-on-exec,
+// so only the second layer keeps it from the helper), and a client
+// connection is open while the helper is forked; both with close_range
+// working and refused by a seccomp filter.
 TEST_F(SecurityHostE2e, TracerHelpersGetNoneOfPfmdsFiles) {
+  const std::string inherited = dir_ + "/inherited";
+  ASSERT_TRUE(std::ofstream(inherited).good());
+  struct stat ist;
+  ASSERT_EQ(::stat(inherited.c_str(), &ist), 0);
   for (const bool filtered : {false, true}) {
     SCOPED_TRACE(filtered ? "close_range fails" : "close_range works");
-    Daemon d({"--driver", "host"}, filtered ? FailCloseRange : std::function<void()>());
+    Daemon d({"--driver", "host"}, [&] {
+      // Not close-on-exec, and above the helper's fd 3 (which the helper's
+      // child replaces with its channel anyway).
+      const int fd = ::open(inherited.c_str(), O_RDONLY);
+      if (fd < 0 || ::dup2(fd, 100) != 100) ::_exit(124);
+      ::close(fd);
+      if (filtered) FailCloseRange();
+    });
     ASSERT_TRUE(d.started());
     const int conn = testing::ConnectRaw(d.socket());
     ASSERT_GE(conn, 0);
@@ -410,10 +449,18 @@ TEST_F(SecurityHostE2e, TracerHelpersGetNoneOfPfmdsFiles) {
     ASSERT_EQ(helpers.size(), 1u);
     const std::set<std::pair<dev_t, ino_t>> pfmd = OpenFilesOf(d.pid());
     const std::set<std::pair<dev_t, ino_t>> helper = OpenFilesOf(helpers[0]);
-    EXPECT_GE(pfmd.size(), 3u);  // its socket, the connection, the session's
+    ASSERT_EQ(pfmd.count({ist.st_dev, ist.st_ino}), 1u) << "pfmd did not inherit the file";
+    EXPECT_GE(pfmd.size(), 4u);  // its socket, the connection, the session's, the file
     EXPECT_FALSE(helper.empty());  // its channel to pfmd (fd 3), at least
     for (const auto& f : helper)
       EXPECT_EQ(pfmd.count(f), 0u) << "the helper has pfmd's inode " << f.second;
+    // Every descriptor of pfmd's own is close-on-exec: only the inherited
+    // file is not.
+    const std::vector<int> open = InheritableFdsOf(d.pid());
+    ASSERT_EQ(open.size(), 1u) << "pfmd fds without close-on-exec: " << open.size();
+    struct stat fst;
+    ASSERT_EQ(::stat(absl::StrCat("/proc/", d.pid(), "/fd/", open[0]).c_str(), &fst), 0);
+    EXPECT_EQ(fst.st_ino, ist.st_ino);
     ::close(conn);
   }
 }

@@ -178,11 +178,13 @@ TEST(StatusE2e, PfmctlStartsAnEmbeddedDaemonWhenNoneRuns) {
   chmod(runtime.c_str(), 0700);
   std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime},
                                             {"PFMD_SOCKET", ""}};
-  // Stops the daemon if an assertion ends the test before its shutdown.
+  // Stops the daemon if an assertion ends the test before its shutdown: by
+  // its socket (once `runtime` is gone, pfmctl's own choice of private
+  // socket would be another daemon's).
   struct Stopper {
-    const std::map<std::string, std::string>& env;
-    ~Stopper() { testing::Run({testing::PfmctlPath(), "shutdown"}, env); }
-  } stopper{env};
+    std::string socket;
+    ~Stopper() { testing::Run({testing::PfmctlPath(), "--socket", socket, "shutdown"}); }
+  } stopper{runtime + "/pfmd/pfmd.sock"};
   testing::Result r = testing::Run(
       {testing::PfmctlPath(), "--json", "--driver", "sim", "status"}, env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -213,11 +215,11 @@ TEST(StatusE2e, TheEmbeddedDaemonKeepsNoneOfItsStartersFiles) {
   ASSERT_EQ(chmod(runtime.c_str(), 0700), 0);
   const std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime},
                                                   {"PFMD_SOCKET", ""}};
-  // Stops the daemon whatever the test's outcome.
+  // Stops the daemon whatever the test's outcome (by its socket, as above).
   struct Stopper {
-    const std::map<std::string, std::string>& env;
-    ~Stopper() { testing::Run({testing::PfmctlPath(), "shutdown"}, env); }
-  } stopper{env};
+    std::string socket;
+    ~Stopper() { testing::Run({testing::PfmctlPath(), "--socket", socket, "shutdown"}); }
+  } stopper{runtime + "/pfmd/pfmd.sock"};
   int p[2];
   ASSERT_EQ(pipe(p), 0);  // not close-on-exec: pfmctl inherits both ends
   testing::Result r = testing::Run(

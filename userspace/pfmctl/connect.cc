@@ -4,9 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,29 +82,30 @@ absl::Status StartEmbedded(PfmdConfig config, const std::string& path) {
     ::close(ready[0]);
     ::setsid();
     if (::fork() != 0) ::_exit(0);
-    int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    // Both above stdio before the dup2s below (pfmctl may have started
+    // with some of fds 0-2 closed: a file opened there would be replaced).
+    const auto above_stdio = [](int fd) {
+      return fd >= 0 && fd <= 2 ? ::fcntl(fd, F_DUPFD_CLOEXEC, 3) : fd;
+    };
+    const int devnull = above_stdio(::open("/dev/null", O_RDWR | O_CLOEXEC));
     const std::string log = path + ".log";
     // This start's log only: the file does not grow over the daemon's
     // restarts (one already running writes with O_APPEND at the new end).
-    int logfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
-                       0600);
+    const int logfd = above_stdio(::open(
+        log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600));
     ::dup2(devnull, 0);
     ::dup2(devnull, 1);
     ::dup2(logfd >= 0 ? logfd : devnull, 2);
     // A daemon outlives its starter: it keeps none of the starter's other
     // files (a lock `flock` holds, a pipe a caller waits on for EOF) and
-    // not its working directory.
-    const unsigned keep = static_cast<unsigned>(ready[1]);  // > 2, see above
-    if ((keep > 3 && ::syscall(SYS_close_range, 3u, keep - 1, 0u) != 0) ||
-        ::syscall(SYS_close_range, keep + 1, ~0u, 0u) != 0) {
-      // Linux before 5.9, or a seccomp policy: one by one.
-      rlimit lim{};
-      const rlim_t top = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY
-                             ? lim.rlim_cur
-                             : 65536;
-      for (rlim_t fd = 3; fd < top; ++fd)
-        if (fd != keep) ::close(static_cast<int>(fd));
+    // not its working directory. The ready pipe goes to fd 3, everything
+    // above is closed (glibc's closefrom: close_range, else /proc/self/fd).
+    if (ready[1] != 3) {
+      if (::dup2(ready[1], 3) != 3) ::_exit(1);
+      ready[1] = 3;
     }
+    ::fcntl(3, F_SETFD, FD_CLOEXEC);
+    ::closefrom(4);
     if (path[0] == '/' && ::chdir("/") != 0) ::_exit(1);
     NameEmbeddedDaemon(path);
     // This grandchild shares pfmctl's stack: an exception must not unwind

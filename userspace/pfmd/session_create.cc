@@ -481,6 +481,21 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
             " (its tracer traces it, and its records, with their own pid, go to pid ",
             root, "'s sessions): create the session on pid ", root));
     }
+    // A process at the pid of one that exited while an inherited trace of
+    // it goes on (its children are traced under that pid: their context and
+    // tracer are the pid's) is another process: it must neither join that
+    // context nor share that tracer, which would hand it, and whoever traces
+    // it, the first process's children's records. Its stream waits until
+    // they have ended.
+    if (!sim_ && spec.task() && (spec.consumer() || need_tracer)) {
+      for (const auto& [oid, o] : sessions_)
+        if (o->spec.pid == spec.pid && o->consumer != 0 && TargetExitedLocked(*o) &&
+            kernel_->LiveTaskContextOfConsumer(o->consumer) == spec.pid)
+          return absl::UnavailableError(absl::StrCat(
+              "pid ", spec.pid, " is a new process: the children of the process that "
+              "had that pid are still traced under it (session ", oid,
+              "); try again when they have ended"));
+    }
     if (absl::Status st = CheckCapsLocked(peer, spec); !st.ok()) return st;
     s->id = next_session_;
     // Memory, then the arbiter's admission, then the consumer: a refusal at

@@ -468,6 +468,81 @@ TEST(SessionManagerHost, ARecycledPidBeforeTheTracerStartsIsRefusedAndLetGo) {
   EXPECT_NE(reused_status.find("\nState:\tS"), std::string::npos) << reused_status;
 }
 
+// An inherited trace goes on under its first process's pid after that
+// process exits, while its children live (their context and tracer are
+// the pid's). A new process at that pid is another process: a stream
+// session on it is refused (before, it joined that context and shared
+// that tracer: the first process's children's records, whoever's they
+// were). Counters on it, which go by its pidfd-checked pid, are served.
+TEST(SessionManagerHost, ANewProcessAtTheRootPidOfALiveInheritedTraceIsKeptOut) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
+  int go[2], report[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t first = ::fork();
+  ASSERT_GE(first, 0);
+  if (first == 0) {
+    ::close(go[1]);
+    ::close(report[0]);
+    char b;
+    if (::read(go[0], &b, 1) != 1) ::_exit(2);
+    const pid_t child = ::fork();  // followed: the trace inherits
+    if (child == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    (void)!::write(report[1], &child, sizeof child);
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  ::close(report[1]);
+  PfmdConfig c;
+  c.driver = "host";
+  MachineInfo m = HostWithoutPmu();
+  m.soft_bts = true;
+  SessionManager mgr(c, m);
+  TypedSpec spec;
+  spec.pid = first;
+  spec.bts = BtsMode::kLossless;
+  spec.buffer_bytes = 1 << 20;
+  spec.inherit = true;
+  absl::StatusOr<SessionId> traced = mgr.Create(Root(), 1, spec);
+  ASSERT_TRUE(traced.ok()) << traced.status();
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  pid_t child = 0;
+  ASSERT_EQ(::read(report[0], &child, sizeof child), static_cast<ssize_t>(sizeof child));
+  ::close(go[1]);
+  ::close(report[0]);
+  int st = 0;
+  ASSERT_EQ(::waitpid(first, &st, 0), first);
+  // The first process's end reached the session (after its child's fork,
+  // in the tracer's order); the child is still traced.
+  bool ended = false;
+  for (int i = 0; i < 500 && !ended; ++i) {
+    absl::StatusOr<SessionInfo> info = mgr.Show(Root(), *traced);
+    ended = info.ok() && info->state == TaskState::kExited;
+    if (!ended) ::usleep(10000);
+  }
+  const pid_t reused = testing::ForkPausedAt(first, 50);
+  absl::StatusOr<SessionId> stream = mgr.Create(Root(), 2, spec);
+  TypedSpec counters;
+  counters.pid = first;
+  counters.counters = {"task-clock"};
+  absl::StatusOr<SessionId> counted = NoTaskClock().empty()
+                                          ? mgr.Create(Root(), 2, counters)
+                                          : absl::StatusOr<SessionId>(SessionId{0});
+  KillAndReap(reused);
+  ::kill(child, SIGKILL);  // not ours: reparented when `first` exited
+  ASSERT_TRUE(ended) << "the session never saw pid " << first << " exit";
+  if (reused != first) GTEST_SKIP() << "pid " << first << " was not reused";
+  EXPECT_EQ(stream.status(),
+            absl::UnavailableError(absl::StrCat(
+                "pid ", first, " is a new process: the children of the process that had "
+                "that pid are still traced under it (session ", *traced,
+                "); try again when they have ended")));
+  EXPECT_TRUE(counted.ok()) << counted.status();
+}
+
 }  // namespace
 }  // namespace pfm
 

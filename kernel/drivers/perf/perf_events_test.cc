@@ -7,6 +7,7 @@
 #include <linux/hw_breakpoint.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -319,6 +320,102 @@ TEST(PerfEvents, AThreadIdRecycledBeforeItsOpenIsNotCounted) {
   if (reused != tid) GTEST_SKIP() << "tid " << tid << " was not reused";
   ASSERT_EQ(rc, 0) << d.message;
   EXPECT_EQ(ev.threads(), 1u) << "an event on the process now at " << tid;
+}
+
+// The same when the opener is unprivileged and the new process at the id is
+// another user's: the open there is refused (EACCES), and that refusal is
+// not the request's (the thread it was for is gone): the process's event
+// opens with its main thread's alone. uid 65534 opens user-mode task-clock
+// on its own two-thread process; root puts its own process at the second
+// thread's id just before that thread's open.
+TEST(PerfEvents, ARefusalOnARecycledThreadIdIsNotTheRequests) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid, setuid)";
+  constexpr uid_t kNobody = 65534;
+  int report[2], release[2];
+  ASSERT_EQ(pipe(report), 0);
+  ASSERT_EQ(pipe(release), 0);
+  const pid_t target = fork();
+  ASSERT_GE(target, 0);
+  if (target == 0) {
+    if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(3);
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);  // as a user's own process is
+    std::thread t([&] {
+      const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+      if (write(report[1], &tid, sizeof tid) != sizeof tid) _exit(2);
+      char b;
+      if (read(release[0], &b, 1) != 1) _exit(3);
+    });
+    t.join();
+    pause();
+    _exit(0);
+  }
+  close(report[1]);
+  close(release[0]);
+  pid_t tid = 0;
+  const bool told = read(report[0], &tid, sizeof tid) == static_cast<ssize_t>(sizeof tid);
+  close(report[0]);
+  // The opener: uid 65534, counting its own process; a hook tells us when
+  // it is about to open the second thread's event, and waits.
+  int go[2], done[2], result[2];
+  for (int* p : {go, done, result}) ASSERT_EQ(pipe(p), 0);
+  const pid_t opener = told ? fork() : -1;
+  if (opener == 0) {
+    close(go[0]);
+    close(done[1]);
+    close(result[0]);
+    if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(3);
+    PerfTarget t = PerfTarget::Process(target, false);
+    t.before_thread_open = [&](pid_t id) {
+      if (id != tid) return;
+      char b = 'g';
+      if (write(go[1], &b, 1) != 1 || read(done[0], &b, 1) != 1) _exit(4);
+    };
+    PerfEvent ev;
+    ErrorDetail d;
+    const int rc = OpenSoftwareCounter(t, PERF_COUNT_SW_TASK_CLOCK, &ev, &d,
+                                       /*user_only=*/true);
+    const int out[2] = {rc, static_cast<int>(ev.threads())};
+    if (write(result[1], out, sizeof out) != sizeof out) _exit(5);
+    _exit(0);
+  }
+  close(go[1]);
+  close(done[0]);
+  close(result[1]);
+  // When the opener reaches the second thread: end it, put root's process
+  // at its id (EOF instead: the opener never got there).
+  char b;
+  const bool reached = opener > 0 && read(go[0], &b, 1) == 1;
+  pid_t reused = -1;
+  if (reached) {
+    const std::string task_dir =
+        "/proc/" + std::to_string(target) + "/task/" + std::to_string(tid);
+    (void)!write(release[1], "x", 1);
+    for (int i = 0; i < 2000; ++i) {
+      struct stat st;
+      if (stat(task_dir.c_str(), &st) != 0) break;
+      usleep(1000);
+    }
+    reused = ForkPausedAt(tid, 50);
+  }
+  (void)!write(done[1], "d", 1);
+  int out[2] = {1, -1};
+  const bool got = opener > 0 && read(result[0], out, sizeof out) == static_cast<ssize_t>(sizeof out);
+  if (opener > 0) waitpid(opener, nullptr, 0);
+  if (reused > 0) {
+    kill(reused, SIGKILL);
+    waitpid(reused, nullptr, 0);
+  }
+  kill(target, SIGKILL);
+  waitpid(target, nullptr, 0);
+  for (int fd : {release[1], go[0], done[1], result[0]}) close(fd);
+  ASSERT_TRUE(told) << "the target never reported its thread";
+  ASSERT_TRUE(got) << "the opener died";
+  if (!reached && NotPermitted(out[0]))
+    GTEST_SKIP() << "uid 65534 may not count its own process here (perf_event_paranoid)";
+  ASSERT_TRUE(reached) << "the opener never reached thread " << tid << ": " << out[0];
+  if (reused != tid) GTEST_SKIP() << "tid " << tid << " was not reused";
+  EXPECT_EQ(out[0], 0) << std::strerror(-out[0]);
+  EXPECT_EQ(out[1], 1);
 }
 
 TEST(PerfEvents, CountsACpuWideSoftwareEvent) {

@@ -1869,7 +1869,10 @@ bool SoftBtsRun::AttachAll() {
     const int e = errno;
     // A task has one tracer: a debugger, strace, or another pfmd tracer
     // there refuses this one whatever the credentials.
-    const pid_t other = e == EPERM ? TracerOf(root_) : 0;
+    // TracerPid is the tracing thread: named by its process.
+    pid_t other = e == EPERM ? TracerOf(root_) : 0;
+    pid_t tgid = 0, ppid = 0;
+    if (other > 0 && ReadTaskIds(other, &tgid, &ppid)) other = tgid;
     if (other > 0) {
       t->start_detail_.Set(-EBUSY,
                            "cannot trace pid %d: it is already traced by pid %d "

@@ -7,7 +7,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -123,17 +122,11 @@ int TracerProcess::Start(pid_t pid, const std::optional<Credentials>& creds,
     } else if (::dup2(sv[1], 3) != 3) {
       ::_exit(127);
     }
-    // Nothing else of pfmd's reaches the helper (which runs as the client):
-    // its listening socket and client connections are not close-on-exec
-    // (Boost.Asio opens them without SOCK_CLOEXEC). close_range is Linux
-    // 5.9+ and may be filtered; then each descriptor below the limit.
-    if (::syscall(SYS_close_range, 4u, ~0u, 0u) != 0) {
-      rlimit lim{};
-      const rlim_t top = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY
-                             ? lim.rlim_cur
-                             : 65536;
-      for (rlim_t fd = 4; fd < top; ++fd) ::close(static_cast<int>(fd));
-    }
+    // Nothing else of pfmd's reaches the helper (which runs as the client).
+    // glibc's closefrom: close_range, or where that is refused (Linux before
+    // 5.9, a seccomp policy) the fds /proc/self/fd lists, with raw syscalls
+    // (async-signal-safe, as this child of a threaded process must be).
+    ::closefrom(4);
     ::setsid();  // no terminal signals (^C to pfmctl's group)
     ::execv(exe.c_str(), argv.data());
     ::_exit(127);
