@@ -428,12 +428,12 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
       }
     }
   };
-  absl::Status streamed;
+  absl::StatusOr<StreamResult> streamed = StreamResult{};
   if (ring && ring->mode() == PFM_RING_LOSSLESS) {
     std::optional<std::chrono::steady_clock::time_point> exited_at;
     StreamOptions options;
     options.stop = &g_stop_stream;
-    if (attach) options.daemon_conn = c->fd();  // a dead pfmd ends the wait
+    options.daemon_conn = c->fd();  // a dead pfmd ends the wait
     if (run) options.give_up = [&] {
       if (!reaped && ::waitpid(pid, &wstatus, WNOHANG) == pid) {
         reaped = true;
@@ -444,12 +444,23 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     };
     ProgressLine progress(ctx.err, ProgressWanted());
     options.progress = ProgressCallback(progress, *c, id, *w);
-    streamed = StreamToFile(*ring, *w, trace_file, options).status();
+    streamed = StreamToFile(*ring, *w, trace_file, options);
   }
+  // The trace cannot go on (the file cannot be written): the session ends
+  // now, so that a command held by a full --block ring is not held forever;
+  // it runs on untraced.
+  if (!streamed.ok()) (void)c->Call("session_kill", {{"id", id}});
   // Reaped in every case: CMD runs to its end whatever became of the trace
   // (interrupted: unless it outlives kInterruptedChildWait).
   wait_child();
-  if (!streamed.ok()) return streamed;
+  if (!streamed.ok()) return streamed.status();
+  if (streamed->hung_up && ring && !ring->ended() && !g_stop_stream) {
+    // As `stream`: no trailer, the file says it was cut short
+    // (pfm/trace_file.h) and what was flushed stays readable.
+    return absl::UnavailableError(absl::StrCat(
+        "pfmd went away before session ", id, "'s ring ended; ", w->records(),
+        " records written to ", trace_file, " without a trailer (trace cut short)"));
+  }
   const int interrupted = g_stop_stream;
   if (ring && ring->mode() != PFM_RING_LOSSLESS) {
     // History: the newest records, up to the exit (or the crash).
@@ -482,7 +493,10 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
         exited ? std::string("exited") : absl::StrCat("still running, pid ", pid, " (no longer traced)");
   }
   (void)c->Call("session_kill", {{"id", id}});
-  if (interrupted && ring && ring->mode() == PFM_RING_LOSSLESS) {
+  // What the ring still holds after the kill: an interrupted recording's,
+  // and one that gave up waiting for processes the command left running
+  // (their records up to the kill, and what the tracer handed over then).
+  if (ring && ring->mode() == PFM_RING_LOSSLESS && !streamed->ended) {
     const auto until = std::chrono::steady_clock::now() + kInterruptedDrainWait;
     StreamOptions options;
     options.give_up = [&] { return std::chrono::steady_clock::now() > until; };

@@ -23,14 +23,18 @@ HostTracers::~HostTracers() {
 }
 
 absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
-                                const TracerProcess::Options& options, bool as_is) {
+                                const TracerProcess::Options& options, bool as_is,
+                                std::shared_ptr<TracerProcess>* out) {
   const bool inherit = options.inherit;
   {
     KernelLockGuard l(&kernel_->lock());
     auto it = live_.find(pid);
     if (it != live_.end()) {
       if (!it->second.process->done()) {
-        if (as_is) return absl::OkStatus();
+        if (as_is) {
+          if (out != nullptr) *out = it->second.process;
+          return absl::OkStatus();
+        }
         if (it->second.process->inherit() != inherit)
           return absl::FailedPreconditionError(absl::StrCat(
               "pid ", pid, " is traced ",
@@ -41,6 +45,7 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
           return absl::FailedPreconditionError(absl::StrCat(
               "pid ", pid, " is traced with other address filters (--filter, --start) by "
               "another session; its sessions share one tracer, so ask the same"));
+        if (out != nullptr) *out = it->second.process;
         return absl::OkStatus();
       }
       // The pid's earlier process is gone (pid reuse): a new tracer.
@@ -75,7 +80,9 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
                                        &d, "/proc/self/exe", options);
   if (err < 0) return ErrnoToStatus(err, d);
   KernelLockGuard l(&kernel_->lock());
-  live_[pid] = Entry{std::move(t), peer.uid};
+  Entry& e = live_[pid];
+  e = Entry{std::move(t), peer.uid};
+  if (out != nullptr) *out = e.process;
   return absl::OkStatus();
 }
 
@@ -85,10 +92,17 @@ TracerProcess* HostTracers::FindLocked(int32_t pid) const {
   return it == live_.end() ? nullptr : it->second.process.get();
 }
 
-void HostTracers::RetireLocked(int32_t pid) {
+std::shared_ptr<TracerProcess> HostTracers::SharedLocked(int32_t pid) const {
   kernel_->lock().AssertHeld();
   auto it = live_.find(pid);
-  if (it == live_.end()) return;
+  return it == live_.end() ? nullptr : it->second.process;
+}
+
+void HostTracers::RetireLocked(const TracerProcess* t) {
+  kernel_->lock().AssertHeld();
+  if (t == nullptr) return;
+  auto it = live_.find(t->pid());
+  if (it == live_.end() || it->second.process.get() != t) return;
   retired_.push_back(std::move(it->second.process));
   live_.erase(it);
 }

@@ -49,12 +49,16 @@ class HostTracers {
   // does not do what is asked is FAILED_PRECONDITION (one tracer per
   // process: the sessions on a pid share it), unless `as_is` (a debugger
   // takes the tracer as it is).
+  // On success *out (if not null) is that tracer.
   absl::Status Start(int32_t pid, const Peer& peer, int max_per_uid,
-                     const TracerProcess::Options& options, bool as_is = false);
+                     const TracerProcess::Options& options, bool as_is = false,
+                     std::shared_ptr<TracerProcess>* out = nullptr);
   // The pid's live tracer, or null.
   TracerProcess* FindLocked(int32_t pid) const;
-  // Queues the pid's tracer to be stopped by Reap().
-  void RetireLocked(int32_t pid);
+  // The same, shared: what a session keeps of the tracer it uses.
+  std::shared_ptr<TracerProcess> SharedLocked(int32_t pid) const;
+  // Queues `t` to be stopped by Reap(), if it is still its pid's tracer.
+  void RetireLocked(const TracerProcess* t);
   // Stops retired tracers, and the live ones that are done (their process
   // and helper ended: the helper is reaped and its channel closed, while
   // the tracer stays findable for its sessions' stats and maps); call

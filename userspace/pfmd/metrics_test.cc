@@ -418,7 +418,9 @@ TEST_F(MetricsTest, AnAddressInUseIsRefusedWithTheReason) {
   EXPECT_EQ(e.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(e.status().message().find("Address already in use"), std::string::npos)
       << e.status();
-  EXPECT_EQ(Entries("/proc/self/task"), threads);
+  // None left behind (a thread of an earlier test may still be ending
+  // when `threads` was counted: the count may only go down).
+  EXPECT_LE(Entries("/proc/self/task"), threads);
   ::close(fd);
 }
 

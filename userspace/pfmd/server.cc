@@ -748,12 +748,15 @@ int RunPfmd(const PfmdConfig& config, int ready_fd) {
   }
   Server server(io, service, ServerLimits::FromConfig(config));
   const std::string path = ResolveSocketPath(config.socket);
+  // Caught before the socket exists: a SIGTERM as soon as a client can
+  // connect (the socket listens) stops pfmd cleanly, its socket removed,
+  // instead of killing it with the file left behind.
+  asio::signal_set signals(io, SIGTERM, SIGINT);
   if (absl::Status s = server.Listen(path, config.socket_mode); !s.ok()) {
     std::cerr << "pfmd: " << StatusCodeName(s.code()) << ": " << s.message()
               << "\n";
     return 1;
   }
-  asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](boost::system::error_code, int) {
     server.Stop();
     io.stop();

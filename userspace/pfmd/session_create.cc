@@ -489,8 +489,10 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     // they have ended.
     if (!sim_ && spec.task() && (spec.consumer() || need_tracer)) {
       for (const auto& [oid, o] : sessions_)
-        if (o->spec.pid == spec.pid && o->consumer != 0 && TargetExitedLocked(*o) &&
-            kernel_->LiveTaskContextOfConsumer(o->consumer) == spec.pid)
+        if (o->spec.pid == spec.pid && TargetExitedLocked(*o) &&
+            ((o->consumer != 0 &&
+              kernel_->LiveTaskContextOfConsumer(o->consumer) == spec.pid) ||
+             (o->tracer && !o->tracer->done())))
           return absl::UnavailableError(absl::StrCat(
               "pid ", spec.pid, " is a new process: the children of the process that "
               "had that pid are still traced under it (session ", oid,
@@ -545,8 +547,9 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
         as_is = true;
     }
     if (before_tracer_start_) before_tracer_start_(spec.pid);
+    std::shared_ptr<TracerProcess> tracer;
     if (absl::Status st = tracers_->Start(spec.pid, peer, config_.max_tracers_per_uid,
-                                             options, as_is);
+                                             options, as_is, &tracer);
         !st.ok()) {
       {
         KernelLockGuard l(&kernel_->lock());
@@ -565,6 +568,7 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     {
       KernelLockGuard l(&kernel_->lock());
       auto it = sessions_.find(created);
+      if (it != sessions_.end()) it->second->tracer = tracer;  // this process's
       if (it != sessions_.end() && it->second->pidfd.valid() &&
           !StillTheTarget(spec, it->second->pidfd.get())) {
         gone = true;
@@ -593,15 +597,15 @@ void SessionManager::ReleaseLocked(Session& s) {
   if (s.debug_channel) {
     // The tracer's debugger is gone with its session: the helper ends
     // debug control (lets the process run, or kills what it launched).
-    if (TracerProcess* t = tracers_->FindLocked(s.spec.pid)) t->CloseDebugChannel();
+    if (s.tracer) s.tracer->CloseDebugChannel();
     s.debug_channel = false;
   }
-  if (s.host_bts) {
+  if (s.host_bts && s.tracer) {
     bool shared = false;
-    for (const auto& [id, o] : sessions_)
-      shared |= o.get() != &s && o->host_bts && o->spec.pid == s.spec.pid;
-    if (!shared) tracers_->RetireLocked(s.spec.pid);
+    for (const auto& [id, o] : sessions_) shared |= o.get() != &s && o->tracer == s.tracer;
+    if (!shared) tracers_->RetireLocked(s.tracer.get());
   }
+  s.tracer.reset();
   s.host_bts = false;
   if (s.pebs_request) kernel_->RemoveRequest(s.pebs_request, now);
   s.pebs_request = 0;

@@ -238,7 +238,7 @@ SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
     (r.breakpoint ? o.breakpoints : o.counters).push_back(std::move(c));
   }
   if (s.host_bts) {
-    if (const TracerProcess* t = tracers_->FindLocked(s.spec.pid)) {
+    if (const TracerProcess* t = s.tracer.get()) {
       o.soft_bts = t->stats();
       o.maps = t->maps();
       o.process_maps = t->maps_history();
@@ -272,14 +272,12 @@ void SessionManager::DrainTracerOf(const Peer& peer, SessionId id) {
   // ask it to drain, and wait (on a condition its reader signals) without
   // the kernel lock, which its drain takes. Tracers are only stopped by
   // ReapTracers, on a request thread after the request.
-  TracerProcess* tracer = nullptr;
+  std::shared_ptr<TracerProcess> tracer;  // alive while it is waited on
   {
     KernelLockGuard l(&kernel_->lock());
     absl::StatusOr<Session*> s = FindLocked(peer, id);
-    if (s.ok() && (*s)->host_bts) {
-      TracerProcess* t = tracers_->FindLocked((*s)->spec.pid);
-      if (t != nullptr && !t->done()) tracer = t;
-    }
+    if (s.ok() && (*s)->host_bts && (*s)->tracer && !(*s)->tracer->done())
+      tracer = (*s)->tracer;
   }
   if (tracer != nullptr) tracer->WaitDrain(tracer->RequestDrain(), kSnapshotDrainWait);
 }
@@ -310,15 +308,16 @@ absl::StatusOr<UniqueFd> SessionManager::Debug(const Peer& peer, SessionId id) {
   if (s->debug_channel)
     return absl::FailedPreconditionError(
         absl::StrCat("session ", s->id, " has its debug channel already"));
+  // The session's own tracer, never the one of a process at a recycled pid.
+  TracerProcess* t = s->tracer.get();
+  if (t == nullptr || t->done() || TargetExitedLocked(*s))
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pid ", s->spec.pid, " is no longer traced (it exited)"));
   for (const auto& [oid, o] : sessions_)
-    if (o->debug_channel && o->spec.pid == s->spec.pid)
+    if (o->debug_channel && o->tracer.get() == t)
       return absl::FailedPreconditionError(absl::StrCat(
           "pid ", s->spec.pid, " is under a debugger already (session ", oid,
           "): one debugger per process"));
-  TracerProcess* t = tracers_ ? tracers_->FindLocked(s->spec.pid) : nullptr;
-  if (t == nullptr || t->done())
-    return absl::FailedPreconditionError(absl::StrCat(
-        "pid ", s->spec.pid, " is no longer traced (it exited)"));
   UniqueFd fd;
   ErrorDetail d;
   if (const int rc = t->OpenDebugChannel(&fd, &d); rc < 0) return ErrnoToStatus(rc, d);

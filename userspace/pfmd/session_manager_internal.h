@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel/drivers/ptrace/tracer_process.h"
 #include "userspace/pfmd/session_manager.h"
 
 namespace pfm {
@@ -85,6 +86,10 @@ struct SessionManager::Session {
   std::vector<Req> reqs;
   std::vector<std::unique_ptr<PerfEvent>> perf;  // host counters/breakpoints
   bool host_bts = false;                         // uses the pid's tracer
+  // That tracer, the one started for (or shared with) this session's
+  // process: never another process's at a recycled pid. Its stats, maps and
+  // debug channel are this session's; kept (stopped) after the process.
+  std::shared_ptr<TracerProcess> tracer;
   std::optional<Credentials> creds;  // host: perf events open as these
   bool debug_channel = false;  // handed out a debug channel to that tracer
   UniqueFd pidfd;

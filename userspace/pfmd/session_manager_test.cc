@@ -543,6 +543,62 @@ TEST(SessionManagerHost, ANewProcessAtTheRootPidOfALiveInheritedTraceIsKeptOut) 
   EXPECT_TRUE(counted.ok()) << counted.status();
 }
 
+// A session keeps the tracer of its own process. Its process exits (the
+// session stays, with that tracer's stats and maps); a new process takes the
+// pid and gets a tracer of its own from another session. The first session's
+// run control is refused (its process is gone), not a channel to the new
+// process's tracer, and its stats are its own tracer's.
+TEST(SessionManagerHost, AnExitedSessionNeverReachesTheTracerOfANewProcessAtItsPid) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
+  const pid_t first = ForkPaused();
+  ASSERT_GT(first, 0);
+  PfmdConfig c;
+  c.driver = "host";
+  MachineInfo m = HostWithoutPmu();
+  m.soft_bts = true;
+  SessionManager mgr(c, m);
+  TypedSpec debugger;
+  debugger.role = Role::kDebugger;
+  debugger.pid = first;
+  debugger.debug = true;
+  absl::StatusOr<SessionId> old = mgr.Create(Root(), 1, debugger);
+  ASSERT_TRUE(old.ok()) << old.status();
+  KillAndReap(first);
+  bool ended = false;
+  std::string last;
+  for (int i = 0; i < 500 && !ended; ++i) {
+    absl::StatusOr<SessionInfo> info = mgr.Show(Root(), *old);
+    ended = info.ok() && info->state == TaskState::kExited;
+    last = info.ok() ? std::to_string(static_cast<int>(info->state)) : info.status().ToString();
+    if (!ended) ::usleep(10000);
+  }
+  mgr.ReapTracers();  // as after any request: the exited process's tracer stops
+  const pid_t reused = testing::ForkPausedAt(first, 50);
+  TypedSpec profiler;
+  profiler.pid = first;
+  profiler.bts = BtsMode::kLossless;
+  profiler.buffer_bytes = 1 << 20;
+  // UNAVAILABLE until the old tracer has seen its process go (a moment).
+  absl::StatusOr<SessionId> fresh = mgr.Create(Root(), 2, profiler);
+  for (int i = 0; i < 500 && absl::IsUnavailable(fresh.status()); ++i) {
+    ::usleep(10000);
+    fresh = mgr.Create(Root(), 2, profiler);
+  }
+  absl::StatusOr<UniqueFd> channel = mgr.Debug(Root(), *old);
+  absl::StatusOr<SessionInfo> old_info = mgr.Show(Root(), *old);
+  absl::StatusOr<SessionInfo> new_info = mgr.Show(Root(), fresh.ok() ? *fresh : 0);
+  KillAndReap(reused);
+  ASSERT_TRUE(ended) << "the session never saw pid " << first << " exit: " << last;
+  if (reused != first) GTEST_SKIP() << "pid " << first << " was not reused";
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(channel.status(),
+            absl::FailedPreconditionError(absl::StrCat(
+                "pid ", first, " is no longer traced (it exited)")));
+  ASSERT_TRUE(old_info.ok() && new_info.ok());
+  EXPECT_EQ(old_info->state, TaskState::kExited);
+  EXPECT_EQ(new_info->state, TaskState::kRunning);
+}
+
 }  // namespace
 }  // namespace pfm
 

@@ -2636,6 +2636,31 @@ int SpawnStopped(const std::vector<std::string>& argv, pid_t* pid,
     // is held across fork) so Abandon() reaches them even before we exec.
     close(p[1]);
     for (const auto& kv : SpawnFds()) close(kv.second);
+    // The command gets default signal handling, as under a shell or perf:
+    // not the caller's ignored signals (pfmctl ignores SIGPIPE; an ignored
+    // signal stays ignored across exec) nor its blocked ones; and while it
+    // waits, a ^C at the terminal ends it (the caller sees it gone) rather
+    // than running the caller's handler here and carrying on.
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig = 1; sig < NSIG; ++sig)
+      if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+#if defined(__x86_64__)
+    // glibc keeps signals 32 and 33 for itself (sigaction refuses them);
+    // one ignored by whoever started the caller stays so across exec.
+    struct {
+      void (*handler)(int);
+      unsigned long flags;
+      void (*restorer)();
+      unsigned long mask;
+    } kernel_dfl = {SIG_DFL, 0, nullptr, 0};
+    for (int sig : {32, 33}) syscall(SYS_rt_sigaction, sig, &kernel_dfl, nullptr, 8);
+#endif
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     char b = 0;
     ssize_t r;
     do {

@@ -130,6 +130,8 @@ class TracerProcess {
   // The tracee exited, the helper is gone, or Stop() ran.
   bool done() const { return done_.load(std::memory_order_acquire); }
   pid_t helper_pid() const { return helper_; }
+  // The process it was started on.
+  pid_t pid() const { return pid_; }
 
   // As last reported by the helper (at every drain and a few times a second).
   SoftBtsTracer::Stats stats() const;
