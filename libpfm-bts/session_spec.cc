@@ -1,5 +1,9 @@
 #include "pfm/session_spec.h"
 
+#include <algorithm>
+#include <iterator>
+#include <string_view>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -291,6 +295,18 @@ absl::StatusOr<SessionSpec> SessionSpec::FromJson(const json::object& o,
                                                   UnresolvedNames names) {
   SessionSpec s;
   absl::Status st;
+  // A key the spec does not have is refused, not ignored: a misspelt one
+  // ("buffer" for "buffer_bytes") would otherwise silently get the default.
+  static constexpr std::string_view kKeys[] = {
+      "role",  "pid",         "tid",        "cpu",         "bts",    "buffer_bytes", "filter",
+      "format", "block",      "pebs_event", "pebs_period", "pinned", "detached",     "inherit",
+      "debug", "start",       "address_filters", "counters", "breakpoints"};
+  for (const auto& kv : o) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), std::string_view(kv.key())) ==
+        std::end(kKeys))
+      return Bad(absl::StrCat("unknown spec key \"", std::string(kv.key()),
+                              "\" (docs/pfmd.md, \"Sessions\", names the keys)"));
+  }
   if (!(st = GetString(o, "role", &s.role)).ok()) return st;
   if (!(st = GetInt(o, "pid", -1, 0x3fffffff, &s.pid)).ok()) return st;
   if (!(st = GetInt(o, "tid", 0, 0x3fffffff, &s.tid)).ok()) return st;

@@ -183,6 +183,19 @@ TEST_F(LifecycleE2e, MalformedInputIsRefusedClearlyAndOtherClientsAreUnaffected)
       "{\"op\":\"session_create\",\"spec\":{\"pid\":1099511627776,\"bts\":\"lossless\"}}"));
   EXPECT_NE(reply.find("INVALID_ARGUMENT"), std::string::npos) << reply;
   EXPECT_NE(reply.find("\\\"pid\\\""), std::string::npos) << reply;
+  // A misspelt key is refused, not ignored (it would get the default).
+  reply = exchange(EncodeFrame(
+      "{\"op\":\"session_create\",\"spec\":{\"pid\":1001,\"bts\":\"lossless\","
+      "\"buffer\":1048576}}"));
+  EXPECT_NE(reply.find("\"code\":\"INVALID_ARGUMENT\",\"message\":\"unknown spec key \\\"buffer\\\""),
+            std::string::npos)
+      << reply;
+  // sim pids as spec pids: not cut to 32 bits, not negative.
+  reply = exchange(EncodeFrame("{\"op\":\"sim\",\"action\":\"exit\",\"pid\":4294968297}"));
+  EXPECT_NE(reply.find("sim pid 4294968297: expected 1..1073741823"), std::string::npos)
+      << reply;
+  reply = exchange(EncodeFrame("{\"op\":\"sim\",\"action\":\"stats\",\"pid\":-5}"));
+  EXPECT_NE(reply.find("sim pid -5: expected 1..1073741823"), std::string::npos) << reply;
   reply = exchange(EncodeFrame("{\"op\":\"session_show\",\"id\":-1}"));
   EXPECT_NE(reply.find("NOT_FOUND"), std::string::npos) << reply;
   // The largest buffer the spec allows is still over the per-uid limit.

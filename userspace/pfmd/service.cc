@@ -385,6 +385,11 @@ ServiceReply Service::Sim(ConnectionId, const Peer& peer, const json::object& re
     const json::value* p = req.if_contains("pid");
     if (p == nullptr || !p->is_int64())
       return absl::InvalidArgumentError("this sim action needs a \"pid\"");
+    // A pid as the session spec takes it: not cut to 32 bits (2^32 + 100
+    // would name task 100), not negative (all tasks).
+    if (p->as_int64() < 1 || p->as_int64() > 0x3fffffff)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sim pid ", p->as_int64(), ": expected 1..1073741823"));
     sr.pid = static_cast<int32_t>(p->as_int64());
     return absl::OkStatus();
   };
