@@ -468,6 +468,16 @@ TEST(SessionManagerHost, ARecycledPidBeforeTheTracerStartsIsRefusedAndLetGo) {
   EXPECT_NE(reused_status.find("\nState:\tS"), std::string::npos) << reused_status;
 }
 
+// Until session `id` shows its process exited (5 s at most).
+bool WaitExited(SessionManager& mgr, SessionId id) {
+  for (int i = 0; i < 500; ++i) {
+    absl::StatusOr<SessionInfo> info = mgr.Show(Root(), id);
+    if (info.ok() && info->state == TaskState::kExited) return true;
+    ::usleep(10000);
+  }
+  return false;
+}
+
 // An inherited trace goes on under its first process's pid after that
 // process exits, while its children live (their context and tracer are
 // the pid's). A new process at that pid is another process: a stream
@@ -517,12 +527,7 @@ TEST(SessionManagerHost, ANewProcessAtTheRootPidOfALiveInheritedTraceIsKeptOut) 
   ASSERT_EQ(::waitpid(first, &st, 0), first);
   // The first process's end reached the session (after its child's fork,
   // in the tracer's order); the child is still traced.
-  bool ended = false;
-  for (int i = 0; i < 500 && !ended; ++i) {
-    absl::StatusOr<SessionInfo> info = mgr.Show(Root(), *traced);
-    ended = info.ok() && info->state == TaskState::kExited;
-    if (!ended) ::usleep(10000);
-  }
+  const bool ended = WaitExited(mgr, *traced);
   const pid_t reused = testing::ForkPausedAt(first, 50);
   absl::StatusOr<SessionId> stream = mgr.Create(Root(), 2, spec);
   TypedSpec counters;
@@ -564,14 +569,7 @@ TEST(SessionManagerHost, AnExitedSessionNeverReachesTheTracerOfANewProcessAtItsP
   absl::StatusOr<SessionId> old = mgr.Create(Root(), 1, debugger);
   ASSERT_TRUE(old.ok()) << old.status();
   KillAndReap(first);
-  bool ended = false;
-  std::string last;
-  for (int i = 0; i < 500 && !ended; ++i) {
-    absl::StatusOr<SessionInfo> info = mgr.Show(Root(), *old);
-    ended = info.ok() && info->state == TaskState::kExited;
-    last = info.ok() ? std::to_string(static_cast<int>(info->state)) : info.status().ToString();
-    if (!ended) ::usleep(10000);
-  }
+  const bool ended = WaitExited(mgr, *old);
   mgr.ReapTracers();  // as after any request: the exited process's tracer stops
   const pid_t reused = testing::ForkPausedAt(first, 50);
   TypedSpec profiler;
@@ -588,7 +586,7 @@ TEST(SessionManagerHost, AnExitedSessionNeverReachesTheTracerOfANewProcessAtItsP
   absl::StatusOr<SessionInfo> old_info = mgr.Show(Root(), *old);
   absl::StatusOr<SessionInfo> new_info = mgr.Show(Root(), fresh.ok() ? *fresh : 0);
   KillAndReap(reused);
-  ASSERT_TRUE(ended) << "the session never saw pid " << first << " exit: " << last;
+  ASSERT_TRUE(ended) << "the session never saw pid " << first << " exit";
   if (reused != first) GTEST_SKIP() << "pid " << first << " was not reused";
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   EXPECT_EQ(channel.status(),

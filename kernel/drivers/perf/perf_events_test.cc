@@ -255,6 +255,76 @@ pid_t ForkPausedAt(pid_t want, int attempts) {
   return got;
 }
 
+// A child process whose second thread reports its tid and ends when told
+// (EndThread); the process then waits in pause() until killed (by the
+// destructor). Runs as `uid`, dumpable as a user's own process is, unless
+// uid is 0.
+class TwoThreadChild {
+ public:
+  explicit TwoThreadChild(uid_t uid = 0) {
+    int report[2];
+    if (pipe(report) != 0) return;
+    if (pipe(release_) != 0) {
+      close(report[0]);
+      close(report[1]);
+      return;
+    }
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(report[0]);
+      close(release_[1]);
+      if (uid != 0) {
+        if (setgid(uid) != 0 || setuid(uid) != 0) _exit(3);
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+      }
+      std::thread t([&] {
+        const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+        if (write(report[1], &tid, sizeof tid) != sizeof tid) _exit(2);
+        char b;
+        if (read(release_[0], &b, 1) != 1) _exit(3);
+      });
+      t.join();
+      pause();
+      _exit(0);
+    }
+    close(report[1]);
+    close(release_[0]);
+    if (pid_ > 0 && read(report[0], &tid_, sizeof tid_) != sizeof tid_) tid_ = 0;
+    close(report[0]);
+  }
+  ~TwoThreadChild() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (release_[1] >= 0) close(release_[1]);
+  }
+  pid_t pid() const { return pid_; }
+  pid_t tid() const { return tid_; }  // 0 if it never reported
+  // Ends the second thread; true once its /proc entry is gone (its id free).
+  bool EndThread() {
+    if (write(release_[1], "x", 1) != 1) return false;
+    const std::string dir = "/proc/" + std::to_string(pid_) + "/task/" + std::to_string(tid_);
+    for (int i = 0; i < 2000; ++i) {
+      struct stat st;
+      if (stat(dir.c_str(), &st) != 0) return true;
+      usleep(1000);
+    }
+    return false;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  pid_t tid_ = 0;
+  int release_[2] = {-1, -1};
+};
+
+void KillAndReap(pid_t pid) {
+  if (pid <= 0) return;  // never kill(-1)
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
 // A process target opens one event per thread id it listed; a thread that
 // exits after the listing frees its id at once, and a new process there
 // must not get the session's event. The hook ends the second thread just
@@ -263,60 +333,28 @@ pid_t ForkPausedAt(pid_t want, int attempts) {
 // request.
 TEST(PerfEvents, AThreadIdRecycledBeforeItsOpenIsNotCounted) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
-  int report[2], release[2];
-  ASSERT_EQ(pipe(report), 0);
-  ASSERT_EQ(pipe(release), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(report[0]);
-    close(release[1]);
-    std::thread t([&] {
-      const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
-      if (write(report[1], &tid, sizeof tid) != sizeof tid) _exit(2);
-      char b;
-      if (read(release[0], &b, 1) != 1) _exit(3);
-    });
-    t.join();
-    pause();
-    _exit(0);
-  }
-  close(report[1]);
-  close(release[0]);
-  pid_t tid = 0;
-  ASSERT_EQ(read(report[0], &tid, sizeof tid), static_cast<ssize_t>(sizeof tid));
-  close(report[0]);
-  ASSERT_NE(tid, child);
-  const std::string task_dir =
-      "/proc/" + std::to_string(child) + "/task/" + std::to_string(tid);
+  TwoThreadChild child;
+  ASSERT_GT(child.pid(), 0);
+  const pid_t tid = child.tid();
+  ASSERT_GT(tid, 0);
+  ASSERT_NE(tid, child.pid());
   bool thread_ended = false;
   pid_t reused = -1;
   std::vector<pid_t> seen;
-  PerfTarget target = PerfTarget::Process(child, false);
+  PerfTarget target = PerfTarget::Process(child.pid(), false);
   target.before_thread_open = [&](pid_t t) {
     seen.push_back(t);
     if (t != tid) return;
-    ASSERT_EQ(write(release[1], "x", 1), 1);
-    for (int i = 0; i < 2000 && !thread_ended; ++i) {
-      struct stat st;
-      thread_ended = stat(task_dir.c_str(), &st) != 0;
-      if (!thread_ended) usleep(1000);
-    }
+    thread_ended = child.EndThread();
     if (thread_ended) reused = ForkPausedAt(tid, 50);
   };
   PerfEvent ev;
   ErrorDetail d;
   const int rc = OpenSoftwareCounter(target, PERF_COUNT_SW_TASK_CLOCK, &ev, &d);
-  if (reused > 0) {
-    kill(reused, SIGKILL);
-    waitpid(reused, nullptr, 0);
-  }
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
-  close(release[1]);
+  KillAndReap(reused);
   if (NotPermitted(rc)) GTEST_SKIP() << d.message;
-  EXPECT_EQ(seen, (std::vector<pid_t>{child, tid}));
-  ASSERT_TRUE(thread_ended) << task_dir << " is still there";
+  EXPECT_EQ(seen, (std::vector<pid_t>{child.pid(), tid}));
+  ASSERT_TRUE(thread_ended) << "thread " << tid << " did not end";
   if (reused != tid) GTEST_SKIP() << "tid " << tid << " was not reused";
   ASSERT_EQ(rc, 0) << d.message;
   EXPECT_EQ(ev.threads(), 1u) << "an event on the process now at " << tid;
@@ -331,40 +369,21 @@ TEST(PerfEvents, AThreadIdRecycledBeforeItsOpenIsNotCounted) {
 TEST(PerfEvents, ARefusalOnARecycledThreadIdIsNotTheRequests) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid, setuid)";
   constexpr uid_t kNobody = 65534;
-  int report[2], release[2];
-  ASSERT_EQ(pipe(report), 0);
-  ASSERT_EQ(pipe(release), 0);
-  const pid_t target = fork();
-  ASSERT_GE(target, 0);
-  if (target == 0) {
-    if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(3);
-    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);  // as a user's own process is
-    std::thread t([&] {
-      const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
-      if (write(report[1], &tid, sizeof tid) != sizeof tid) _exit(2);
-      char b;
-      if (read(release[0], &b, 1) != 1) _exit(3);
-    });
-    t.join();
-    pause();
-    _exit(0);
-  }
-  close(report[1]);
-  close(release[0]);
-  pid_t tid = 0;
-  const bool told = read(report[0], &tid, sizeof tid) == static_cast<ssize_t>(sizeof tid);
-  close(report[0]);
+  TwoThreadChild target(kNobody);
+  ASSERT_GT(target.pid(), 0);
+  const pid_t tid = target.tid();
+  ASSERT_GT(tid, 0) << "the target never reported its thread";
   // The opener: uid 65534, counting its own process; a hook tells us when
   // it is about to open the second thread's event, and waits.
   int go[2], done[2], result[2];
   for (int* p : {go, done, result}) ASSERT_EQ(pipe(p), 0);
-  const pid_t opener = told ? fork() : -1;
+  const pid_t opener = fork();
   if (opener == 0) {
     close(go[0]);
     close(done[1]);
     close(result[0]);
     if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(3);
-    PerfTarget t = PerfTarget::Process(target, false);
+    PerfTarget t = PerfTarget::Process(target.pid(), false);
     t.before_thread_open = [&](pid_t id) {
       if (id != tid) return;
       char b = 'g';
@@ -386,29 +405,13 @@ TEST(PerfEvents, ARefusalOnARecycledThreadIdIsNotTheRequests) {
   char b;
   const bool reached = opener > 0 && read(go[0], &b, 1) == 1;
   pid_t reused = -1;
-  if (reached) {
-    const std::string task_dir =
-        "/proc/" + std::to_string(target) + "/task/" + std::to_string(tid);
-    (void)!write(release[1], "x", 1);
-    for (int i = 0; i < 2000; ++i) {
-      struct stat st;
-      if (stat(task_dir.c_str(), &st) != 0) break;
-      usleep(1000);
-    }
-    reused = ForkPausedAt(tid, 50);
-  }
+  if (reached && target.EndThread()) reused = ForkPausedAt(tid, 50);
   (void)!write(done[1], "d", 1);
   int out[2] = {1, -1};
   const bool got = opener > 0 && read(result[0], out, sizeof out) == static_cast<ssize_t>(sizeof out);
   if (opener > 0) waitpid(opener, nullptr, 0);
-  if (reused > 0) {
-    kill(reused, SIGKILL);
-    waitpid(reused, nullptr, 0);
-  }
-  kill(target, SIGKILL);
-  waitpid(target, nullptr, 0);
-  for (int fd : {release[1], go[0], done[1], result[0]}) close(fd);
-  ASSERT_TRUE(told) << "the target never reported its thread";
+  KillAndReap(reused);
+  for (int fd : {go[0], done[1], result[0]}) close(fd);
   ASSERT_TRUE(got) << "the opener died";
   if (!reached && NotPermitted(out[0]))
     GTEST_SKIP() << "uid 65534 may not count its own process here (perf_event_paranoid)";
