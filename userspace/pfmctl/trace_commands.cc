@@ -429,11 +429,16 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     }
   };
   absl::StatusOr<StreamResult> streamed = StreamResult{};
+  UniqueFd daemon;  // a pidfd of pfmd, while the ring is streamed
   if (ring && ring->mode() == PFM_RING_LOSSLESS) {
     std::optional<std::chrono::steady_clock::time_point> exited_at;
     StreamOptions options;
     options.stop = &g_stop_stream;
     options.daemon_conn = c->fd();  // a dead pfmd ends the wait
+    // A SIGTERMed pfmd closes connections first and ends rings afterwards:
+    // wait for its exit, then drain once more (as `stream`).
+    daemon = DaemonPidfd(c->fd());
+    options.daemon_pidfd = daemon.valid() ? daemon.get() : -1;
     if (run) options.give_up = [&] {
       if (!reaped && ::waitpid(pid, &wstatus, WNOHANG) == pid) {
         reaped = true;

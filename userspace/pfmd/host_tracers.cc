@@ -92,12 +92,6 @@ TracerProcess* HostTracers::FindLocked(int32_t pid) const {
   return it == live_.end() ? nullptr : it->second.process.get();
 }
 
-std::shared_ptr<TracerProcess> HostTracers::SharedLocked(int32_t pid) const {
-  kernel_->lock().AssertHeld();
-  auto it = live_.find(pid);
-  return it == live_.end() ? nullptr : it->second.process;
-}
-
 void HostTracers::RetireLocked(const TracerProcess* t) {
   kernel_->lock().AssertHeld();
   if (t == nullptr) return;

@@ -55,8 +55,6 @@ class HostTracers {
                      std::shared_ptr<TracerProcess>* out = nullptr);
   // The pid's live tracer, or null.
   TracerProcess* FindLocked(int32_t pid) const;
-  // The same, shared: what a session keeps of the tracer it uses.
-  std::shared_ptr<TracerProcess> SharedLocked(int32_t pid) const;
   // Queues `t` to be stopped by Reap(), if it is still its pid's tracer.
   void RetireLocked(const TracerProcess* t);
   // Stops retired tracers, and the live ones that are done (their process

@@ -494,9 +494,9 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
               kernel_->LiveTaskContextOfConsumer(o->consumer) == spec.pid) ||
              (o->tracer && !o->tracer->done())))
           return absl::UnavailableError(absl::StrCat(
-              "pid ", spec.pid, " is a new process: the children of the process that "
-              "had that pid are still traced under it (session ", oid,
-              "); try again when they have ended"));
+              "pid ", spec.pid, " is a new process: the trace of the process that had "
+              "that pid has not ended (session ", oid,
+              ": its tracer, or children it follows, still run); try again when it has"));
     }
     if (absl::Status st = CheckCapsLocked(peer, spec); !st.ok()) return st;
     s->id = next_session_;
@@ -602,7 +602,11 @@ void SessionManager::ReleaseLocked(Session& s) {
   }
   if (s.host_bts && s.tracer) {
     bool shared = false;
-    for (const auto& [id, o] : sessions_) shared |= o.get() != &s && o->tracer == s.tracer;
+    // Sharing it: a session with it, or one on the pid whose Start has not
+    // handed it the tracer yet (it would get a stopped one).
+    for (const auto& [id, o] : sessions_)
+      shared |= o.get() != &s && (o->tracer == s.tracer ||
+                                  (o->host_bts && !o->tracer && o->spec.pid == s.spec.pid));
     if (!shared) tracers_->RetireLocked(s.tracer.get());
   }
   s.tracer.reset();

@@ -260,13 +260,20 @@ TEST(SessionManager, ATaskThatExitsShowsExited) {
 // The host driver's tests: a machine as HostMachine finds this VM (no
 // PMU, kernel software events), and why perf's task-clock cannot be
 // counted here ("" when it can).
-MachineInfo HostWithoutPmu() {
+MachineInfo HostWithoutPmu(bool soft_bts = false) {
   MachineInfo m;
   m.cpus = 2;
   m.pmu = "none";
   m.debug_registers = 4;
   m.software_events = true;
+  m.soft_bts = soft_bts;  // ptrace, as HostMachine finds it
   return m;
+}
+
+PfmdConfig HostConfig() {
+  PfmdConfig c;
+  c.driver = "host";
+  return c;
 }
 
 std::string NoTaskClock() {
@@ -327,10 +334,7 @@ TEST(SessionManagerHost, ARecycledPidBetweenCheckAndUseIsRefused) {
     ASSERT_EQ(pid, first);
     reused = Recycle(first);
   };
-  PfmdConfig c;
-  c.driver = "host";
-  MachineInfo m = HostWithoutPmu();
-  SessionManager mgr(c, m, std::move(deps));
+  SessionManager mgr(HostConfig(), HostWithoutPmu(), std::move(deps));
   TypedSpec spec;
   spec.pid = first;
   spec.counters = {"task-clock"};
@@ -398,10 +402,7 @@ TEST(SessionManagerHost, ARecycledTidBetweenCheckAndUseIsRefused) {
     }
     if (thread_ended) reused = testing::ForkPausedAt(tid, 50);
   };
-  PfmdConfig c;
-  c.driver = "host";
-  MachineInfo m = HostWithoutPmu();
-  SessionManager mgr(c, m, std::move(deps));
+  SessionManager mgr(HostConfig(), HostWithoutPmu(), std::move(deps));
   TypedSpec spec;
   spec.pid = first;
   spec.tid = tid;
@@ -434,14 +435,10 @@ TEST(SessionManagerHost, ARecycledPidBeforeTheTracerStartsIsRefusedAndLetGo) {
     ASSERT_EQ(pid, first);
     reused = Recycle(first);
   };
-  PfmdConfig c;
-  c.driver = "host";
-  MachineInfo m = HostWithoutPmu();
-  m.soft_bts = true;  // ptrace, as HostMachine finds it
   absl::StatusOr<SessionId> id;
   std::string reused_status;
   {
-    SessionManager mgr(c, m, std::move(deps));
+    SessionManager mgr(HostConfig(), HostWithoutPmu(/*soft_bts=*/true), std::move(deps));
     TypedSpec spec;
     spec.pid = first;
     spec.bts = BtsMode::kLossless;
@@ -506,11 +503,7 @@ TEST(SessionManagerHost, ANewProcessAtTheRootPidOfALiveInheritedTraceIsKeptOut) 
   }
   ::close(go[0]);
   ::close(report[1]);
-  PfmdConfig c;
-  c.driver = "host";
-  MachineInfo m = HostWithoutPmu();
-  m.soft_bts = true;
-  SessionManager mgr(c, m);
+  SessionManager mgr(HostConfig(), HostWithoutPmu(/*soft_bts=*/true));
   TypedSpec spec;
   spec.pid = first;
   spec.bts = BtsMode::kLossless;
@@ -542,9 +535,9 @@ TEST(SessionManagerHost, ANewProcessAtTheRootPidOfALiveInheritedTraceIsKeptOut) 
   if (reused != first) GTEST_SKIP() << "pid " << first << " was not reused";
   EXPECT_EQ(stream.status(),
             absl::UnavailableError(absl::StrCat(
-                "pid ", first, " is a new process: the children of the process that had "
-                "that pid are still traced under it (session ", *traced,
-                "); try again when they have ended")));
+                "pid ", first, " is a new process: the trace of the process that had "
+                "that pid has not ended (session ", *traced,
+                ": its tracer, or children it follows, still run); try again when it has")));
   EXPECT_TRUE(counted.ok()) << counted.status();
 }
 
@@ -557,11 +550,7 @@ TEST(SessionManagerHost, AnExitedSessionNeverReachesTheTracerOfANewProcessAtItsP
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
   const pid_t first = ForkPaused();
   ASSERT_GT(first, 0);
-  PfmdConfig c;
-  c.driver = "host";
-  MachineInfo m = HostWithoutPmu();
-  m.soft_bts = true;
-  SessionManager mgr(c, m);
+  SessionManager mgr(HostConfig(), HostWithoutPmu(/*soft_bts=*/true));
   TypedSpec debugger;
   debugger.role = Role::kDebugger;
   debugger.pid = first;

@@ -2610,6 +2610,33 @@ std::map<pid_t, std::vector<Mapping>> SoftBtsTracer::process_maps() const {
   return maps_;
 }
 
+namespace {
+// What RememberStartSignals found; read by SpawnStopped's children.
+struct StartSignals {
+  bool known = false;
+  sigset_t ignored;
+  sigset_t mask;
+};
+StartSignals& TheStartSignals() {
+  static StartSignals s;
+  return s;
+}
+}  // namespace
+
+void RememberStartSignals() {
+  StartSignals& s = TheStartSignals();
+  sigemptyset(&s.ignored);
+  // SigIgn of /proc/self/status: every signal, glibc's own included.
+  const std::string st = ReadFile("/proc/self/status");
+  const size_t at = st.find("\nSigIgn:");
+  const unsigned long long ign =
+      at == std::string::npos ? 0 : std::strtoull(st.c_str() + at + 8, nullptr, 16);
+  for (int sig = 1; sig <= 64 && sig < NSIG; ++sig)
+    if (ign & (1ull << (sig - 1))) sigaddset(&s.ignored, sig);
+  sigprocmask(SIG_BLOCK, nullptr, &s.mask);
+  s.known = true;
+}
+
 int SpawnStopped(const std::vector<std::string>& argv, pid_t* pid,
                  ErrorDetail* d) {
   if (argv.empty() || pid == nullptr)
@@ -2636,31 +2663,23 @@ int SpawnStopped(const std::vector<std::string>& argv, pid_t* pid,
     // is held across fork) so Abandon() reaches them even before we exec.
     close(p[1]);
     for (const auto& kv : SpawnFds()) close(kv.second);
-    // The command gets default signal handling, as under a shell or perf:
-    // not the caller's ignored signals (pfmctl ignores SIGPIPE; an ignored
-    // signal stays ignored across exec) nor its blocked ones; and while it
-    // waits, a ^C at the terminal ends it (the caller sees it gone) rather
-    // than running the caller's handler here and carrying on.
-    struct sigaction dfl;
+    // The command's signals (see soft_bts.h): default for the handlers
+    // this process installed, and for what it ignores that its starter did
+    // not; its starter's mask. glibc's own signals 32 and 33 are left as
+    // they are (glibc refuses to change them; an ignore is inherited).
+    const StartSignals& start = TheStartSignals();
+    struct sigaction cur, dfl;
     memset(&dfl, 0, sizeof(dfl));
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
-    for (int sig = 1; sig < NSIG; ++sig)
-      if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
-#if defined(__x86_64__)
-    // glibc keeps signals 32 and 33 for itself (sigaction refuses them);
-    // one ignored by whoever started the caller stays so across exec.
-    struct {
-      void (*handler)(int);
-      unsigned long flags;
-      void (*restorer)();
-      unsigned long mask;
-    } kernel_dfl = {SIG_DFL, 0, nullptr, 0};
-    for (int sig : {32, 33}) syscall(SYS_rt_sigaction, sig, &kernel_dfl, nullptr, 8);
-#endif
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, nullptr, &cur) != 0) continue;
+      const bool ignored = cur.sa_handler == SIG_IGN;
+      const bool handled = !ignored && cur.sa_handler != SIG_DFL;
+      if (handled || (ignored && start.known && !sigismember(&start.ignored, sig)))
+        sigaction(sig, &dfl, nullptr);
+    }
+    if (start.known) sigprocmask(SIG_SETMASK, &start.mask, nullptr);
     char b = 0;
     ssize_t r;
     do {

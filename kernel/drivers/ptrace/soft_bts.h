@@ -393,8 +393,18 @@ class SoftBtsTracer {
 // The child is the caller's child: reap it (or let a tracer in this process
 // reap it, see above). Returns 0, -EINVAL for an empty argv, or the errno of
 // socketpair/fork.
+//
+// The child's signals: handlers the caller installed are back to default
+// before it waits (a ^C at the terminal ends it, as exec would have reset
+// them anyway); and, once the caller has called RememberStartSignals, a
+// signal the caller ignores that its own starter did not (pfmctl ignores
+// SIGPIPE) is back to default too, and the signal mask is the starter's. A
+// signal the starter ignored stays ignored, as a shell keeps it.
 int SpawnStopped(const std::vector<std::string>& argv, pid_t* pid,
                  ErrorDetail* d);
+// Records the process's ignored signals and signal mask as it started, for
+// SpawnStopped's children. Call first thing in main, before changing any.
+void RememberStartSignals();
 // Lets a SpawnStopped child exec. -ENOENT if `pid` is not a waiting child of
 // SpawnStopped (or was already released); -EPIPE if the child is gone.
 int Release(pid_t pid, ErrorDetail* d);
