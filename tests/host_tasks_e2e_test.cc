@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -238,6 +239,26 @@ TEST_F(HostTasksE2e, TheCommandRunsWithItsStartersSignalHandling) {
     EXPECT_EQ(ignored(r.out), ignored(mine_ign)) << r.out;
     EXPECT_NE(r.out.find("SigBlk:\t0000000000000000\n"), std::string::npos) << r.out;
   }
+}
+
+// A command that passes pfmctl's check (found, executable) but cannot be
+// exec'd (a script whose interpreter is missing) says why, as a shell does,
+// and exits 127, which record and stat pass on.
+TEST_F(HostTasksE2e, ACommandThatCannotBeExecdSaysWhyAndExits127) {
+  const std::string script = dir_ + "/no-interpreter";
+  {
+    std::ofstream out(script);
+    out << "#!/nonexistent/interpreter\n";
+  }
+  ASSERT_EQ(::chmod(script.c_str(), 0755), 0);
+  const testing::Result r =
+      Pfmctl(socket(), {"stat", "-e", "task-clock", "--", script});
+  if (r.exit_code != 127 && r.err.find("task-clock") != std::string::npos)
+    GTEST_SKIP() << "no task-clock here: " << r.err;
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  EXPECT_NE(r.err.find("pfmctl: cannot run " + script + ": No such file or directory\n"),
+            std::string::npos)
+      << r.err;
 }
 
 // pfmd dies while `record` runs a command: record says so (UNAVAILABLE,

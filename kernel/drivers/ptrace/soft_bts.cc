@@ -2687,6 +2687,13 @@ int SpawnStopped(const std::vector<std::string>& argv, pid_t* pid,
     } while (r < 0 && errno == EINTR);
     if (r != 1 || b != 'g') _exit(126);
     execvp(args[0], args.data());
+    // Said, as a shell says it, then 127: a command that passed its
+    // caller's checks can still fail here (a script whose interpreter is
+    // missing). strerrordesc_np: untranslated, no locale: fine after fork.
+    const char* why = strerrordesc_np(errno);
+    const char* parts[] = {"pfmctl: cannot run ", args[0], ": ", why ? why : "exec failed",
+                           "\n"};
+    for (const char* part : parts) (void)!write(2, part, strlen(part));
     _exit(127);
   }
   close(p[0]);
