@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -459,6 +460,48 @@ std::string NameOf(const Trace& t, const pfm_record& r) {
   for (const Mapping& m : best->mappings)
     if (r.u.branch.from >= m.start && r.u.branch.from < m.end) return m.path;
   return "";
+}
+
+// Mapping lists larger than a reply frame (1 MiB) all reach the file: a
+// process with 400 mappings of a file with a 200-byte name (fewer than
+// fill one message of the tracer helper's, docs/host_drivers.md), and its
+// eight children, are nine lists of about 150 KB of JSON each, beside the
+// lists sent while the mappings were being made, which session_maps pages
+// out (docs/pfmd.md, "Mapping lists"; each of the nine takes two pages). Before, they were in session_show's one reply, which pfmd
+// refused as over the frame limit, and pfmctl left the whole summary out
+// without a word.
+TEST_F(HostTasksE2e, MappingListsOverAFramesWorthAllReachTheFile) {
+  const std::string file = dir_ + "/" + std::string(200, 'm');
+  {
+    std::ofstream f(file);
+    f << std::string(4096, '\xc3');  // ret
+  }
+  constexpr size_t kMaps = 400;
+  Trace t = Record({"--", testing::Runfile("tests/many_maps"), file, std::to_string(kMaps), "8"});
+  ASSERT_TRUE(t.complete) << t.cut_reason;
+  std::map<int32_t, size_t> most;  // pid -> the most mappings of `file` in one list
+  for (const ProcessMaps& m : t.maps) {
+    size_t n = 0;
+    for (const Mapping& e : m.mappings) n += e.path == file;
+    most[m.pid] = std::max(most[m.pid], n);
+  }
+  size_t full = 0;
+  std::string lists;
+  for (const auto& [pid, n] : most) {
+    full += n == kMaps;
+    absl::StrAppend(&lists, " pid ", pid, ": ", n);
+  }
+  EXPECT_EQ(full, 9u) << "the process and its eight children, each with every mapping; "
+                       << t.maps.size() << " lists; most mappings of the file per pid:" << lists;
+  // The target's current list is the file's last MAPS block with mappings.
+  const ProcessMaps* last = nullptr;
+  for (const ProcessMaps& m : t.maps)
+    if (!m.mappings.empty()) last = &m;
+  ASSERT_NE(last, nullptr);
+  uint32_t root = 0;  // the first branch's: the command's process
+  for (const pfm_record& r : t.records)
+    if (r.type == PFM_REC_BRANCH && root == 0) root = r.pid;
+  EXPECT_EQ(static_cast<uint32_t>(last->pid), root);
 }
 
 TEST_F(HostTasksE2e, ShellChildrenAreFollowedAcrossForkAndExecUnlessNoInherit) {

@@ -198,6 +198,20 @@ TEST_F(LifecycleE2e, MalformedInputIsRefusedClearlyAndOtherClientsAreUnaffected)
   EXPECT_NE(reply.find("sim pid -5: expected 1..1073741823"), std::string::npos) << reply;
   reply = exchange(EncodeFrame("{\"op\":\"session_show\",\"id\":-1}"));
   EXPECT_NE(reply.find("NOT_FOUND"), std::string::npos) << reply;
+  // session_maps' page position and mode: numbers and a bool; a sim
+  // session has no tracer, so no lists.
+  const std::string maps = absl::StrCat("{\"op\":\"session_maps\",\"id\":", id);
+  reply = exchange(EncodeFrame(maps + ",\"seq\":\"1\"}"));
+  EXPECT_NE(reply.find("\"seq\\\" must be a non-negative integer"), std::string::npos) << reply;
+  reply = exchange(EncodeFrame(maps + ",\"mapping\":-1}"));
+  EXPECT_NE(reply.find("\"mapping\\\" must be a non-negative integer"), std::string::npos)
+      << reply;
+  reply = exchange(EncodeFrame(maps + ",\"current\":1}"));
+  EXPECT_NE(reply.find("\"current\\\" must be true or false"), std::string::npos) << reply;
+  reply = exchange(EncodeFrame(maps + "}"));
+  EXPECT_NE(reply.find("{\"ok\":true,\"result\":{\"lists\":[],\"newest\":0},"),
+            std::string::npos)
+      << reply;
   // The largest buffer the spec allows is still over the per-uid limit.
   reply = exchange(EncodeFrame(
       "{\"op\":\"session_create\",\"spec\":{\"pid\":1001,\"bts\":\"lossless\","

@@ -23,11 +23,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/json.hpp>
@@ -38,6 +41,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kernel/ds/ring.h"
+#include "pfm/trace_file.h"
 #include "pfm/wire.h"
 #include "tests/testing/harness.h"
 
@@ -103,7 +107,23 @@ class FakePfmd {
   void Script(std::map<std::string, FakeReply> replies) {
     std::lock_guard<std::mutex> l(mu_);
     script_ = std::move(replies);
+    queues_.clear();
     seen_.clear();
+    requests_.clear();
+  }
+  // After Script: the replies to the next requests of `op`, one each, in
+  // order; the last is repeated.
+  void Queue(const std::string& op, std::vector<FakeReply> replies) {
+    std::lock_guard<std::mutex> l(mu_);
+    queues_[op] = std::deque<FakeReply>(replies.begin(), replies.end());
+  }
+  // The requests of `op` since the last Script, as they came.
+  std::vector<json::value> Requests(const std::string& op) {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<json::value> out;
+    for (const auto& [o, v] : requests_)
+      if (o == op) out.push_back(v);
+    return out;
   }
   // The ops asked since the last Script, in order.
   std::vector<std::string> Seen() {
@@ -139,8 +159,12 @@ class FakePfmd {
     {
       std::lock_guard<std::mutex> l(mu_);
       seen_.push_back(op);
+      requests_.emplace_back(op, ec ? json::value() : v);
       auto it = script_.find(op);
-      if (it != script_.end()) {
+      if (auto q = queues_.find(op); q != queues_.end() && !q->second.empty()) {
+        reply = q->second.front();
+        if (q->second.size() > 1) q->second.pop_front();
+      } else if (it != script_.end()) {
         reply = it->second;
       } else if (auto d = defaults_.find(op); d != defaults_.end()) {
         reply = d->second;
@@ -169,7 +193,9 @@ class FakePfmd {
   std::thread thread_;
   std::mutex mu_;
   std::map<std::string, FakeReply> defaults_, script_;
+  std::map<std::string, std::deque<FakeReply>> queues_;
   std::vector<std::string> seen_;
+  std::vector<std::pair<std::string, json::value>> requests_;
 };
 
 // ---- running pfmctl ----
@@ -264,6 +290,26 @@ json::value SessionShow() {
   s.as_object()["breakpoints"] = json::array{Parse(kBreakpoint)};
   s.as_object()["soft_bts"] = json::object{{"steps", 1234}};
   return s;
+}
+
+// One session_maps page: one whole list (seq 1, the newest), no next.
+const char kMapping[] = R"({"start": 4194304, "end": 4198400, "offset": 0,
+  "path": "/bin/prog", "writable": false, "shared": false})";
+
+json::value MapsList(uint64_t seq, int pid, uint64_t total, uint64_t first, size_t n) {
+  json::array mappings;
+  for (size_t i = 0; i < n; ++i) {
+    json::value m = Parse(kMapping);
+    m.as_object()["start"] = 4194304 + 8192 * (first + i);
+    m.as_object()["end"] = 4198400 + 8192 * (first + i);
+    mappings.push_back(std::move(m));
+  }
+  return json::object{{"seq", seq},   {"pid", pid},     {"time_ns", 1000 + seq},
+                      {"total", total}, {"first", first}, {"mappings", std::move(mappings)}};
+}
+
+json::value MapsPage() {
+  return json::object{{"lists", json::array{MapsList(1, 42, 1, 0, 1)}}, {"newest", 1}};
 }
 
 // ---- malformations ----
@@ -385,6 +431,7 @@ class PfmctlRepliesE2e : public ::testing::Test {
         {"session_create", Ok(json::object{{"id", 1}})},
         {"session_list", Ok(json::array{Parse(kSession)})},
         {"session_show", Ok(SessionShow())},
+        {"session_maps", Ok(MapsPage())},
         {"session_kill", Ok(json::object{{"id", 1}, {"killed", true}})},
         {"session_ring", Ok(RingInfo(), {ring_->fd()})},
         {"sim", Ok(json::object{{"now", 1}})},
@@ -542,11 +589,14 @@ TEST_F(PfmctlRepliesE2e, WellFormedRepliesWork) {
   ExpectWorks({"session", "show", "1"}, {"session_show"});
   ExpectWorks({"session", "kill", "1"}, {"session_kill"});
   ExpectWorks({"snapshot", "1"}, {"session_ring"});
-  // session_show twice: the maps first, the summary at the end.
+  // session_show twice: the start (the pid and the current maps) first,
+  // the summary (every list, then the current one) at the end.
   ExpectWorks({"stream", "1", "-o", File("ok.stream")},
-              {"session_ring", "session_show", "session_show"});
+              {"session_ring", "session_show", "session_maps", "session_show", "session_maps",
+               "session_maps"});
   ExpectWorks({"record", "-o", File("ok.record"), "--", "/bin/true"},
-              {"status", "session_create", "session_ring", "session_show", "session_kill"});
+              {"status", "session_create", "session_ring", "session_show", "session_maps",
+               "session_maps", "session_kill"});
   ExpectWorks({"sim", "pause"}, {"sim"});
   ExpectWorks({"shutdown"}, {"shutdown"});
   ExpectWorks({"stat", "--", "/bin/true"},
@@ -715,6 +765,109 @@ TEST_F(PfmctlRepliesE2e, StreamSummary) {
     const testing::Result r = RunPfmctl(fake_.socket(), args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
   }
+}
+
+// session_maps, read by every command that writes a summary (here
+// `snapshot -o`): the fields of a page, pages that continue no list or do
+// not move forward, and what "gone" is.
+TEST_F(PfmctlRepliesE2e, SessionMaps) {
+  const std::vector<std::string> args = {"snapshot", "1", "-o", File("maps")};
+  const std::string internal = "pfmctl: INTERNAL: pfmd reply: session_maps: ";
+  for (const json::value& r : NotObjectsOrNull())
+    ExpectFails(args, {{"session_maps", Ok(r)}}, internal + "result is ",
+                absl::StrCat("result ", json::serialize(r)));
+  ExpectFieldFailures(args, "session_maps", MapsPage(),
+                      {{"/newest", Kind::kUint, true},
+                       {"/lists", Kind::kArray, true},
+                       {"/lists/0", Kind::kObject, true},
+                       {"/lists/0/seq", Kind::kUint, true},
+                       {"/lists/0/pid", Kind::kInteger, true},
+                       {"/lists/0/time_ns", Kind::kUint, true},
+                       {"/lists/0/total", Kind::kUint, true},
+                       {"/lists/0/first", Kind::kUint, true},
+                       {"/lists/0/mappings", Kind::kArray, true},
+                       {"/lists/0/mappings/0/start", Kind::kUint, true},
+                       {"/lists/0/mappings/0/path", Kind::kString, true}});
+  json::value next_page = MapsPage();
+  next_page.as_object()["next"] = json::object{{"seq", 2}, {"mapping", 0}};
+  ExpectFieldFailures(args, "session_maps", next_page,
+                      {{"/next", Kind::kObject},
+                       {"/next/seq", Kind::kUint, true},
+                       {"/next/mapping", Kind::kUint, true}});
+  struct Bad {
+    json::value result;
+    std::string message;
+  };
+  const std::vector<Bad> bad = {
+      {json::object{{"lists", json::array{MapsList(1, 42, 3, 1, 1)}}, {"newest", 1}},
+       "result.lists[0].first is 1: it continues no list the pages before had"},
+      {json::object{{"lists", json::array{MapsList(1, 42, 1, 0, 2)}}, {"newest", 1}},
+       "result.lists[0].mappings has 2 mappings from 0, past the total 1"},
+      {json::object{{"lists", json::array{MapsList(2, 42, 1, 0, 1)}}, {"newest", 1}},
+       "result.lists[0].seq is 2, not a list from 0 to 1"},
+      {json::object{{"lists", json::array{MapsList(1, 42, 70000, 0, 1)}}, {"newest", 1}},
+       "result.lists[0].total is 70000, over 65536"},
+      {json::object{{"lists", json::array{}},
+                    {"newest", 1},
+                    {"next", json::object{{"seq", 0}, {"mapping", 0}}}},
+       "result.next is list 0 mapping 0, not past the page asked for (list 0 mapping 0)"},
+  };
+  for (const Bad& b : bad)
+    ExpectFails(args, {{"session_maps", Ok(b.result)}}, internal + b.message,
+                json::serialize(b.result));
+  // pfmd's refusal other than "gone" is the command's error; gone (the
+  // session: NOT_FOUND; pfmd: a hang-up) leaves the maps out, as before.
+  ExpectFails(args,
+              {{"session_maps",
+                FakeReply{FakeReply::kFrame,
+                          R"({"ok":false,"code":"INTERNAL","message":"too big"})", {}}}},
+              "pfmctl: INTERNAL: too big", "an INTERNAL refusal");
+  for (FakeReply gone : {FakeReply{FakeReply::kFrame,
+                                   R"({"ok":false,"code":"NOT_FOUND","message":"gone"})",
+                                   {}},
+                         FakeReply{FakeReply::kClose, "", {}}}) {
+    fake_.Script({{"session_maps", gone}});
+    const testing::Result r = RunPfmctl(fake_.socket(), args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+}
+
+// Pages put together: a list split over two pages is one MAPS block, a list
+// dropped by the tracer between pages (only its first part came) is left
+// out, lists newer than the first page's newest are not waited for, and
+// the current list comes last.
+TEST_F(PfmctlRepliesE2e, SessionMapsPagesMakeWholeLists) {
+  const std::vector<std::string> args = {"snapshot", "1", "-o", File("paged")};
+  auto page = [](json::array lists, uint64_t newest, std::optional<std::pair<int, int>> next) {
+    json::object o{{"lists", std::move(lists)}, {"newest", newest}};
+    if (next) o["next"] = json::object{{"seq", next->first}, {"mapping", next->second}};
+    return Ok(o);
+  };
+  fake_.Script({});
+  fake_.Queue("session_maps",
+              {// every list: 3 (split), 4 (dropped after its first part), 5
+               page(json::array{MapsList(3, 42, 3, 0, 2)}, 5, std::make_pair(3, 2)),
+               page(json::array{MapsList(3, 42, 3, 2, 1), MapsList(4, 43, 2, 0, 1)}, 5,
+                    std::make_pair(4, 1)),
+               page(json::array{MapsList(5, 44, 1, 0, 1)}, 6, std::make_pair(6, 0)),
+               // the current list
+               page(json::array{MapsList(5, 44, 1, 0, 1)}, 6, std::nullopt)});
+  const testing::Result r = RunPfmctl(fake_.socket(), args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<json::value> asked = fake_.Requests("session_maps");
+  ASSERT_EQ(asked.size(), 4u);
+  EXPECT_EQ(json::serialize(asked[1]),
+            R"({"id":1,"seq":3,"mapping":2,"op":"session_maps"})");
+  EXPECT_EQ(json::serialize(asked[2]),
+            R"({"id":1,"seq":4,"mapping":1,"op":"session_maps"})");
+  EXPECT_TRUE(asked[3].as_object().at("current").as_bool());
+  absl::StatusOr<Trace> t = ReadTrace(File("paged"), {});
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::pair<int32_t, size_t>> blocks;
+  for (const ProcessMaps& m : t->maps) blocks.emplace_back(m.pid, m.mappings.size());
+  EXPECT_EQ(blocks, (std::vector<std::pair<int32_t, size_t>>{{42, 3}, {44, 1}, {44, 1}}));
+  ASSERT_EQ(t->maps[0].mappings.size(), 3u);
+  EXPECT_EQ(t->maps[0].mappings[2].start, 4194304u + 2 * 8192);
 }
 
 TEST_F(PfmctlRepliesE2e, Record) {

@@ -142,6 +142,7 @@ TEST_F(SecurityE2e, OtherUidCannotSeeOrKillRootsSessions) {
     json::object args{{"id", id}};
     return {{"list", CallJson(*c, "session_list")},
             {"show", CallJson(*c, "session_show", args)},
+            {"maps", CallJson(*c, "session_maps", args)},
             {"ring", CallJson(*c, "session_ring", args)},
             {"kill", CallJson(*c, "session_kill", args)},
             {"resources", CallJson(*c, "resources")}};
@@ -149,7 +150,7 @@ TEST_F(SecurityE2e, OtherUidCannotSeeOrKillRootsSessions) {
   ASSERT_FALSE(got.contains("child_failed")) << got;
   ASSERT_TRUE(got.at("list").at("ok").as_bool()) << got;
   EXPECT_TRUE(got.at("list").at("result").as_array().empty()) << got.at("list");
-  for (const char* op : {"show", "ring", "kill"}) {
+  for (const char* op : {"show", "maps", "ring", "kill"}) {
     const json::object& r = got.at(op).as_object();
     EXPECT_EQ(Str(r.at("code")), "NOT_FOUND") << op << ": " << r;
     EXPECT_EQ(Str(r.at("message")), "no session " + std::to_string(id)) << op;

@@ -75,11 +75,98 @@ ProcessMaps ReadMaps(const ReplyNode& maps) {
       e.Member("path").Invalid(absl::StrCat("is over ", kMaxMappingPath, " bytes"));
     out.mappings.push_back(std::move(m));
   }
-  // The files' build-ids as they are now, at record time: a later report
-  // can tell a binary replaced since (pfm/symbolizer.h).
-  AddBuildIds(&out.mappings);
   return out;
 }
+
+absl::StatusOr<std::vector<ProcessMaps>> ReadMapsLists(Client& c, uint64_t id,
+                                                       bool current) {
+  std::vector<ProcessMaps> out;
+  std::vector<uint64_t> seqs, totals;  // per list of `out`
+  uint64_t seq = 0, mapping = 0;
+  std::optional<uint64_t> end;  // the newest list when the first page came
+  for (;;) {
+    json::object args{{"id", id}, {"seq", seq}, {"mapping", mapping}};
+    if (current) args["current"] = true;
+    absl::StatusOr<Client::Reply> r = c.Call("session_maps", std::move(args));
+    if (!r.ok()) return r.status();
+    ReplyReader reader("session_maps", r->result);
+    const ReplyNode res = reader.result();
+    const uint64_t newest = res.Member("newest").Uint();
+    if (!end) end = newest;
+    for (const ReplyNode& l : res.Member("lists").Elements()) {
+      const uint64_t s = l.Member("seq").Uint();
+      const uint64_t total = l.Member("total").Uint();
+      const ReplyNode first = l.Member("first");
+      const uint64_t from = first.Uint();
+      ProcessMaps page = ReadMaps(l);
+      if (!reader.ok()) break;
+      if (s == 0 || s < seq || s > newest) {
+        l.Member("seq").Invalid(absl::StrCat("is ", s, ", not a list from ", seq, " to ", newest));
+        break;
+      }
+      if (total > kMaxMappings) {
+        l.Member("total").Invalid(absl::StrCat("is ", total, ", over ", kMaxMappings));
+        break;
+      }
+      if (from == 0) {
+        out.push_back(ProcessMaps{page.time_ns, page.pid, {}});
+        seqs.push_back(s);
+        totals.push_back(total);
+      } else if (seqs.empty() || seqs.back() != s || totals.back() != total ||
+                 out.back().mappings.size() != from || out.back().pid != page.pid ||
+                 out.back().time_ns != page.time_ns) {
+        first.Invalid(absl::StrCat("is ", from, ": it continues no list the pages before had"));
+        break;
+      }
+      if (from + page.mappings.size() > total) {
+        l.Member("mappings").Invalid(absl::StrCat("has ", page.mappings.size(),
+                                                  " mappings from ", from, ", past the total ",
+                                                  total));
+        break;
+      }
+      for (Mapping& m : page.mappings) out.back().mappings.push_back(std::move(m));
+    }
+    const ReplyNode next = res.Member("next");
+    uint64_t next_seq = 0, next_mapping = 0;
+    if (next.present()) {
+      next_seq = next.Member("seq").Uint();
+      next_mapping = next.Member("mapping").Uint();
+      // Pages only go forward: a reply that does not would loop forever.
+      if (reader.ok() && !(next_seq > seq || (next_seq == seq && next_mapping > mapping)))
+        next.Invalid(absl::StrCat("is list ", next_seq, " mapping ", next_mapping,
+                                  ", not past the page asked for (list ", seq, " mapping ",
+                                  mapping, ")"));
+    }
+    if (!reader.ok()) return reader.status();
+    // Lists that came after the first page are not waited for (a process
+    // that forks without end would keep the pages coming); the current list
+    // is followed to its newest version.
+    if (!next.present() || (!current && next_seq > *end)) break;
+    seq = next_seq;
+    mapping = next_mapping;
+  }
+  // A list the tracer dropped while it was being paged (its oldest lists
+  // make room for new ones) is incomplete: left out.
+  std::vector<ProcessMaps> complete;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].mappings.size() != totals[i]) continue;
+    // The files' build-ids as they are now, at record time: a later report
+    // can tell a binary replaced since (pfm/symbolizer.h).
+    AddBuildIds(&out[i].mappings);
+    complete.push_back(std::move(out[i]));
+  }
+  return complete;
+}
+
+namespace {
+
+// The session (NOT_FOUND) or pfmd (UNAVAILABLE: the connection is gone) is
+// gone: a summary is best effort, so nothing is added and it is no error.
+bool Gone(const absl::Status& s) {
+  return absl::IsNotFound(s) || absl::IsUnavailable(s);
+}
+
+}  // namespace
 
 absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
                                json::object* trailer) {
@@ -90,15 +177,13 @@ absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
   const json::object* so = s.Object();
   const ReplyNode soft_bts = s.Member("soft_bts");
   if (soft_bts.present()) soft_bts.Member("steps").Uint();
-  const ReplyNode maps_node = s.Member("maps");
-  std::optional<ProcessMaps> maps;
-  if (maps_node.present()) maps = ReadMaps(maps_node);
-  // Every list of every traced process (children, programs before an
-  // exec), when pfmd sends them: one MAPS block each, in order.
-  std::vector<ProcessMaps> all;
-  if (const ReplyNode pm = s.Member("process_maps"); pm.present())
-    for (const ReplyNode& e : pm.Elements()) all.push_back(ReadMaps(e));
   if (!reader.ok()) return reader.status();
+  // Every list of every traced process (children, programs before an
+  // exec): one MAPS block each, in order; then the target's current list.
+  absl::StatusOr<std::vector<ProcessMaps>> all = ReadMapsLists(c, id, false);
+  if (!all.ok()) return Gone(all.status()) ? absl::OkStatus() : all.status();
+  absl::StatusOr<std::vector<ProcessMaps>> now = ReadMapsLists(c, id, true);
+  if (!now.ok()) return Gone(now.status()) ? absl::OkStatus() : now.status();
   for (const char* k : {"counters", "breakpoints", "state", "exit_status", "fatal_signal"})
     if (const json::value* v = so->if_contains(k)) (*trailer)[k] = *v;
   if (soft_bts.present()) {
@@ -106,11 +191,12 @@ absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
     (*trailer)["soft_bts"] = *soft_bts.json();
   }
   // Checked above to be what a MAPS block carries: only a write can fail.
-  for (const ProcessMaps& m : all)
+  for (const ProcessMaps& m : *all)
     if (absl::Status st = w.AppendMaps(m); !st.ok()) return st;
   // The target's current list last: a reader that takes the last MAPS
   // block with mappings gets the target's.
-  if (maps) return w.AppendMaps(*maps);
+  for (const ProcessMaps& m : *now)
+    if (absl::Status st = w.AppendMaps(m); !st.ok()) return st;
   return absl::OkStatus();
 }
 
@@ -125,11 +211,13 @@ absl::StatusOr<SessionStart> ReadSessionStart(Client& c, uint64_t id) {
   if (absl::StartsWith(target, "pid ") && absl::SimpleAtoi(target.substr(4), &pid) && pid > 0)
     out.pid = pid;
   if (const ReplyNode comm = s.Member("comm"); comm.present()) out.comm = comm.String();
-  if (const ReplyNode maps = s.Member("maps"); maps.present()) {
-    ProcessMaps m = ReadMaps(maps);
-    if (!m.mappings.empty()) out.maps = std::move(m);
-  }
   if (!reader.ok()) return reader.status();
+  absl::StatusOr<std::vector<ProcessMaps>> now = ReadMapsLists(c, id, true);
+  if (!now.ok()) {
+    if (Gone(now.status())) return out;
+    return now.status();
+  }
+  if (!now->empty() && !now->back().mappings.empty()) out.maps = std::move(now->back());
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -32,22 +33,25 @@ namespace pfm {
 absl::StatusOr<RingReader> MapRing(Client& c, uint64_t id, bool drain,
                                    boost::json::object* info);
 
-// What `report` needs from the daemon to symbolize and summarise a trace,
-// from session_show: the target's executable mappings (soft BTS on the
-// host), written to `w` as a MAPS block, and the session's counters and
-// breakpoints, its state and the tracer's step count, copied into *trailer.
-// Adds nothing and returns OK when the session is gone (the request fails);
-// INTERNAL when the reply is malformed (ReadMaps' checks included), after
-// adding nothing; TraceWriter's error when the block cannot be written.
+// What `report` needs from the daemon to symbolize and summarise a trace:
+// from session_show, the session's counters and breakpoints, its state and
+// the tracer's step count, copied into *trailer; from session_maps
+// (ReadMapsLists), every mapping list of every process the tracer followed
+// (soft BTS on the host), then the target's current one, written to `w` as
+// MAPS blocks. Adds nothing and returns OK when the session or pfmd is gone
+// (NOT_FOUND, UNAVAILABLE, a failed session_show); INTERNAL when a reply is
+// malformed (ReadMaps' checks included) and pfmd's error for any other
+// refusal, after adding nothing; TraceWriter's error when a block cannot be
+// written.
 absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
                                boost::json::object* trailer);
 
 // What a stream's file starts with, from session_show: the target task's
-// pid and name (for the header: perf's COMM in an export) and its mappings
-// (soft BTS on the host; written as a MAPS block at the start, so a file
-// whose session is killed before the end, and so has no summary, can still
-// name its addresses). Empty when the session is gone; INTERNAL for a
-// malformed reply.
+// pid and name (for the header: perf's COMM in an export), and from
+// session_maps its current mappings (soft BTS on the host; written as a
+// MAPS block at the start, so a file whose session is killed before the
+// end, and so has no summary, can still name its addresses). Empty when
+// the session is gone; INTERNAL for a malformed reply.
 struct SessionStart {
   int32_t pid = 0;   // 0: a CPU session
   std::string comm;  // "" when pfmd does not know it (the sim)
@@ -55,15 +59,25 @@ struct SessionStart {
 };
 absl::StatusOr<SessionStart> ReadSessionStart(Client& c, uint64_t id);
 
-// The "maps" of a session_show reply, read through `maps`' reader:
+// The mapping lists of session `id`, paged through session_maps (docs/pfmd.md,
+// "Mapping lists"): every list the tracer keeps, oldest first, up to the
+// newest there was at the first page; with `current`, the target's own
+// newest list (none before the tracer sent one). A list the tracer dropped
+// while it was being paged is left out. Each mapped file's build-id is read
+// now (AddBuildIds). pfmd's error as it came (NOT_FOUND: the session is
+// gone); INTERNAL "pfmd reply: session_maps: ..." for a malformed page,
+// one that continues no list, or one that does not move forward.
+absl::StatusOr<std::vector<ProcessMaps>> ReadMapsLists(Client& c, uint64_t id,
+                                                       bool current);
+
+// One mapping list of a session_maps reply, read through `maps`' reader:
 //   {"pid": int32, "time_ns": uint,
 //    "mappings": [{"start": uint, "end": uint, "offset": uint, "path": string,
 //                  "writable": bool, "shared": bool}, ...]}
 // Every field is required. What a MAPS block could not carry is the
 // reader's error too: a mapping that ends before it starts or whose path is
 // over kMaxMappingPath bytes, more than kMaxMappings mappings, a pid outside
-// int32. Each mapped file's build-id is read from the file now
-// (AddBuildIds), for the MAPS block.
+// int32.
 ProcessMaps ReadMaps(const ReplyNode& maps);
 
 struct StreamResult;

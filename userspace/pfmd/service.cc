@@ -17,6 +17,12 @@ namespace json = boost::json;
 // Sessions per session_list reply (about 300 bytes each): a reply stays far
 // below the 1 MiB frame limit however many sessions exist; clients page on.
 constexpr uint64_t kSessionListPage = 1000;
+// session_maps pages: the JSON of a page's mappings passes this by at most
+// one mapping's (a path of kMaxMappingPath bytes escaped: 24.7 KiB), so a
+// page stays well inside a frame (kMaxFrameBytes, 1 MiB); and at most this
+// many lists are copied from the tracer per call.
+constexpr size_t kMapsPageBytes = 512 * 1024;
+constexpr size_t kMapsPageLists = 64;
 
 ServiceReply Ok(json::value result) {
   ServiceReply r;
@@ -137,26 +143,6 @@ json::object SessionToJson(const SessionInfo& s, bool detail) {
                              : absl::StrCat("perf_event_open refused: ",
                                             std::strerror(static_cast<int>(-t.switch_errno)),
                                             "; switches inferred from CPU changes")}};
-    // Numbers, not the hex strings other addresses get (docs/pfmd.md):
-    // pfmctl copies them into a trace file's binary MAPS block, and user
-    // addresses (below 2^47) stay exact even for readers holding doubles.
-    auto maps_json = [](const ProcessMaps& pm) {
-      json::array mappings;
-      for (const Mapping& m : pm.mappings)
-        mappings.push_back(json::object{{"start", m.start},
-                                        {"end", m.end},
-                                        {"offset", m.offset},
-                                        {"path", m.path},
-                                        {"writable", m.writable},
-                                        {"shared", m.shared}});
-      return json::object{{"pid", pm.pid},
-                          {"time_ns", pm.time_ns},
-                          {"mappings", std::move(mappings)}};
-    };
-    o["maps"] = maps_json(s.maps);
-    json::array all;
-    for (const ProcessMaps& pm : s.process_maps) all.push_back(maps_json(pm));
-    o["process_maps"] = std::move(all);
   }
   return o;
 }
@@ -171,6 +157,7 @@ Service::Service(PfmdConfig config, MachineInfo machine, AuthPolicy auth,
   handlers_["session_create"] = &Service::SessionCreate;
   handlers_["session_list"] = &Service::SessionList;
   handlers_["session_show"] = &Service::SessionShow;
+  handlers_["session_maps"] = &Service::SessionMaps;
   handlers_["session_kill"] = &Service::SessionKill;
   handlers_["session_ring"] = &Service::SessionRing;
   handlers_["session_debug"] = &Service::SessionDebug;
@@ -285,6 +272,81 @@ ServiceReply Service::SessionShow(ConnectionId, const Peer& peer, const json::ob
   absl::StatusOr<SessionInfo> s = sessions_.Show(peer, *id);
   if (!s.ok()) return Error(s.status());
   return Ok(SessionToJson(*s, true));
+}
+
+// session_maps {id, seq, mapping, current}: one page of the mapping lists
+// of a soft-BTS session's tracer (docs/pfmd.md, "Mapping lists"), from the
+// list numbered "seq" (default 0: the first kept) at its mapping "mapping"
+// (default 0), or with "current" only the tracee's own newest list; a page
+// ends once its mappings' JSON passes kMapsPageBytes, with "next" {seq,
+// mapping} where the next page starts. Addresses are JSON integers, not the
+// hex strings of other replies: pfmctl copies them into a trace file's
+// binary MAPS block, and user addresses (below 2^47) stay exact even for
+// readers holding doubles.
+ServiceReply Service::SessionMaps(ConnectionId, const Peer& peer, const json::object& req) {
+  absl::StatusOr<SessionId> id = IdOf(req);
+  if (!id.ok()) return Error(id.status());
+  uint64_t seq = 0, first = 0;
+  bool current = false;
+  for (auto [key, out] : {std::pair<const char*, uint64_t*>{"seq", &seq}, {"mapping", &first}}) {
+    const json::value* v = req.if_contains(key);
+    if (v == nullptr) continue;
+    if (!v->is_uint64() && !(v->is_int64() && v->as_int64() >= 0))
+      return Error(absl::InvalidArgumentError(
+          absl::StrCat("\"", key, "\" must be a non-negative integer")));
+    *out = v->to_number<uint64_t>();
+  }
+  if (const json::value* v = req.if_contains("current")) {
+    if (!v->is_bool()) return Error(absl::InvalidArgumentError("\"current\" must be true or false"));
+    current = v->as_bool();
+  }
+  absl::StatusOr<MapsLists> got = sessions_.Maps(peer, *id, seq, current, kMapsPageLists);
+  if (!got.ok()) return Error(got.status());
+  json::array lists;
+  size_t bytes = 0;
+  json::object next;
+  for (MapsLists::List& l : got->lists) {
+    // A mapping index past the end (a client's guess) starts nowhere: the
+    // list is sent with no mappings and its total, so the client moves on.
+    const size_t total = l.maps.mappings.size();
+    size_t i = l.seq == seq ? std::min<uint64_t>(first, total) : 0;
+    json::array mappings;
+    const size_t start = i;
+    for (; i < total; ++i) {
+      if (bytes >= kMapsPageBytes) break;
+      const Mapping& m = l.maps.mappings[i];
+      // Its JSON's size, an upper bound: 3 uint64s, 2 bools, the keys, and
+      // the path escaped at worst (\u00XX per byte).
+      bytes += 160 + 6 * m.path.size();
+      mappings.push_back(json::object{{"start", m.start},
+                                      {"end", m.end},
+                                      {"offset", m.offset},
+                                      {"path", m.path},
+                                      {"writable", m.writable},
+                                      {"shared", m.shared}});
+    }
+    bytes += 100;
+    lists.push_back(json::object{{"seq", l.seq},
+                                 {"pid", l.maps.pid},
+                                 {"time_ns", l.maps.time_ns},
+                                 {"total", total},
+                                 {"first", start},
+                                 {"mappings", std::move(mappings)}});
+    if (i < total) {
+      next = json::object{{"seq", l.seq}, {"mapping", i}};
+      break;
+    }
+    if (bytes >= kMapsPageBytes) {
+      next = json::object{{"seq", l.seq + 1}, {"mapping", 0}};
+      break;
+    }
+  }
+  // More lists than one call copies: the next page starts after the last.
+  if (next.empty() && !current && got->lists.size() == kMapsPageLists)
+    next = json::object{{"seq", got->lists.back().seq + 1}, {"mapping", 0}};
+  json::object o{{"lists", std::move(lists)}, {"newest", got->newest}};
+  if (!next.empty()) o["next"] = std::move(next);
+  return Ok(std::move(o));
 }
 
 ServiceReply Service::SessionKill(ConnectionId, const Peer& peer, const json::object& req) {

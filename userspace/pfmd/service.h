@@ -67,6 +67,7 @@ class Service {
   ServiceReply SessionCreate(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply SessionList(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply SessionShow(ConnectionId, const Peer&, const boost::json::object&);
+  ServiceReply SessionMaps(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply SessionKill(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply SessionRing(ConnectionId, const Peer&, const boost::json::object&);
   ServiceReply SessionDebug(ConnectionId, const Peer&, const boost::json::object&);

@@ -238,11 +238,7 @@ SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
     (r.breakpoint ? o.breakpoints : o.counters).push_back(std::move(c));
   }
   if (s.host_bts) {
-    if (const TracerProcess* t = s.tracer.get()) {
-      o.soft_bts = t->stats();
-      o.maps = t->maps();
-      o.process_maps = t->maps_history();
-    }
+    if (const TracerProcess* t = s.tracer.get()) o.soft_bts = t->stats();
   }
   return o;
 }
@@ -252,6 +248,32 @@ absl::StatusOr<SessionInfo> SessionManager::Show(const Peer& peer, SessionId id)
   absl::StatusOr<Session*> s = FindLocked(peer, id);
   if (!s.ok()) return s.status();
   return InfoLocked(**s, true);
+}
+
+absl::StatusOr<MapsLists> SessionManager::Maps(const Peer& peer, SessionId id,
+                                               uint64_t seq, bool current,
+                                               size_t max_lists) {
+  std::shared_ptr<TracerProcess> tracer;
+  {
+    KernelLockGuard l(&kernel_->lock());
+    absl::StatusOr<Session*> s = FindLocked(peer, id);
+    if (!s.ok()) return s.status();
+    if ((*s)->host_bts) tracer = (*s)->tracer;
+  }
+  MapsLists out;
+  if (tracer == nullptr) return out;
+  if (current) {
+    TracerProcess::NumberedMaps m = tracer->numbered_maps();
+    uint64_t newest = 0;
+    tracer->maps_since(~uint64_t{0}, 0, &newest);
+    out.newest = newest;
+    if (m.seq != 0 && m.seq >= seq && max_lists > 0)
+      out.lists.push_back(MapsLists::List{m.seq, std::move(m.maps)});
+    return out;
+  }
+  for (TracerProcess::NumberedMaps& m : tracer->maps_since(seq, max_lists, &out.newest))
+    out.lists.push_back(MapsLists::List{m.seq, std::move(m.maps)});
+  return out;
 }
 
 std::vector<SessionInfo> SessionManager::List(const Peer& peer, SessionId after,

@@ -84,10 +84,19 @@ struct SessionInfo {
   std::vector<RequestInfo> counters;
   std::vector<RequestInfo> breakpoints;
   std::optional<SoftBtsTracer::Stats> soft_bts;
-  ProcessMaps maps;  // with soft_bts: the tracee's, as the tracer last sent them
-  // With soft_bts: every list the tracer sent, of every traced process
-  // (children, programs before an exec), oldest first.
-  std::vector<ProcessMaps> process_maps;
+  // The mapping lists are not here (they can be megabytes): Maps pages
+  // through them.
+};
+
+// Mapping lists of a soft-BTS session's tracer (SessionManager::Maps), each
+// with its number in the tracer's history (TracerProcess::NumberedMaps).
+struct MapsLists {
+  struct List {
+    uint64_t seq = 0;
+    ProcessMaps maps;
+  };
+  std::vector<List> lists;
+  uint64_t newest = 0;  // the newest list's number; 0: none yet
 };
 
 struct StatusInfo {
@@ -222,6 +231,13 @@ class SessionManager {
   absl::StatusOr<SessionId> Create(const Peer& peer, ConnectionId conn,
                                    const TypedSpec& spec);
   absl::StatusOr<SessionInfo> Show(const Peer& peer, SessionId id);
+  // The mapping lists of session `id`'s soft-BTS tracer (none for a session
+  // without one), as session_show's authorization allows: the lists of
+  // every traced process numbered `seq` or more, oldest first, at most
+  // `max_lists`; with `current`, only the tracee's own newest list (when it
+  // is numbered `seq` or more). Copied outside the kernel lock.
+  absl::StatusOr<MapsLists> Maps(const Peer& peer, SessionId id, uint64_t seq,
+                                 bool current, size_t max_lists);
   // Sessions visible to `peer` with ids above `after`, in id order, at most
   // `limit`.
   std::vector<SessionInfo> List(const Peer& peer, SessionId after, size_t limit);

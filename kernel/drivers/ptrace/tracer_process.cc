@@ -412,10 +412,10 @@ void TracerProcess::ReadLoop() {
           // The oldest list of another process goes first; the root's
           // newest stays whatever happens.
           auto victim = std::find_if(maps_.begin(), maps_.end(),
-                                     [&](const ProcessMaps& x) { return x.pid != pid_; });
+                                     [&](const NumberedMaps& x) { return x.maps.pid != pid_; });
           maps_.erase(victim != maps_.end() ? victim : maps_.begin());
         }
-        maps_.push_back(std::move(pm));
+        maps_.push_back(NumberedMaps{++maps_received_, std::move(pm)});
         break;
       }
       case kStats:
@@ -462,18 +462,28 @@ SoftBtsTracer::Stats TracerProcess::stats() const {
   return stats_;
 }
 
-ProcessMaps TracerProcess::maps() const {
+ProcessMaps TracerProcess::maps() const { return numbered_maps().maps; }
+
+TracerProcess::NumberedMaps TracerProcess::numbered_maps() const {
   std::lock_guard<std::mutex> lk(mu_);
   for (auto it = maps_.rbegin(); it != maps_.rend(); ++it)
-    if (it->pid == pid_) return *it;
-  ProcessMaps out;
-  out.pid = pid_;
+    if (it->maps.pid == pid_) return *it;
+  NumberedMaps out;
+  out.maps.pid = pid_;
   return out;
 }
 
-std::vector<ProcessMaps> TracerProcess::maps_history() const {
+std::vector<TracerProcess::NumberedMaps> TracerProcess::maps_since(
+    uint64_t seq, size_t max_lists, uint64_t* newest) const {
   std::lock_guard<std::mutex> lk(mu_);
-  return maps_;
+  *newest = maps_received_;
+  // Numbers grow along the vector (lists are appended, and erased anywhere).
+  auto it = std::lower_bound(
+      maps_.begin(), maps_.end(), seq,
+      [](const NumberedMaps& m, uint64_t s) { return m.seq < s; });
+  std::vector<NumberedMaps> out;
+  for (; it != maps_.end() && out.size() < max_lists; ++it) out.push_back(*it);
+  return out;
 }
 
 uint64_t TracerProcess::RequestDrain() {

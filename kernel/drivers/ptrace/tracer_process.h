@@ -145,8 +145,23 @@ class TracerProcess {
   // Every mapping list the helper reported, of every traced process, in the
   // order received (each stamped with pfmd's time): what names the records
   // of children and of programs before an exec. Bounded: at most
-  // kMaxMapsHistory lists (the oldest of other processes go first).
-  std::vector<ProcessMaps> maps_history() const;
+  // kMaxMapsHistory lists (the oldest of other processes go first). Each
+  // list has a number, 1 for the first received and one more for each
+  // after, never reused: a reader that pages through the history (pfmd's
+  // session_maps, whose replies are bounded) resumes at the number after
+  // the last list it got, whatever was dropped meanwhile.
+  struct NumberedMaps {
+    uint64_t seq = 0;
+    ProcessMaps maps;
+  };
+  // The kept lists numbered `seq` or more, oldest first, at most
+  // `max_lists` of them; *newest is the number of the newest list received
+  // (0 before the first).
+  std::vector<NumberedMaps> maps_since(uint64_t seq, size_t max_lists,
+                                       uint64_t* newest) const;
+  // maps() with its number (0 before the first report): the tracee's own
+  // newest list, kept whatever else is dropped.
+  NumberedMaps numbered_maps() const;
   static constexpr size_t kMaxMapsHistory = 256;
 
   // Asks the helper to drain its DS area now; DrainServed(ticket) turns true
@@ -188,7 +203,8 @@ class TracerProcess {
   bool stopped_ = false;
   bool reaped_ = false;
   SoftBtsTracer::Stats stats_;
-  std::vector<ProcessMaps> maps_;  // the history, oldest first
+  std::vector<NumberedMaps> maps_;  // the history, oldest first
+  uint64_t maps_received_ = 0;      // the newest list's number
   std::mutex send_mu_;
   std::mutex stop_mu_;  // serializes Stop()
 };
