@@ -549,5 +549,61 @@ TEST_F(MetricsE2e, TracerStepsOnTheHost) {
       << "a counter never goes down";
 }
 
+// The host driver: a breakpoint session (no BTS, so no tracer reports the
+// task's switches to the arbiter) holds a debug register of the task in the
+// kernel; /metrics says so as `pfmctl resources` does, and its running ratio
+// is the kernel's (session show's). Before, /metrics counted the arbiter's
+// bookkeeping: no slot in use and no ratio.
+TEST_F(MetricsE2e, HostBreakpointsAreTheKernelsAsResourcesShowsThem) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: ptrace on any process";
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon({"--driver", "host", "--metrics-listen", "127.0.0.1:0"}));
+  ASSERT_NO_FATAL_FAILURE(FindMetrics());
+  static volatile int watched = 0;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    for (;;) {
+      watched = watched + 1;
+      ::usleep(1000);
+    }
+  }
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{child};
+  char bp[64];
+  std::snprintf(bp, sizeof(bp), "0x%lx:4:w",
+                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(&watched)));
+  const uint64_t id = Create({"--pid", std::to_string(child), "--pinned", "--breakpoint", bp});
+  const json::value res = PfmctlJson(socket(), {"resources"});
+  EXPECT_NE(json::serialize(res).find("\"on hw\""), std::string::npos) << res;
+  std::map<std::string, double> s;
+  const Clock::time_point until = Clock::now() + std::chrono::seconds(10);
+  std::string text;
+  while (Clock::now() < until) {
+    text = Scrape();
+    s = Samples(text);
+    if (Contains(text, "pfm_request_running_ratio{")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(s["pfm_host_breakpoints_on_hw"], 1) << text;
+  EXPECT_EQ(SumOf(s, "pfm_hw_slots_in_use"), 0) << "per-CPU slots are the arbiter's";
+  size_t ratios = 0;
+  for (const auto& [series, v] : s)
+    if (StartsWith(series, "pfm_request_running_ratio{") &&
+        Contains(series, "event=\"" + std::string(bp) + "\"")) {
+      ++ratios;
+      EXPECT_EQ(v, 1) << series << ": a pinned breakpoint is never multiplexed out";
+    }
+  EXPECT_EQ(ratios, 1u) << text;
+  const json::value show = PfmctlJson(socket(), {"session", "show", std::to_string(id)});
+  EXPECT_EQ(show.at("breakpoints").as_array().size(), 1u) << show;
+  ASSERT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+  EXPECT_EQ(Samples(Scrape()).at("pfm_host_breakpoints_on_hw"), 0);
+}
+
 }  // namespace
 }  // namespace pfm

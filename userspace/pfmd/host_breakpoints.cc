@@ -75,17 +75,21 @@ void SessionManager::MuxReadingLocked(const Session& s, size_t i, uint64_t now,
   r->scaled = sc.scaled;
 }
 
-bool SessionManager::HostBreakpointLocked(SessionId session, RequestId id, uint64_t now,
-                                          bool* on, std::optional<double>* ratio) const {
+bool SessionManager::HostRequestLocked(SessionId session, RequestId id, uint64_t now,
+                                       bool* on, std::optional<double>* ratio,
+                                       std::string* label) const {
   if (sim_) return false;
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return false;
   const Session& s = *it->second;
   for (size_t i = 0; i < s.reqs.size(); ++i) {
     const Session::Req& q = s.reqs[i];
-    if (q.id != id || !q.breakpoint) continue;
+    if (q.id != id) continue;
+    // A counter is the kernel's when pfmd opened a perf event for it.
+    if (!q.breakpoint && q.perf < 0) return false;
     *on = !q.muxed || q.on;
     ratio->reset();
+    if (label != nullptr) *label = q.label;
     if (q.muxed) {
       PmuArbiter::Reading r;
       MuxReadingLocked(s, i, now, &r);

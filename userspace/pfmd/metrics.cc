@@ -170,7 +170,9 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInfo& info,
   MetricFamily in_use = Family(
       "pfm_hw_slots_in_use",
       "Hardware slots holding a request now, by CPU and kind (gp_counter, "
-      "fixed_counter, debug_register).",
+      "fixed_counter, debug_register), as pfmd's arbiter schedules them; the "
+      "host kernel's breakpoints, held per task, are "
+      "pfm_host_breakpoints_on_hw.",
       kGauge);
   MetricFamily capacity = Family(
       "pfm_hw_slots_per_cpu",
@@ -185,6 +187,14 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInfo& info,
   }
   out.push_back(std::move(in_use));
   out.push_back(std::move(capacity));
+  MetricFamily host_bps = Family(
+      "pfm_host_breakpoints_on_hw",
+      "Host driver: breakpoints holding a debug register of their task now "
+      "(the kernel loads a task's registers on whichever CPU runs it); "
+      "`pfmctl resources` shows them as \"on hw\".",
+      kGauge);
+  Add(&host_bps, {}, info.host_breakpoints_on);
+  out.push_back(std::move(host_bps));
 
   // ---- soft-BTS tracers (host driver) ----
   MetricFamily tracers = Family(

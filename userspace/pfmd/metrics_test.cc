@@ -201,6 +201,33 @@ TEST_F(MetricsTest, MultiplexedRequestsShowRatioRotationsAndSlots) {
   EXPECT_EQ(Get("pfm_hw_slots_per_cpu", {{"kind", "fixed_counter"}}), 3);
 }
 
+// The event label is the request's whole name, as session show gives it:
+// not the arbiter's holder label, which is cut at 47 bytes.
+TEST_F(MetricsTest, ALongEventNameIsLabelledWhole) {
+  const std::string name = "BR_INST_RETIRED.ALL_BRANCHES:u=1:k=0:c=1:i=0:e=0";
+  ASSERT_GT(name.size(), 47u);
+  TypedSpec spec;
+  spec.pid = kTask;
+  spec.counters = {name};
+  absl::StatusOr<SessionId> id = m_.Create(User(kAlice), 1, spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_NO_FATAL_FAILURE(RunSim(20'000'000));
+  Collect();
+  const MetricFamily& ratio = Family("pfm_request_running_ratio");
+  ASSERT_EQ(ratio.metric.size(), 1u);
+  EXPECT_EQ(LabelOf(ratio.metric[0], "event"), name);
+  absl::StatusOr<SessionInfo> show = m_.Show(User(kAlice), *id);
+  ASSERT_TRUE(show.ok()) << show.status();
+  ASSERT_EQ(show->counters.size(), 1u);
+  EXPECT_EQ(show->counters[0].label, name);
+  // resources names it whole too.
+  const ResourcesInfo r = m_.Resources(User(kAlice));
+  std::string whats;
+  for (const auto& t : r.tasks)
+    for (const HolderInfo& h : t.holders) whats += h.what + ";";
+  EXPECT_NE(whats.find(name + ";"), std::string::npos) << whats;
+}
+
 TEST_F(MetricsTest, CpuWideRequestsHoldTheirSlotsOnTheirCpu) {
   // A CPU context is always active: its requests are on the hardware from
   // the first tick, whatever runs there.

@@ -426,12 +426,19 @@ MetricsInfo SessionManager::Metrics() {
   for (const PmuArbiter::Holder& h : holders) {
     bool on = false;
     std::optional<double> host_ratio;
-    if (h.breakpoint && HostBreakpointLocked(h.session, h.id, now, &on, &host_ratio)) {
-      // Host breakpoints: the kernel's registers (host_breakpoints.cc).
-      if (host_ratio) m.requests.push_back({h.session, h.id, h.label, *host_ratio});
-    } else if (h.ratio >= 0) {
-      m.requests.push_back({h.session, h.id, h.label, h.ratio});
+    std::string label;
+    if (HostRequestLocked(h.session, h.id, now, &on, &host_ratio, &label)) {
+      // Host breakpoints and counters: the kernel's registers and counts
+      // (host_breakpoints.cc), as session show and resources give them,
+      // not the arbiter's bookkeeping, which on the host follows a task
+      // only when a soft-BTS tracer reports its switches.
+      if (host_ratio) m.requests.push_back({h.session, h.id, label, *host_ratio});
+      if (h.breakpoint && on) ++m.host_breakpoints_on;
+      continue;
     }
+    if (h.ratio >= 0)
+      m.requests.push_back({h.session, h.id, RequestLabelLocked(h.session, h.id, h.label),
+                            h.ratio});
     if (!h.on_hw || h.on_cpu < 0 || static_cast<size_t>(h.on_cpu) >= m.slots.size())
       continue;
     MetricsInfo::CpuSlots& c = m.slots[static_cast<size_t>(h.on_cpu)];
@@ -452,6 +459,18 @@ MetricsInfo SessionManager::Metrics() {
     m.tracer_branches = t.branches;
   }
   return m;
+}
+
+std::string SessionManager::RequestLabelLocked(SessionId session, RequestId id,
+                                               const char* fallback) const {
+  auto it = sessions_.find(session);
+  if (it != sessions_.end()) {
+    const Session& s = *it->second;
+    for (const Session::Req& q : s.reqs)
+      if (q.id == id) return q.label;
+    if (s.pebs_request != 0 && s.pebs_request == id) return s.spec.pebs_event;
+  }
+  return fallback;
 }
 
 uint64_t SessionManager::HeldLocked() const {
@@ -489,7 +508,7 @@ ResourcesInfo SessionManager::Resources(const Peer& peer) {
   for (const PmuArbiter::Holder& h : holders) {
     HolderInfo o;
     o.slot = h.slot;
-    o.what = visible(h.session) ? std::string(h.label) : "(other uid)";
+    o.what = visible(h.session) ? RequestLabelLocked(h.session, h.id, h.label) : "(other uid)";
     o.kind = h.breakpoint ? "debug register" : "counter";
     o.session = h.session;
     o.mode = h.pinned ? "pinned" : "flexible";
@@ -499,7 +518,7 @@ ResourcesInfo SessionManager::Resources(const Peer& peer) {
     // holds one while its event (or the tracer's) is open; a flexible one
     // while pfmd's rotation has it open (host_breakpoints.cc).
     bool on = false;
-    if (h.breakpoint && HostBreakpointLocked(h.session, h.id, now, &on, &o.ratio)) {
+    if (h.breakpoint && HostRequestLocked(h.session, h.id, now, &on, &o.ratio)) {
       o.slot = on ? "dr" : "-";
       o.state = on ? "on hw" : "waiting";
     }

@@ -156,13 +156,17 @@ struct MetricsInfo {
     std::string event;  // event name or breakpoint spec
     double ratio = 0;   // time running / time enabled
   };
-  // Hardware slots holding a request now, on one CPU.
+  // Hardware slots holding a request now, on one CPU: the arbiter's
+  // (every request on the sim; on the host, none of the kernel's, below).
   struct CpuSlots {
     int gp = 0, fixed = 0, debug = 0;
   };
   std::vector<Session> sessions;
   std::vector<Request> requests;
   std::vector<CpuSlots> slots;  // [machine.cpus]
+  // Host: breakpoints holding a debug register of their task now (the
+  // kernel loads a task's registers on whichever CPU runs it: no CPU).
+  int host_breakpoints_on = 0;
   int gp_counters = 0, fixed_counters = 0, debug_registers = 0;  // per CPU
   uint64_t limit_per_uid = 0, limit_total = 0;
   uint64_t allocated = 0, held = 0;  // as StatusInfo
@@ -338,12 +342,19 @@ class SessionManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   bool MuxOnLocked(Session& s, size_t i, uint64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
-  // A host breakpoint request of `session` (false: not one): whether it
-  // holds a register now, and its running ratio when it has been counted
-  // (pfmd's timing for a multiplexed one, the kernel's for a pinned event
-  // of pfmd's; none for a debugger's, whose event the tracer holds).
-  bool HostBreakpointLocked(SessionId session, RequestId id, uint64_t now, bool* on,
-                            std::optional<double>* ratio) const
+  // A host request of `session` the kernel holds (false: not one): a
+  // breakpoint, or a counter pfmd opened a perf event for. Whether it holds
+  // its hardware now (a counter always: the kernel multiplexes it), its
+  // running ratio when it has been counted (pfmd's timing for a multiplexed
+  // breakpoint, the kernel's for an event of pfmd's; none for a debugger's
+  // breakpoint, whose event the tracer holds), and its full label (the
+  // arbiter's holder label is cut at 47 bytes).
+  bool HostRequestLocked(SessionId session, RequestId id, uint64_t now, bool* on,
+                         std::optional<double>* ratio, std::string* label = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // The full label of request `id` of `session` (event name, breakpoint
+  // spec, PEBS event), or `fallback` when there is none.
+  std::string RequestLabelLocked(SessionId session, RequestId id, const char* fallback) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   // A multiplexed breakpoint's reading, timed by pfmd.
   void MuxReadingLocked(const Session& s, size_t i, uint64_t now,
