@@ -1,6 +1,7 @@
 // End to end, issue 5: the host driver on this machine — soft BTS over
 // ptrace on real processes, real perf_event_open counters, and clear
 // refusals for what this machine lacks. Runs the real pfmd and pfmctl.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <sys/syscall.h>
@@ -17,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include "pfm/client.h"
+#include "pfm/session_spec.h"
 #include "pfm/trace_file.h"
 #include "tests/testing/e2e.h"
 
@@ -582,6 +585,84 @@ TEST_F(HostE2e, DebuggerAndProfilerTraceOneRealProcessAtOnce) {
     EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
   json::value st = PfmctlJson(socket(), {"status"});
   EXPECT_TRUE(st.at("memory").at("charged").as_array().empty());
+}
+
+// A detached debugger session outlives the client that opened its debug
+// channel. When that client dies, the tracer helper says the channel ended
+// (kDebugEnded) and pfmd frees the session's one-debugger slot and the
+// debugger's hardware points; before, pfmd never learnt it (it sees only
+// its own connections) and both stayed held until `session kill`.
+TEST_F(HostE2e, ADeadDebuggersChannelAndHardwarePointsAreFreed) {
+  const pid_t child = fork();
+  if (child == 0) {
+    for (;;) {
+      for (volatile int i = 0; i < 200; ++i) {
+      }
+    }
+  }
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      if (pid <= 0) return;  // never kill(-1)
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap_target{child};
+  ASSERT_GT(child, 0);
+  absl::StatusOr<Client> c = Client::Connect(socket());
+  ASSERT_TRUE(c.ok()) << c.status();
+  SessionSpec spec;
+  spec.role = "debugger";
+  spec.pid = child;
+  spec.debug = true;
+  spec.detached = true;
+  absl::StatusOr<Client::Reply> made = c->Call("session_create", {{"spec", spec.ToJson()}});
+  ASSERT_TRUE(made.ok()) << made.status();
+  const uint64_t id = Num(made->result.at("id"));
+  // The debugger: another process, which opens the channel, inserts a
+  // watchpoint, says so and waits to be killed.
+  int ready[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  const std::string sock = socket();
+  const pid_t debugger = fork();
+  if (debugger == 0) {
+    absl::StatusOr<Client> d = Client::Connect(sock);
+    if (!d.ok()) _exit(1);
+    absl::StatusOr<Client::Reply> ch = d->Call("session_debug", {{"id", id}});
+    if (!ch.ok() || ch->fds.size() != 1) _exit(2);
+    absl::StatusOr<Client::Reply> bp = d->Call(
+        "session_breakpoint",
+        {{"id", id}, {"insert", true}, {"access", "w"}, {"addr", 0x601000}, {"len", 8}});
+    if (!bp.ok()) _exit(3);
+    (void)!::write(ready[1], "k", 1);
+    for (;;) ::pause();
+  }
+  struct Reaper reap_debugger{debugger};
+  ASSERT_GT(debugger, 0);
+  ::close(ready[1]);
+  char k = 0;
+  ASSERT_EQ(::read(ready[0], &k, 1), 1) << "the debugger could not take the channel";
+  ::close(ready[0]);
+  auto resources = [&] { return json::serialize(PfmctlJson(socket(), {"resources"})); };
+  EXPECT_NE(resources().find("0x601000:8:w (gdb, debug register)"), std::string::npos);
+  absl::StatusOr<Client::Reply> second = c->Call("session_debug", {{"id", id}});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().message(),
+            "session " + std::to_string(id) + " has its debug channel already");
+  ::kill(debugger, SIGKILL);
+  ::waitpid(debugger, nullptr, 0);
+  reap_debugger.pid = -1;
+  // The helper's word travels asynchronously: the next requests see it.
+  absl::StatusOr<Client::Reply> again = absl::UnavailableError("not tried");
+  for (int i = 0; i < 100; ++i) {
+    again = c->Call("session_debug", {{"id", id}});
+    if (again.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->fds.size(), 1u);
+  EXPECT_EQ(resources().find("(gdb, debug register)"), std::string::npos) << resources();
+  EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
 }
 
 // The attach workflow carries the maps too: `snapshot -o` of a history and a

@@ -171,6 +171,7 @@ absl::StatusOr<RequestId> SessionManager::DebugBreakpoint(const Peer& peer, Sess
                                                           bool insert,
                                                           const BreakpointSpec& bp) {
   KernelLockGuard l(&kernel_->lock());
+  ExpireDebugChannelsLocked();
   absl::StatusOr<Session*> found = FindLocked(peer, id);
   if (!found.ok()) return found.status();
   Session& s = **found;
@@ -221,6 +222,30 @@ absl::StatusOr<RequestId> SessionManager::DebugBreakpoint(const Peer& peer, Sess
   // kernel for one.
   RebalanceBreakpointsLocked(s.spec.pid, now, 0);
   return static_cast<RequestId>(rid);
+}
+
+void SessionManager::ExpireDebugChannelsLocked() {
+  uint64_t now = 0;
+  for (auto& [id, s] : sessions_) {
+    if (!s->debug_channel || (s->tracer && s->tracer->debug_channel_open())) continue;
+    // Its debugger is gone (the helper ended the channel: the client
+    // closed it or died, the connection pfmd never saw for a detached
+    // session) or the tracer is: the one-debugger slot and the debugger's
+    // hardware points are free again, as at session_breakpoint removes.
+    s->debug_channel = false;
+    if (now == 0) now = NowLocked();
+    bool removed = false;
+    for (auto it = s->reqs.begin(); it != s->reqs.end();) {
+      if (!it->tracer_held) {
+        ++it;
+        continue;
+      }
+      if (it->id) kernel_->RemoveRequest(it->id, now);
+      it = s->reqs.erase(it);
+      removed = true;
+    }
+    if (removed && s->spec.task()) RebalanceBreakpointsLocked(s->spec.pid, now, 0);
+  }
 }
 
 }  // namespace pfm

@@ -104,7 +104,10 @@ bool SessionManager::Idle() const {
 }
 
 void SessionManager::ReapTracers() {
-  if (tracers_) tracers_->Reap();
+  if (!tracers_) return;
+  tracers_->Reap();
+  KernelLockGuard l(&kernel_->lock());
+  ExpireDebugChannelsLocked();
 }
 
 void SessionManager::Disconnected(ConnectionId conn) {
@@ -321,6 +324,7 @@ absl::Status SessionManager::Kill(const Peer& peer, SessionId id) {
 
 absl::StatusOr<UniqueFd> SessionManager::Debug(const Peer& peer, SessionId id) {
   KernelLockGuard l(&kernel_->lock());
+  ExpireDebugChannelsLocked();
   absl::StatusOr<Session*> found = FindLocked(peer, id);
   if (!found.ok()) return found.status();
   Session* s = *found;

@@ -356,6 +356,11 @@ class SessionManager {
   // spec, PEBS event), or `fallback` when there is none.
   std::string RequestLabelLocked(SessionId session, RequestId id, const char* fallback) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
+  // Ends the debug channel of every session whose debugger is gone (its
+  // tracer says the channel ended, or the tracer is gone): clears
+  // debug_channel and removes the debugger's hardware points. Run before
+  // debug requests and after every request (ReapTracers).
+  void ExpireDebugChannelsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kernel_->lock());
   // A multiplexed breakpoint's reading, timed by pfmd.
   void MuxReadingLocked(const Session& s, size_t i, uint64_t now,
                         PmuArbiter::Reading* r) const

@@ -43,6 +43,7 @@ using tracer_protocol::ToWire;
 using tracer_protocol::WireStats;
 using tracer_protocol::WriteAll;
 using tracer_protocol::kDebugClose;
+using tracer_protocol::kDebugEnded;
 using tracer_protocol::kDebugOpen;
 using tracer_protocol::ReadMsgFd;
 using tracer_protocol::kDrain;
@@ -154,6 +155,10 @@ class RemoteCore : public CoreHooks {
   int ScheduledCounters(int, ScheduledCounter*, int) override { return 0; }
   void AddCount(uint32_t, uint64_t) override {}
   void Tick(int, uint64_t) override {}
+
+  // pfmd learns that the debugger it passed a channel for is gone: the
+  // session's one-debugger slot and hardware points are free again.
+  void SendDebugEnded() { Send(Frame(kDebugEnded, nullptr, 0)); }
 
   // Sends kStarted, then what the tracer reported before it.
   void SendStarted(const std::string& frame) {
@@ -454,9 +459,14 @@ int RunHelper(int argc, char** argv) {
         const int dfd = debug_fd;
         debug_thread = std::thread([&, dfd] {
           debug_channel::Serve(dfd, t.get(), pid);
-          std::lock_guard<std::mutex> dlk(mu);
-          ::close(debug_fd);
-          debug_fd = -1;
+          {
+            std::lock_guard<std::mutex> dlk(mu);
+            ::close(debug_fd);
+            debug_fd = -1;
+          }
+          // After debug_fd is free: a channel pfmd passes once it knows is
+          // served, not refused as a second one.
+          sink.SendDebugEnded();
         });
       } else if (debug_thread.joinable() && debug_fd < 0) {
         lk.unlock();

@@ -27,6 +27,7 @@
 namespace pfm {
 
 using tracer_protocol::Frame;
+using tracer_protocol::kDebugEnded;
 using tracer_protocol::FromWire;
 using tracer_protocol::MsgHeader;
 using tracer_protocol::WireTask;
@@ -418,6 +419,15 @@ void TracerProcess::ReadLoop() {
         maps_.push_back(NumberedMaps{++maps_received_, std::move(pm)});
         break;
       }
+      case kDebugEnded:
+        if (!p.empty()) {
+          ok = false;
+          break;
+        }
+        // Never past what was opened: a helper cannot make a channel look
+        // ended before pfmd passed it.
+        if (debug_ended_.load() < debug_opened_.load()) debug_ended_.fetch_add(1);
+        break;
       case kStats:
       case kDrainServed: {
         const size_t at = h.type == kDrainServed ? 8 : 0;
@@ -512,12 +522,16 @@ int TracerProcess::OpenDebugChannel(UniqueFd* client, ErrorDetail* d) {
   const uint8_t zero = 0;
   const std::string f = Frame(tracer_protocol::kDebugOpen, &zero, 1);
   bool sent;
+  // Counted before the helper can have it: its kDebugEnded may come back
+  // before SendWithFd returns.
+  debug_opened_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lk(send_mu_);
     sent = fd_ >= 0 && tracer_protocol::SendWithFd(fd_, f, sv[1]);
   }
   ::close(sv[1]);
   if (!sent) {
+    debug_opened_.fetch_sub(1);
     ::close(sv[0]);
     return SetError(d, -EPIPE, "the tracer of pid %d does not answer", pid_);
   }

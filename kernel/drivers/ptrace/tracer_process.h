@@ -179,6 +179,13 @@ class TracerProcess {
   int OpenDebugChannel(UniqueFd* client, ErrorDetail* d);
   // Ends the channel being served (its closing ends debug control).
   void CloseDebugChannel();
+  // A channel OpenDebugChannel passed has not ended yet: the helper has not
+  // said it ended (kDebugEnded, once its client closed it or after
+  // CloseDebugChannel) and is not gone. How pfmd learns that a debugger
+  // whose connection it does not see (a detached session's) died.
+  bool debug_channel_open() const {
+    return !done() && debug_ended_.load() < debug_opened_.load();
+  }
 
  private:
   TracerProcess(pid_t pid, pid_t helper, int fd, Host host, Options options);
@@ -205,6 +212,7 @@ class TracerProcess {
   SoftBtsTracer::Stats stats_;
   std::vector<NumberedMaps> maps_;  // the history, oldest first
   uint64_t maps_received_ = 0;      // the newest list's number
+  std::atomic<uint64_t> debug_opened_{0}, debug_ended_{0};  // channels
   std::mutex send_mu_;
   std::mutex stop_mu_;  // serializes Stop()
 };

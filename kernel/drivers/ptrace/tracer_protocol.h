@@ -34,6 +34,8 @@ enum MsgType : uint32_t {
   kDrainServed = 9,   // u64 ticket, WireStats
   kTaskCreated = 10,  // parent task, child task
   kTaskExec = 11,     // task
+  kDebugEnded = 12,   // (empty): the debug channel served ended (its client
+                      // closed it, or kDebugClose)
   // pfmd -> helper
   kHeld = 100,        // u8 held
   kRequestDrain = 101,  // u64 ticket
