@@ -19,6 +19,14 @@ uint64_t Load(const __u64* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 
 absl::StatusOr<RingReader> RingReader::Map(UniqueFd fd) {
   if (!fd.valid()) return absl::InvalidArgumentError("ring fd is not open");
+  // Without a shrink seal the writer could truncate the file under us and
+  // turn every read into SIGBUS. The seal is checked before the size is
+  // read: once it is on, the size can never go below what fstat then says,
+  // while a size read first could be shrunk before the writer seals.
+  const int seals = fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0)
+    return absl::InvalidArgumentError(
+        "ring memfd is not sealed against shrinking");
   struct stat sb;
   if (fstat(fd.get(), &sb) != 0)
     return absl::InvalidArgumentError(
@@ -29,12 +37,6 @@ absl::StatusOr<RingReader> RingReader::Map(UniqueFd fd) {
       size > PFM_RING_HEADER_BYTES + kMaxRingDataBytes)
     return absl::InvalidArgumentError(
         absl::StrCat("ring fd of ", size, " bytes is not a ring"));
-  // Without a shrink seal the writer could truncate the file under us and
-  // turn every read into SIGBUS.
-  const int seals = fcntl(fd.get(), F_GET_SEALS);
-  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0)
-    return absl::InvalidArgumentError(
-        "ring memfd is not sealed against shrinking");
 
   void* map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED,
                    fd.get(), 0);
@@ -180,15 +182,26 @@ absl::Status RingReader::Snapshot(std::vector<pfm_record>* out) const {
   // ring below head0 are gone anyway.
   const uint64_t base = RingSnapshotBase(tail0, head0, data_bytes_);
 
-  // Copy to the same offsets, so decoding walks the copy like the ring.
-  std::vector<uint8_t> copy(data_bytes_);
-  const uint64_t mask = data_bytes_ - 1;
+  // Only [base, head0) is copied (what a ring holding one record holds is
+  // one record, not data_bytes_), into a ring of the smallest valid size
+  // that holds it: a power of two and a multiple of the chunk, so every
+  // position keeps its offset in its chunk and [base, head0) maps to
+  // distinct offsets, and decoding walks the copy like the ring. The copy
+  // decodes as a whole ring's copy would: the decoding reads [tail1's base,
+  // head0) only, and with tail0 <= tail1 <= head0 that base is
+  // ChunkFloor(tail1) >= base for either size (the copy is smaller than the
+  // ring only when head0 - ChunkFloor(tail0) fits it); a tail1 above head0
+  // decodes nothing.
+  const uint64_t copy_bytes = RingDataBytesFor(head0 - base);
+  std::vector<uint8_t> copy(copy_bytes);
+  const uint64_t copy_mask = copy_bytes - 1, ring_mask = data_bytes_ - 1;
   // Advance by the bytes copied, never past head0: p += kRingChunk would
   // wrap for a head near 2^64 (a hostile header; found by
-  // fuzz/ring_fuzz.cc).
+  // fuzz/ring_fuzz.cc). base is a chunk start: no piece crosses a chunk
+  // end, in the ring or the copy.
   for (uint64_t p = base; p < head0;) {
     const uint64_t n = head0 - p < kRingChunk ? head0 - p : kRingChunk;
-    memcpy(copy.data() + (p & mask), data_ + (p & mask), n);
+    memcpy(copy.data() + (p & copy_mask), data_ + (p & ring_mask), n);
     p += n;
   }
   // Order the copy before re-reading tail (the seqlock pattern): anything
@@ -201,7 +214,7 @@ absl::Status RingReader::Snapshot(std::vector<pfm_record>* out) const {
         absl::StrCat("ring tail went back from ", tail0, " to ", tail1));
   // Decodes from at or above base (tail1 >= tail0), inside the copy.
   uint64_t bad = 0;
-  if (DecodeRingSnapshot(copy.data(), data_bytes_, format_, tail1, head0,
+  if (DecodeRingSnapshot(copy.data(), copy_bytes, format_, tail1, head0,
                          mode_ == PFM_RING_HISTORY ? history_records_ : 0,
                          out, &bad) != 0)
     return absl::DataLossError(

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <new>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -331,6 +333,32 @@ TEST_P(EachFormat, HistorySnapshotsWhileTheWriterRunsAreNeverTorn) {
   RecordProperty("written", static_cast<int>(written));
 }
 
+// A snapshot copies only the bytes from tail's chunk to head into a ring of
+// their own size: with a mid-chunk tail in a ring far bigger than what it
+// holds, it gives what the writer's snapshot gives.
+TEST_P(EachFormat, SnapshotOfARingMostlyEmptyMatchesTheWriters) {
+  auto ring = MakeRing(PFM_RING_LOSSLESS, GetParam(), 1 << 20);
+  for (uint64_t id = 0; id < 3000; ++id)
+    ASSERT_EQ(ring->Write(Mixed(id)), Ring::kWritten);
+  RingReader consumer = MapOrDie(*ring);
+  std::vector<pfm_record> got;
+  ASSERT_EQ(consumer.Consume(&got, 1234), 1234u);
+  ASSERT_NE(consumer.header().tail % PFM_RING_CHUNK, 0u);
+  // What it holds would fit a copy smaller than the ring.
+  ASSERT_LT(consumer.header().head - consumer.header().tail,
+            (uint64_t{1} << 19) - PFM_RING_CHUNK);
+  RingReader rd = MapOrDie(*ring);
+  std::vector<pfm_record> mine, theirs;
+  ASSERT_TRUE(rd.Snapshot(&mine).ok());
+  ring->Snapshot(&theirs);
+  ASSERT_EQ(mine.size(), 3000u - 1234u);
+  ASSERT_EQ(theirs.size(), mine.size());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    ExpectIs(mine[i], 1234 + i);
+    EXPECT_EQ(memcmp(&mine[i], &theirs[i], sizeof(pfm_record)), 0) << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, EachFormat,
                          ::testing::Values(PFM_FORMAT_FIXED,
                                            PFM_FORMAT_COMPACT),
@@ -386,6 +414,15 @@ TEST(RingReader, RefusesFdsThatAreNotRings) {
   }
   FakeRing unsealed(8192, 0, /*seal=*/false);
   EXPECT_EQ(unsealed.Map().status().code(), absl::StatusCode::kInvalidArgument);
+  // The seal is checked before the size is read (a size read first could
+  // shrink before the seal): an unsealed fd of no ring's size is refused
+  // for its seal.
+  FakeRing unsealed_tiny(8192, /*file_bytes=*/4096, /*seal=*/false);
+  absl::Status s = unsealed_tiny.Map().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not sealed against shrinking"),
+            std::string::npos)
+      << s;
   FakeRing tiny(8192, /*file_bytes=*/4096);
   EXPECT_EQ(tiny.Map().status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -453,6 +490,127 @@ TEST(RingReader, SurvivesRandomHostileRings) {
   }
   EXPECT_GT(data_loss, 0);
   EXPECT_GT(ok, 0);
+}
+
+// Snapshot copies only [base, head) into a smaller ring: on any ring no
+// writer is changing, what it returns is what decoding the whole data area
+// returns (the snapshot of a full copy), for random data, formats, modes,
+// sizes and positions, near 2^64 included.
+TEST(RingReader, SnapshotDecodesAsAWholeCopyWould) {
+  std::mt19937_64 rng(77);
+  int ok = 0, data_loss = 0;
+  for (int i = 0; i < 600; ++i) {
+    const uint64_t data_bytes = uint64_t{8192} << (rng() % 6);
+    FakeRing f(data_bytes);
+    const bool fixed = rng() % 2;
+    f.hdr->format = fixed ? PFM_FORMAT_FIXED : PFM_FORMAT_COMPACT;
+    f.hdr->mode = rng() % 2 ? PFM_RING_LOSSLESS : PFM_RING_HISTORY;
+    f.hdr->history_records = 1 + rng() % 300;
+    if (fixed) {
+      // Whole records, now and then a spoiled one.
+      for (uint64_t at = 0; at < data_bytes; at += sizeof(pfm_record)) {
+        pfm_record x = Mixed(at / sizeof(pfm_record));
+        if (rng() % 500 == 0) x.type = 0;
+        memcpy(f.data + at, &x, sizeof(x));
+      }
+    } else {
+      for (size_t j = 0; j < data_bytes; ++j)
+        f.data[j] = static_cast<uint8_t>(rng() % 4 ? rng() % 0x20 : rng());
+    }
+    const uint64_t laps = rng() % 3 == 0 ? (rng() >> 20) : rng() % 5;
+    uint64_t tail = laps * data_bytes + rng() % data_bytes;
+    if (fixed) tail &= ~uint64_t{sizeof(pfm_record) - 1};
+    if (rng() % 4 == 0) tail &= ~uint64_t{PFM_RING_CHUNK - 1};
+    uint64_t head = tail + rng() % (data_bytes + 3 * PFM_RING_CHUNK);
+    if (rng() % 10 == 0) head = tail + rng() % 200;
+    if (fixed) head &= ~uint64_t{sizeof(pfm_record) - 1};
+    if (head < tail) head = tail;
+    f.hdr->tail = tail;
+    f.hdr->head = head;
+    absl::StatusOr<RingReader> r = f.Map();
+    ASSERT_TRUE(r.ok()) << r.status();
+    std::vector<pfm_record> got, want;
+    const absl::Status s = r->Snapshot(&got);
+    const int rc = DecodeRingSnapshot(
+        f.data, data_bytes, r->format(), tail, head,
+        r->mode() == PFM_RING_HISTORY ? f.hdr->history_records : 0, &want);
+    ASSERT_EQ(s.ok(), rc == 0) << i << ": " << s;
+    s.ok() ? ++ok : ++data_loss;
+    ASSERT_EQ(got.size(), want.size()) << i;
+    for (size_t k = 0; k < got.size(); ++k)
+      ASSERT_EQ(memcmp(&got[k], &want[k], sizeof(pfm_record)), 0) << i;
+  }
+  EXPECT_GT(ok, 100);
+  EXPECT_GT(data_loss, 10);
+}
+
+// A field of /proc/self/status in KiB ("VmHWM:", "VmRSS:"), -1 if absent.
+long StatusKib(const char* key) {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(key, 0) == 0)
+      return std::stol(line.substr(std::strlen(key)));
+  return -1;
+}
+
+// How far this process's peak RSS rose above its RSS while `fn` ran, in
+// KiB; -1 when the peak cannot be reset (/proc/self/clear_refs).
+long PeakRssGrowthKib(const std::function<void()>& fn) {
+  {
+    std::ofstream reset("/proc/self/clear_refs");
+    reset << "5";
+    reset.close();
+    if (!reset) return -1;
+  }
+  const long before = StatusKib("VmRSS:");
+  fn();
+  const long peak = StatusKib("VmHWM:");
+  return before < 0 || peak < 0 ? -1 : peak - before;
+}
+
+// A 256 MiB ring (a sparse memfd: only the pages written are memory) holding
+// one record: its snapshot costs what the record's chunk does, not 256 MiB.
+// Then records from mid-chunk across a chunk end, at positions laps into the
+// ring: the snapshot is those at or above tail, in order.
+TEST(RingReader, SnapshotOfALargeRingCopiesOnlyWhatItHolds) {
+  constexpr uint64_t kData = 256ull << 20;
+  FakeRing f(kData);
+  f.hdr->format = PFM_FORMAT_FIXED;
+  const uint64_t one = 3 * kData + 5 * PFM_RING_CHUNK;
+  const pfm_record rec = Mixed(7);
+  memcpy(f.data + (one & (kData - 1)), &rec, sizeof(rec));
+  f.hdr->tail = one;
+  f.hdr->head = one + sizeof(rec);
+  absl::StatusOr<RingReader> r = f.Map();
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<pfm_record> out;
+  out.reserve(200);
+  absl::Status s;
+  const long growth = PeakRssGrowthKib([&] { s = r->Snapshot(&out); });
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(memcmp(&out[0], &rec, sizeof(rec)), 0);
+  if (growth < 0) {
+    ADD_FAILURE() << "cannot reset the peak RSS to measure the snapshot";
+  } else {
+    EXPECT_LT(growth, 8 * 1024) << "KiB for a snapshot of one record";
+  }
+
+  // 100 records from 10 below a mid-chunk tail, past the chunk's end.
+  const uint64_t chunk = 7 * kData + 9 * PFM_RING_CHUNK;
+  const uint64_t first = chunk + PFM_RING_CHUNK - 50 * sizeof(pfm_record);
+  for (uint64_t i = 0; i < 100; ++i) {
+    const pfm_record x = Mixed(100 + i);
+    memcpy(f.data + ((first + i * sizeof(x)) & (kData - 1)), &x, sizeof(x));
+  }
+  f.hdr->tail = first + 10 * sizeof(pfm_record);
+  f.hdr->head = first + 100 * sizeof(pfm_record);
+  ASSERT_TRUE(r->Snapshot(&out).ok());
+  ASSERT_EQ(out.size(), 90u);
+  for (uint64_t i = 0; i < out.size(); ++i) {
+    const pfm_record want = Mixed(110 + i);
+    EXPECT_EQ(memcmp(&out[i], &want, sizeof(want)), 0) << i;
+  }
 }
 
 }  // namespace

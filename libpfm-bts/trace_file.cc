@@ -181,10 +181,10 @@ absl::StatusOr<TraceReader> TraceReader::Open(const std::string& path, Options o
   n = r.ReadUpTo(reinterpret_cast<char*>(hdr), sizeof(hdr));
   if (!n.ok()) return n.status();
   if (*n < sizeof(hdr) || hdr[0] != kHeader || hdr[1] > kMaxTraceBlock) return no_header;
-  std::string text(hdr[1], '\0');
-  n = r.ReadUpTo(text.data(), text.size());
-  if (!n.ok()) return n.status();
-  if (*n < text.size()) return no_header;
+  std::string text;
+  absl::StatusOr<bool> whole = r.ReadPayload(hdr[1], &text);
+  if (!whole.ok()) return whole.status();
+  if (!*whole) return no_header;
   boost::system::error_code ec;
   boost::json::value v = boost::json::parse(text, ec);
   if (ec || !v.is_object()) return no_header;
@@ -205,6 +205,40 @@ absl::StatusOr<size_t> TraceReader::ReadUpTo(char* dst, size_t n) {
   }
   off_ += got;
   return got;
+}
+
+absl::StatusOr<bool> TraceReader::ReadPayload(uint32_t len, std::string* out) {
+  // Grown only as bytes come, 1 MiB at a time: a damaged length cannot make
+  // a short file allocate 64 MiB.
+  out->clear();
+  for (size_t got = 0; got < len;) {
+    const size_t step = std::min<size_t>(len - got, 1 << 20);
+    out->resize(got + step);
+    absl::StatusOr<size_t> n = ReadUpTo(out->data() + got, step);
+    if (!n.ok()) return n.status();
+    got += *n;
+    if (*n < step) {
+      out->resize(got);
+      return false;
+    }
+  }
+  return true;
+}
+
+uint64_t TraceReader::BytesLeftNow() const {
+  // The file's size now: it may have grown since Open.
+  struct stat st {};
+  const uint64_t size =
+      ::fstat(fd_.get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : file_size_;
+  return size > off_ ? size - off_ : 0;
+}
+
+absl::Status TraceReader::SkipBytes(uint64_t len) {
+  if (::lseek(fd_.get(), static_cast<off_t>(len), SEEK_CUR) < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", path_, ": ", strerror(errno)));
+  off_ += len;
+  return absl::OkStatus();
 }
 
 TraceReader::Event TraceReader::Cut(std::string why) {
@@ -253,7 +287,11 @@ absl::StatusOr<TraceReader::Event> TraceReader::Next() {
     if (*n == 0) return Cut("no trailer: the writer stopped before finishing");
     if (*n < sizeof(hdr)) return Cut(absl::StrCat("truncated block header at byte ", at));
     const uint32_t kind = hdr[0], len = hdr[1];
-    if (len > kMaxTraceBlock) return Cut(absl::StrCat("truncated block at byte ", at));
+    // No writer makes a block this long: the length itself is damaged (the
+    // file may well go on past it), not cut short.
+    if (len > kMaxTraceBlock)
+      return Cut(absl::StrCat("damaged block at byte ", at, ": length ", len,
+                              " is over the limit of ", kMaxTraceBlock, " bytes"));
     if (kind == kRecords) {
       if (len % sizeof(pfm_record) != 0)
         return Cut(absl::StrCat("damaged record block at byte ", at));
@@ -261,12 +299,8 @@ absl::StatusOr<TraceReader::Event> TraceReader::Next() {
       block_records_ = block_left_ = len / sizeof(pfm_record);
       if (block_left_ == 0) continue;
       if (!options_.skip_records) return NextRecords();
-      // Skipped: whether the block is whole comes from the file's size now
-      // (it may have grown since Open).
-      struct stat st {};
-      const uint64_t size =
-          ::fstat(fd_.get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : file_size_;
-      const uint64_t avail = size > off_ ? size - off_ : 0;
+      // Skipped: whether the block is whole comes from the file's size now.
+      const uint64_t avail = BytesLeftNow();
       if (avail < len) {
         const uint64_t whole = avail / sizeof(pfm_record);
         records_read_ += whole;
@@ -274,25 +308,24 @@ absl::StatusOr<TraceReader::Event> TraceReader::Next() {
         return Cut(absl::StrCat("truncated record block at byte ", at, ": ", whole, " of ",
                                 block_records_, " records read"));
       }
-      if (::lseek(fd_.get(), static_cast<off_t>(len), SEEK_CUR) < 0)
-        return absl::InvalidArgumentError(
-            absl::StrCat("cannot read ", path_, ": ", strerror(errno)));
-      off_ += len;
+      if (absl::Status s = SkipBytes(len); !s.ok()) return s;
       records_read_ += block_left_;
       block_left_ = 0;
       continue;
     }
-    // MAPS and JSON blocks are read whole, growing the buffer only as bytes
-    // come: a damaged length cannot make a short file allocate 64 MiB.
-    std::string payload;
-    for (size_t got = 0; got < len;) {
-      const size_t step = std::min<size_t>(len - got, 1 << 20);
-      payload.resize(got + step);
-      n = ReadUpTo(payload.data() + got, step);
-      if (!n.ok()) return n.status();
-      got += *n;
-      if (*n < step) return Cut(absl::StrCat("truncated block at byte ", at));
+    if (kind != kMaps && kind != kHeader && kind != kTrailer) {
+      // A kind this version does not know (a later version's): skipped by
+      // its length, unread, whatever it holds. Cut by the end of the file,
+      // it is cut as a read would find it.
+      if (BytesLeftNow() < len) return Cut(absl::StrCat("truncated block at byte ", at));
+      if (absl::Status s = SkipBytes(len); !s.ok()) return s;
+      continue;
     }
+    // MAPS and JSON blocks are read whole.
+    std::string payload;
+    absl::StatusOr<bool> whole = ReadPayload(len, &payload);
+    if (!whole.ok()) return whole.status();
+    if (!*whole) return Cut(absl::StrCat("truncated block at byte ", at));
     if (kind == kMaps) {
       ProcessMaps m;
       std::string why;
@@ -310,7 +343,7 @@ absl::StatusOr<TraceReader::Event> TraceReader::Next() {
       done_ = true;
       return Event::kTrailer;
     }
-    // A second HEADER, or a kind this version does not know: skipped.
+    // A second HEADER: skipped.
   }
 }
 

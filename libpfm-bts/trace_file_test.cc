@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -334,6 +336,116 @@ TEST(TraceReader, HeaderMustComeFirst) {
   r = TraceReader::Open(path);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("trace has no header"), std::string::npos) << r.status();
+}
+
+// A field of /proc/self/status in KiB ("VmHWM:", "VmRSS:"), -1 if absent.
+long StatusKib(const char* key) {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(key, 0) == 0) return std::stol(line.substr(std::strlen(key)));
+  return -1;
+}
+
+// How far this process's peak RSS rose above its RSS while `fn` ran, in
+// KiB; -1 when the peak cannot be reset (/proc/self/clear_refs).
+long PeakRssGrowthKib(const std::function<void()>& fn) {
+  {
+    std::ofstream reset("/proc/self/clear_refs");
+    reset << "5";
+    reset.close();
+    if (!reset) return -1;
+  }
+  const long before = StatusKib("VmRSS:");
+  fn();
+  const long peak = StatusKib("VmHWM:");
+  return before < 0 || peak < 0 ? -1 : peak - before;
+}
+
+// The file's bytes with `block` inserted after the header block.
+std::string InsertAfterHeader(const std::string& data, const std::string& block) {
+  uint32_t header_len;
+  std::memcpy(&header_len, data.data() + 12 + 4, 4);
+  std::string out = data;
+  out.insert(12 + 8 + header_len, block);
+  return out;
+}
+
+std::string BlockHeader(uint32_t kind, uint32_t len) {
+  std::string h(8, '\0');
+  std::memcpy(h.data(), &kind, 4);
+  std::memcpy(h.data() + 4, &len, 4);
+  return h;
+}
+
+// A later version's block of a kind this one does not know, binary: skipped
+// by its length, the rest of the file read as usual, by every reader.
+TEST(TraceReader, SkipsABlockOfAnUnknownKind) {
+  const std::string path = TempPath("unknown_kind.pfm");
+  {
+    auto w = TraceWriter::Create(path, {{"session", 4}});
+    ASSERT_TRUE(w.ok());
+    std::vector<pfm_record> recs = {Branch(0), Branch(1), Branch(2)};
+    ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+    ASSERT_TRUE(w->Finish({{"records", 3}}).ok());
+  }
+  const std::string with_unknown =
+      InsertAfterHeader(ReadAll(path), BlockHeader(7, 2) + std::string("\x01\x02", 2));
+  WriteAll(path, with_unknown);
+  absl::StatusOr<Trace> t = ReadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->complete) << t->cut_reason;
+  ASSERT_EQ(t->records.size(), 3u);
+  EXPECT_EQ(t->records[2].time, Branch(2).time);
+  TraceReader::Options skip;
+  skip.skip_records = true;
+  t = ReadTrace(path, skip);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->complete) << t->cut_reason;
+  EXPECT_EQ(t->records_in_file, 3u);
+  // Cut inside it: a truncated block, as for any other kind.
+  const size_t unknown_at = with_unknown.find(BlockHeader(7, 2));
+  WriteAll(path, with_unknown.substr(0, unknown_at + 8 + 1));
+  t = ReadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->complete);
+  EXPECT_EQ(t->cut_reason, "truncated block at byte " + std::to_string(unknown_at));
+}
+
+// A header block that claims 64 MiB in a 20-byte file: no header, and no
+// 64 MiB buffer made for the bytes that are not there.
+TEST(TraceReader, OpenDoesNotAllocateAHeaderLengthTheFileDoesNotHave) {
+  const std::string path = TempPath("huge_header.pfm");
+  WriteAll(path, std::string(kTraceMagic, 8) + std::string("\x02\0\0\0", 4) +
+                     BlockHeader(1, kMaxTraceBlock));
+  ASSERT_EQ(ReadAll(path).size(), 20u);
+  absl::StatusOr<TraceReader> r = absl::InternalError("not opened");
+  const long growth = PeakRssGrowthKib([&] { r = TraceReader::Open(path); });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("trace has no header"), std::string::npos) << r.status();
+  if (growth < 0) GTEST_SKIP() << "cannot reset the peak RSS";
+  EXPECT_LT(growth, 16 * 1024) << "KiB";
+}
+
+// A length over the limit is a damaged length, not the end of the file.
+TEST(TraceReader, BlockLengthOverTheLimitIsDamagedNotTruncated) {
+  const std::string path = TempPath("over_limit.pfm");
+  {
+    auto w = TraceWriter::Create(path, {{"session", 5}});
+    ASSERT_TRUE(w.ok());
+    std::vector<pfm_record> recs(2, Branch(1));
+    ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  }
+  std::string data = ReadAll(path);
+  const size_t at = data.size();
+  data += BlockHeader(2, kMaxTraceBlock + 64) + std::string(256, '\0');
+  WriteAll(path, data);
+  absl::StatusOr<Trace> t = ReadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->complete);
+  EXPECT_EQ(t->records.size(), 2u);
+  EXPECT_EQ(t->cut_reason, "damaged block at byte " + std::to_string(at) + ": length " +
+                               std::to_string(kMaxTraceBlock + 64) + " is over the limit of " +
+                               std::to_string(kMaxTraceBlock) + " bytes");
 }
 
 }  // namespace

@@ -15,7 +15,9 @@ namespace {
 namespace json = boost::json;
 
 // Tracks of a session's requests sit in a process of their own in the
-// Trace Event Format; its "pid" is above any Linux pid (at most 2^22).
+// Trace Event Format; its "pid" is above any Linux pid (at most 2^22). The
+// session id comes from the file, so it is taken modulo 2^30: the pid stays
+// below 2^31 for any id (no overflow, and a 32-bit pid holds it).
 constexpr int64_t kSessionTrackPid = int64_t{1} << 30;
 
 const json::array* ArrayAt(const json::object& o, const char* key) {
@@ -82,17 +84,35 @@ std::string XmlEscape(const std::string& s) {
 
 
 // The timeline in two passes over the records, in any order: Scan sees
-// every record (the time span; the few records slices are made of are kept),
-// Count every branch and PEBS sample again (per-bucket counts need the span
-// first), Finish orders the kept records and builds the slices. Memory: the
-// kept records and the buckets, never the branches.
+// every record (the time span; the records slices are made of are kept,
+// losses summed), Count every branch and PEBS sample again (per-bucket
+// counts need the span first), Finish orders the kept records and builds
+// the slices. Memory: the kept records and the buckets (at most
+// kMaxBucketedThreads threads' worth), never the branches.
 class TimelineBuilder {
  public:
   void Scan(const pfm_record& r) {
     if (seen_ == 0 || r.time < start_) start_ = r.time;
     if (seen_ == 0 || r.time > end_) end_ = r.time;
     ++seen_;
-    if (r.type != PFM_REC_BRANCH && r.type != PFM_REC_PEBS) events_.push_back(r);
+    switch (r.type) {
+      case PFM_REC_SWITCH_IN:
+      case PFM_REC_SWITCH_OUT:
+      case PFM_REC_EXIT:
+      case PFM_REC_SCHEDULE:
+        events_.push_back(r);
+        break;
+      case PFM_REC_LOST:
+        // Saturating: the counts come from the file.
+        t_.lost = r.u.lost.count > UINT64_MAX - t_.lost ? UINT64_MAX
+                                                        : t_.lost + r.u.lost.count;
+        break;
+      default:
+        // Branches and samples are counted by Count; nothing else (gaps,
+        // counters, execs, ...) has a place in the timeline, and gaps can
+        // be as many as the branches.
+        break;
+    }
   }
   uint64_t scanned() const { return seen_; }
 
@@ -101,8 +121,10 @@ class TimelineBuilder {
     t_.start = seen_ ? start_ : 0;
     t_.end = seen_ ? end_ : 0;
     const uint64_t span = t_.end - t_.start;
-    t_.bucket_ns =
-        std::max<uint64_t>(1000, (span + kMaxTimelineBuckets - 1) / kMaxTimelineBuckets);
+    // [start, end] holds span + 1 ns: the width is (span + 1) / N rounded
+    // up, so the last record's bucket is below N. span / N + 1 is that
+    // without a sum that wraps near 2^64 (the times come from the file).
+    t_.bucket_ns = std::max<uint64_t>(1000, span / kMaxTimelineBuckets + 1);
     buckets_ = static_cast<size_t>(span / t_.bucket_ns) + 1;
   }
 
@@ -113,13 +135,11 @@ class TimelineBuilder {
     ThreadTrack& th = Thread(r.pid, r.tid);
     const size_t bucket = static_cast<size_t>((r.time - t_.start) / t_.bucket_ns);
     if (r.type == PFM_REC_BRANCH) {
-      if (th.branches_per_bucket.empty()) th.branches_per_bucket.assign(buckets_, 0);
-      ++th.branches_per_bucket[bucket];
       ++th.branches;
+      if (PerBucket(th, &th.branches_per_bucket)) ++th.branches_per_bucket[bucket];
     } else {
-      if (th.samples_per_bucket.empty()) th.samples_per_bucket.assign(buckets_, 0);
-      ++th.samples_per_bucket[bucket];
       ++th.samples;
+      if (PerBucket(th, &th.samples_per_bucket)) ++th.samples_per_bucket[bucket];
     }
   }
 
@@ -133,16 +153,31 @@ class TimelineBuilder {
     return th;
   }
 
+  // Whether *v, one of th's per-bucket arrays, is there to count in, made
+  // now if th is among the first kMaxBucketedThreads threads with a count:
+  // a 64-byte record must not cost a thread 8 KB of buckets without bound.
+  bool PerBucket(const ThreadTrack& th, std::vector<uint64_t>* v) {
+    if (!v->empty()) return true;
+    if (th.branches_per_bucket.empty() && th.samples_per_bucket.empty()) {
+      if (bucketed_threads_ == kMaxBucketedThreads) return false;
+      ++bucketed_threads_;
+    }
+    v->assign(buckets_, 0);
+    return true;
+  }
+
   Timeline t_;
   uint64_t seen_ = 0, start_ = 0, end_ = 0;
   size_t buckets_ = 1;
-  std::vector<pfm_record> events_;  // switches, exits, schedules, losses
+  size_t bucketed_threads_ = 0;
+  std::vector<pfm_record> events_;  // switches, exits, schedules
   std::map<std::pair<uint32_t, uint32_t>, ThreadTrack> threads_;
 };
 
 Timeline TimelineBuilder::Finish(const json::object& header, const json::object& trailer) {
   Timeline t = std::move(t_);
   t.records = seen_;
+  t.slice_records = events_.size();
   t.session = UintAt(header, "session").value_or(0);
   const std::string command = StringAt(header, "command");
   const std::optional<uint64_t> target_pid = UintAt(header, "pid");
@@ -201,9 +236,6 @@ Timeline TimelineBuilder::Finish(const json::object& header, const json::object&
       case PFM_REC_EXIT:
         close_run(r->pid, r->tid, r->time, "exit");
         break;
-      case PFM_REC_LOST:
-        t.lost += r->u.lost.count;
-        break;
       case PFM_REC_SCHEDULE: {
         ++t.schedule_records;
         const uint32_t id = r->u.sched.request;
@@ -229,7 +261,12 @@ Timeline TimelineBuilder::Finish(const json::object& header, const json::object&
   }
   while (!on_hw.empty()) close_on(on_hw.begin()->first, t.end);
 
-  for (auto& [key, th] : threads_) t.threads.push_back(std::move(th));
+  for (auto& [key, th] : threads_) {
+    if (th.branches + th.samples > 0 && th.branches_per_bucket.empty() &&
+        th.samples_per_bucket.empty())
+      ++t.unbucketed_threads;
+    t.threads.push_back(std::move(th));
+  }
   for (auto& [id, r] : requests) {
     if (r.name.empty()) r.name = absl::StrCat("request ", id);
     t.requests.push_back(std::move(r));
@@ -319,7 +356,9 @@ std::string ChromeTraceJson(const Timeline& t) {
     counts(th.samples_per_bucket, "samples");
   }
   if (!t.requests.empty()) {
-    const int64_t pid = kSessionTrackPid + static_cast<int64_t>(t.session);
+    const int64_t pid =
+        kSessionTrackPid +
+        static_cast<int64_t>(t.session % static_cast<uint64_t>(kSessionTrackPid));
     meta("process_name", pid, 0,
          absl::StrCat("pfm session ", t.session, ": counters and breakpoints on hardware"));
     for (const RequestTrack& r : t.requests) {
@@ -332,12 +371,14 @@ std::string ChromeTraceJson(const Timeline& t) {
       }
     }
   }
+  json::object other{{"title", t.title},
+                     {"session", t.session},
+                     {"lost_records", t.lost},
+                     {"bucket_ns", t.bucket_ns}};
+  if (t.unbucketed_threads > 0) other["threads_without_buckets"] = t.unbucketed_threads;
   json::object root{{"traceEvents", std::move(ev)},
                     {"displayTimeUnit", "ns"},
-                    {"otherData", json::object{{"title", t.title},
-                                               {"session", t.session},
-                                               {"lost_records", t.lost},
-                                               {"bucket_ns", t.bucket_ns}}}};
+                    {"otherData", std::move(other)}};
   return json::serialize(root);
 }
 

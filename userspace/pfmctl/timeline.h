@@ -31,14 +31,17 @@ namespace pfm {
 struct RunSlice {
   uint64_t start = 0, end = 0;
   uint16_t cpu = 0;
-  // How it ended: "preempted", "voluntary", "exit" or "trace end".
+  // How it ended: "preempted", "voluntary", "exit", "trace end", or "trace
+  // gap" (a second SWITCH_IN without a SWITCH_OUT between).
   std::string ended_by;
 };
 
 struct ThreadTrack {
   uint32_t pid = 0, tid = 0;
   std::vector<RunSlice> runs;
-  std::vector<uint64_t> branches_per_bucket;  // Timeline::bucket_ns wide
+  // Timeline::bucket_ns wide; empty for none, and for every thread past
+  // kMaxBucketedThreads (branches and samples still count them).
+  std::vector<uint64_t> branches_per_bucket;
   uint64_t branches = 0;
   std::vector<uint64_t> samples_per_bucket;   // PEBS samples, the same way
   uint64_t samples = 0;
@@ -69,7 +72,11 @@ struct Timeline {
   std::vector<RequestTrack> requests;  // by request id
   uint64_t lost = 0;
   uint64_t schedule_records = 0;
-  uint64_t records = 0;       // records it was built from
+  uint64_t records = 0;        // records it was built from
+  uint64_t slice_records = 0;  // of them, held to build slices
+  // Threads with branches or samples but no per-bucket counts (past
+  // kMaxBucketedThreads).
+  uint64_t unbucketed_threads = 0;
   bool complete = true;       // the trace had its trailer (Trace::complete)
   std::string cut_reason;     // Trace::cut_reason when not
 };
@@ -77,17 +84,25 @@ struct Timeline {
 // At most this many branch-count buckets per thread (the bucket width is
 // chosen from the trace's span, at least 1 us).
 inline constexpr size_t kMaxTimelineBuckets = 1000;
+// At most this many threads get per-bucket counts: the first to have a
+// branch or sample in the trace's order. Each array is up to 8 KB, made by
+// one 64-byte record; this bounds them at 16 MiB whatever the file holds.
+// docs/timeline.md, "Limits".
+inline constexpr size_t kMaxBucketedThreads = 1024;
 
+// Of `trace`'s records, copies only those slices are made of (switches,
+// exits, schedules: Timeline::slice_records), never branches, samples, gaps
+// or anything else.
 Timeline BuildTimeline(const Trace& trace);
 // The same from a trace file, read twice with TraceReader (the records'
-// span, then the branch and sample counts), holding only the records slices
-// are made of: switches, exits, schedules, losses. Not the branches.
-// TraceReader's errors; a cut file gives the timeline of what was readable.
+// span, then the branch and sample counts), holding what BuildTimeline
+// holds. TraceReader's errors; a cut file gives the timeline of what was
+// readable.
 absl::StatusOr<Timeline> BuildTimelineFromFile(const std::string& path);
 
 // The Trace Event Format (JSON object form, "traceEvents" plus
 // "displayTimeUnit"): "X" slices, "C" counters, "M" names, "i" instants.
-// Times in microseconds with ns precision.
+// Times in microseconds with ns precision, to 2^43 us (docs/timeline.md).
 std::string ChromeTraceJson(const Timeline& t);
 
 // A self-contained SVG: one row per thread (running slices) and one per

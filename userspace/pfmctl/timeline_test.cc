@@ -1,11 +1,15 @@
 #include "userspace/pfmctl/timeline.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
@@ -224,6 +228,172 @@ TEST(Timeline, FromTheFileIsTheTimelineOfTheWholeTraceInMemory) {
   // Not a trace: the reader's error, nothing built.
   EXPECT_EQ(BuildTimelineFromFile(std::string(d ? d : "/tmp")).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Times are the file's: a span of the whole 2^64 ns still gives at most
+// kMaxTimelineBuckets buckets (the width must not wrap to 1 us and ask for
+// 1.8e16), and so does a span that is a whole number of buckets (the last
+// record's bucket is one past span / width). A session id near 2^64 still
+// gives the session's tracks a pid above any Linux pid.
+TEST(Timeline, ExtremeTimesAndSessionsStayInBounds) {
+  for (const uint64_t end : {UINT64_MAX, uint64_t{1000} * kMaxTimelineBuckets,
+                             uint64_t{1000} * kMaxTimelineBuckets * 1000}) {
+    SCOPED_TRACE(end);
+    Trace tr;
+    tr.header = json::object{{"session", UINT64_MAX}};
+    tr.records = {Branch(0, 100), Branch(end, 100), Sched(end, 5, true, 0, 1)};
+    Timeline t;
+    ASSERT_NO_THROW(t = BuildTimeline(tr));
+    ASSERT_EQ(t.threads.size(), 1u);
+    const ThreadTrack& th = t.threads[0];
+    EXPECT_LE(th.branches_per_bucket.size(), kMaxTimelineBuckets);
+    EXPECT_GE(th.branches_per_bucket.size(), kMaxTimelineBuckets - 1);
+    EXPECT_EQ(th.branches_per_bucket.front(), 1u);
+    EXPECT_EQ(th.branches_per_bucket.back(), 1u);
+    EXPECT_EQ(th.branches, 2u);
+    EXPECT_GE(t.bucket_ns * (th.branches_per_bucket.size() - 1), end / 2);
+    const json::value v = json::parse(ChromeTraceJson(t));
+    bool session_track = false;
+    for (const json::value& e : v.at("traceEvents").as_array()) {
+      const json::object& o = e.as_object();
+      if (o.at("ph").as_string() != "M" || o.at("name").as_string() != "process_name") continue;
+      const std::string name(o.at("args").at("name").as_string());
+      if (name.rfind("pfm session ", 0) != 0) continue;
+      session_track = true;
+      const int64_t pid = o.at("pid").to_number<int64_t>();
+      EXPECT_GE(pid, int64_t{1} << 30);
+      EXPECT_LT(pid, int64_t{1} << 31);
+    }
+    EXPECT_TRUE(session_track);
+  }
+}
+
+// The ended_by values timeline.h lists, "trace gap" among them.
+TEST(Timeline, SecondSwitchInWithoutAnOutEndsTheRunAsATraceGap) {
+  Trace tr;
+  tr.records = {Rec(PFM_REC_SWITCH_IN, 1000, 100, 100), Rec(PFM_REC_SWITCH_IN, 3000, 100, 100),
+                Rec(PFM_REC_SWITCH_OUT, 4000, 100, 100)};
+  const Timeline t = BuildTimeline(tr);
+  ASSERT_EQ(t.threads.size(), 1u);
+  ASSERT_EQ(t.threads[0].runs.size(), 2u);
+  EXPECT_EQ(t.threads[0].runs[0].ended_by, "trace gap");
+  EXPECT_EQ(t.threads[0].runs[0].end, 3000u);
+  EXPECT_EQ(t.threads[0].runs[1].ended_by, "voluntary");
+}
+
+// docs/timeline.md: the JSON's decimal ts is the exact ns up to 2^43 us
+// (about 101 days of uptime), and no further.
+TEST(Timeline, JsonTimesAreExactNanosecondsUpTo2To43Microseconds) {
+  auto ts_text = [](uint64_t ns) {
+    Trace tr;
+    tr.records = {Rec(PFM_REC_SWITCH_IN, ns, 100, 100)};
+    const std::string j = ChromeTraceJson(BuildTimeline(tr));
+    const size_t at = j.find("\"ts\":");
+    EXPECT_NE(at, std::string::npos) << j;
+    return at == std::string::npos ? std::string()
+                                   : j.substr(at + 5, j.find_first_of(",}", at) - at - 5);
+  };
+  // ns whose every digit matters, below and at the bound.
+  const uint64_t below = (uint64_t{1} << 43) * 1000 - 1;  // 8796093022207.999 us
+  EXPECT_EQ(std::stold(ts_text(below)), 8796093022207.999L) << ts_text(below);
+  EXPECT_NE(std::stold(ts_text(below + 2)), 8796093022208.001L) << ts_text(below + 2);
+}
+
+// A field of /proc/self/status in KiB ("VmHWM:", "VmRSS:"), -1 if absent.
+long StatusKib(const char* key) {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(key, 0) == 0) return std::stol(line.substr(std::strlen(key)));
+  return -1;
+}
+
+// How far this process's peak RSS rose above its RSS while `fn` ran, in
+// KiB; -1 when the peak cannot be reset (/proc/self/clear_refs).
+long PeakRssGrowthKib(const std::function<void()>& fn) {
+  {
+    std::ofstream reset("/proc/self/clear_refs");
+    reset << "5";
+    reset.close();
+    if (!reset) return -1;
+  }
+  const long before = StatusKib("VmRSS:");
+  fn();
+  const long peak = StatusKib("VmHWM:");
+  return before < 0 || peak < 0 ? -1 : peak - before;
+}
+
+// GAP records can be as many as the branches; they, and every other record
+// slices are not made of, are not held. 500,000 of them (32 MB) in a file:
+// the timeline holds its two switches, and the build's peak memory stays
+// far below the records'.
+TEST(Timeline, HoldsOnlyTheRecordsSlicesAreMadeOf) {
+  std::vector<pfm_record> recs;
+  recs.push_back(Rec(PFM_REC_SWITCH_IN, 1000, 100, 100));
+  for (uint32_t i = 0; i < 500000; ++i) {
+    const uint16_t types[] = {PFM_REC_GAP, PFM_REC_COUNTER, PFM_REC_EXEC, PFM_REC_THROTTLE,
+                              PFM_REC_RESIZED, 0x7777};
+    recs.push_back(Rec(types[i % 6], 1000 + i, 100, 100));
+  }
+  pfm_record lost = Rec(PFM_REC_LOST, 2000, 100, 100);
+  lost.u.lost.count = 42;
+  recs.push_back(lost);
+  recs.push_back(Rec(PFM_REC_SWITCH_OUT, 600000, 100, 100));
+  const char* d = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(d ? d : "/tmp") + "/timeline_gaps.pfmtrace";
+  {
+    absl::StatusOr<TraceWriter> w = TraceWriter::Create(path, json::object{{"session", 1}});
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+    ASSERT_TRUE(w->Finish(json::object{}).ok());
+  }
+  recs.clear();
+  recs.shrink_to_fit();
+  absl::StatusOr<Timeline> t = absl::InternalError("not built");
+  const long growth = PeakRssGrowthKib([&] { t = BuildTimelineFromFile(path); });
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->records, 500003u);
+  EXPECT_EQ(t->slice_records, 2u);
+  EXPECT_EQ(t->lost, 42u);
+  ASSERT_EQ(t->threads.size(), 1u);
+  ASSERT_EQ(t->threads[0].runs.size(), 1u);
+  EXPECT_EQ(t->threads[0].runs[0].end, 600000u);
+  if (growth < 0) {
+    ADD_FAILURE() << "cannot reset the peak RSS to measure the build";
+  } else {
+    EXPECT_LT(growth, 8 * 1024) << "KiB to build from 32 MB of records";
+  }
+}
+
+// Every distinct (pid, tid) with a branch could cost 8 KB of buckets per
+// 64-byte record; past kMaxBucketedThreads threads keep their totals only,
+// and the JSON says how many.
+TEST(Timeline, PerBucketCountsForAtMostTheMaxBucketedThreads) {
+  constexpr uint32_t kThreads = 3000;
+  Trace tr;
+  for (uint32_t i = 0; i < kThreads; ++i) {
+    tr.records.push_back(Branch(1000 + i, 1000 + i));
+    tr.records.push_back(Rec(PFM_REC_PEBS, 4000 - i, 100, 1000 + i));
+  }
+  const Timeline t = BuildTimeline(tr);
+  ASSERT_EQ(t.threads.size(), kThreads);
+  size_t bucketed = 0, cells = 0;
+  for (const ThreadTrack& th : t.threads) {
+    EXPECT_EQ(th.branches, 1u);
+    EXPECT_EQ(th.samples, 1u);
+    // Both arrays or neither.
+    EXPECT_EQ(th.branches_per_bucket.empty(), th.samples_per_bucket.empty()) << th.tid;
+    if (!th.branches_per_bucket.empty()) ++bucketed;
+    cells += th.branches_per_bucket.size() + th.samples_per_bucket.size();
+  }
+  EXPECT_EQ(bucketed, kMaxBucketedThreads);
+  EXPECT_LE(cells, 2 * kMaxBucketedThreads * kMaxTimelineBuckets);
+  EXPECT_EQ(t.unbucketed_threads, kThreads - kMaxBucketedThreads);
+  // The first in the trace's order have them.
+  EXPECT_FALSE(t.threads[0].branches_per_bucket.empty());
+  EXPECT_TRUE(t.threads.back().branches_per_bucket.empty());
+  const json::value v = json::parse(ChromeTraceJson(t));
+  EXPECT_EQ(v.at("otherData").at("threads_without_buckets").to_number<uint64_t>(),
+            kThreads - kMaxBucketedThreads);
 }
 
 }  // namespace

@@ -56,7 +56,9 @@ class RingReader {
   // Any mode, non-consuming: replaces *out with the readable records, oldest
   // first. History: copies [tail0, head), re-reads tail as tail1 and drops
   // anything that started below tail1 (possibly torn by the writer), then
-  // keeps the newest history_records. DATA_LOSS on malformed data.
+  // keeps the newest history_records. DATA_LOSS on malformed data. Memory:
+  // the bytes that hold records (from tail's chunk start to head, rounded
+  // up to a power of two), not data_bytes().
   absl::Status Snapshot(std::vector<pfm_record>* out) const;
 
   bool ended() const;  // PFM_RING_F_ENDED

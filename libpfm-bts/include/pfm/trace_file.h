@@ -13,6 +13,9 @@
 //                      mappings in kernel/uapi/proc_maps.h's encoding
 //                      (u32 count, then per mapping u64 start, u64 end,
 //                      u64 offset, u32 flags, u32 path_len, path bytes)
+// A block of any other kind (a later version's) is skipped by its length,
+// unread; so is a second HEADER. No block is longer than kMaxTraceBlock: a
+// longer length is damage.
 // MAPS blocks may come anywhere after the header, each a whole list as of
 // time_ns (ProcessMaps); `report` and `script` name a record with the first
 // one with mappings taken at or after its time, else the last one
@@ -82,7 +85,9 @@ class TraceWriter {
 // trace, of another version, or not a regular file (a directory, a device,
 // a FIFO: never read), NOT_FOUND, PERMISSION_DENIED. The HEADER must be the
 // file's first block (TraceWriter writes it so); without it, or cut inside
-// it, INVALID_ARGUMENT "trace has no header".
+// it, INVALID_ARGUMENT "trace has no header". Like every block it is held
+// only as its bytes are read: a length the file does not have allocates
+// nothing for the missing part.
 //
 // Next() then walks the file. A truncated or damaged tail is not an error:
 // Next() returns kEnd with complete() false and cut_reason() saying where
@@ -136,6 +141,12 @@ class TraceReader {
   // Reads up to n bytes at the current offset; fewer only at the end of
   // the file.
   absl::StatusOr<size_t> ReadUpTo(char* dst, size_t n);
+  // Reads a block's `len` bytes into *out; false when the file ends first.
+  absl::StatusOr<bool> ReadPayload(uint32_t len, std::string* out);
+  // The bytes after the current offset in the file as it is now.
+  uint64_t BytesLeftNow() const;
+  // Moves the offset `len` bytes on, reading nothing.
+  absl::Status SkipBytes(uint64_t len);
   // Ends the reading with `why` as the cut reason.
   Event Cut(std::string why);
   absl::StatusOr<Event> NextRecords();
@@ -203,8 +214,9 @@ struct Trace {
 // Reads a whole trace (through TraceReader: the same errors and cuts). A
 // truncated or damaged tail is not an error: what was
 // readable is returned with complete=false and the reason; a damaged block
-// (a RECORDS length that is not whole records, JSON that is not an object,
-// a MAPS block that does not decode) ends the reading the same way. A file
+// (a length over kMaxTraceBlock, a RECORDS length that is not whole
+// records, JSON that is not an object, a MAPS block that does not decode)
+// ends the reading the same way ("damaged ... at byte N"). A file
 // that is not a trace, or of another version, is INVALID_ARGUMENT, and so
 // is a directory or anything else that is not a regular file (a device or
 // FIFO is never read); a missing one NOT_FOUND, an unreadable one
