@@ -111,6 +111,7 @@ struct HeaderInfo {
   std::string command;   // `record`'s command line, or ""
   std::string filter;    // "user", "kernel", "all", or "" when unknown
   bool cpu_context = false;  // a CPU's trace (every task on it), not a task's
+  std::optional<uint32_t> cpu;  // a CPU trace's cpu, when the header names it
   std::string bts;       // "off", "history", "lossless", or ""
   std::string pebs_event;
   uint64_t pebs_period = 0;
@@ -125,6 +126,7 @@ HeaderInfo ReadHeaderInfo(const json::object& h) {
     info.bts = StringField(*spec, "bts");
     std::optional<int64_t> cpu = IntField(*spec, "cpu");
     info.cpu_context = cpu.has_value() && *cpu >= 0;
+    if (info.cpu_context && *cpu <= INT32_MAX) info.cpu = static_cast<uint32_t>(*cpu);
     info.pebs_event = StringField(*spec, "pebs_event");
     info.pebs_period = UintField(*spec, "pebs_period").value_or(0);
     if (info.pid < 0) {
@@ -136,7 +138,12 @@ HeaderInfo ReadHeaderInfo(const json::object& h) {
   // the spec: "target": "cpu N" or "pid N".
   if (const json::object* ring = ObjectField(h, "ring")) {
     const std::string target = StringField(*ring, "target");
-    if (target.rfind("cpu ", 0) == 0) info.cpu_context = true;
+    int64_t n = 0;
+    if (target.rfind("cpu ", 0) == 0) {
+      info.cpu_context = true;
+      if (!info.cpu && absl::SimpleAtoi(target.substr(4), &n) && n >= 0 && n <= INT32_MAX)
+        info.cpu = static_cast<uint32_t>(n);
+    }
     int64_t pid = 0;
     if (info.pid < 0 && target.rfind("pid ", 0) == 0 &&
         absl::SimpleAtoi(target.substr(4), &pid) && pid > 0)
@@ -316,25 +323,50 @@ uint16_t CpuMode(uint64_t addr, bool kernel_hint) {
 constexpr size_t kMaxRequestsSeen = 4096;
 constexpr size_t kMaxThreadsSeen = 1 << 16;
 
+// The record types that become perf records (the others are counted in
+// PerfDataSummary::skipped): only these say when the trace starts and ends,
+// which cpus and threads it has.
+bool IsExportedType(uint16_t type) {
+  switch (type) {
+    case PFM_REC_BRANCH:
+    case PFM_REC_PEBS:
+    case PFM_REC_SWITCH_OUT:
+    case PFM_REC_SWITCH_IN:
+    case PFM_REC_LOST:
+    case PFM_REC_COUNTER:
+    case PFM_REC_THROTTLE:
+    case PFM_REC_EXIT:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // What the writer learns of the records in one pass in file order, before
 // writing any.
 struct RecordScan {
   explicit RecordScan(size_t chunk) : chunk(chunk) {}
-  uint64_t count = 0;
+  uint64_t count = 0;     // every record
+  uint64_t exported = 0;  // those of IsExportedType
   bool branches = false;
   std::vector<uint32_t> pebs_requests, counter_requests;  // first-seen order
   std::set<uint32_t> seen_pebs, seen_counter;
-  // The earliest and latest times; the pid of the earliest record (the
-  // first in file order of equal times).
+  // Of the exported records: the earliest and latest times; the pid and cpu
+  // of the earliest record (the first in file order of equal times).
   uint64_t t_first = 0, t_last = 0;
-  uint32_t first_pid = 0;
-  // Per (pid, tid): where its first record is in time order, {time, index}.
+  uint32_t first_pid = 0, first_cpu = 0;
+  // Per (pid, tid) of the exported records: where its first record is in
+  // time order, {time, index}.
   std::map<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>> first_of_thread;
   // The least time of each `chunk` records (TimeOrder's chunks).
   size_t chunk;
   std::vector<uint64_t> chunk_min;
 
   void Add(const pfm_record& r) {
+    if (count % chunk == 0) chunk_min.push_back(r.time);
+    else chunk_min.back() = std::min<uint64_t>(chunk_min.back(), r.time);
+    ++count;
+    if (!IsExportedType(r.type)) return;
     if (r.type == PFM_REC_BRANCH) branches = true;
     if (r.type == PFM_REC_PEBS && seen_pebs.size() < kMaxRequestsSeen &&
         seen_pebs.insert(r.u.pebs.event).second)
@@ -342,21 +374,20 @@ struct RecordScan {
     if (r.type == PFM_REC_COUNTER && seen_counter.size() < kMaxRequestsSeen &&
         seen_counter.insert(r.u.counter.request).second)
       counter_requests.push_back(r.u.counter.request);
-    if (count == 0 || r.time < t_first) {
+    if (exported == 0 || r.time < t_first) {
       t_first = r.time;
       first_pid = r.pid;
+      first_cpu = r.cpu;
     }
-    if (count == 0 || r.time > t_last) t_last = r.time;
-    const std::pair<uint64_t, uint64_t> at{r.time, count};
+    if (exported == 0 || r.time > t_last) t_last = r.time;
+    const std::pair<uint64_t, uint64_t> at{r.time, count - 1};
     const auto key = std::make_pair(r.pid, r.tid);
     if (auto it = first_of_thread.find(key); it != first_of_thread.end()) {
       if (at < it->second) it->second = at;
     } else if (first_of_thread.size() < kMaxThreadsSeen) {
       first_of_thread.emplace(key, at);
     }
-    if (count % chunk == 0) chunk_min.push_back(r.time);
-    else chunk_min.back() = std::min<uint64_t>(chunk_min.back(), r.time);
-    ++count;
+    ++exported;
   }
 };
 
@@ -453,6 +484,9 @@ class TimeOrder {
       std::merge(held_.begin(), held_.end(), chunk_.begin(), chunk_.end(),
                  std::back_inserter(merged_), TimeLess);
       held_.swap(merged_);
+      // merged_ now has the records held before: its buffer goes, so that
+      // between chunks only what is held and the chunk's buffer are kept.
+      std::vector<pfm_record>().swap(merged_);
     }
     chunk_.clear();
     chunk_.reserve(chunk_size_);
@@ -726,6 +760,85 @@ class RecordBuilder {
   Bytes b_;
 };
 
+// ---- Side records: who runs what, and where it is mapped ----------------
+
+// Side records of one time `at`: a COMM naming process `pid`'s program
+// (misc COMM_EXEC) and the same name for its other threads, then an MMAP2
+// per mapping of a MAPS block.
+struct SideBlock {
+  uint64_t at = 0;
+  uint32_t pid = 0;
+  std::string comm;                   // empty: no COMM
+  std::vector<uint32_t> threads;      // the other threads named with it
+  const ProcessMaps* maps = nullptr;  // null: no MMAP2
+};
+
+// The side blocks in time order (equal times in the order below): the
+// traced command's COMM (`record` traces) at `t_first`, then the MAPS
+// blocks in the trace's order. A process's first block is at `t_first`, so
+// its mappings govern all its records; a later one (an exec, a dlopen) at
+// its own time. A process other than the traced command, or one whose
+// program changed (an exec), gets a COMM naming its program (its first
+// file mapping) with the block. Each other thread of a process that has a
+// COMM gets one too, with the last COMM of its process at or before its
+// first record (else the first).
+std::vector<SideBlock> PlanSideBlocks(const HeaderInfo& info, uint32_t task, uint64_t t_first,
+                                      const RecordScan& scan,
+                                      const std::vector<const ProcessMaps*>& blocks) {
+  std::vector<SideBlock> side;
+  std::map<uint32_t, std::string> exe_of;   // per pid: the program it runs
+  std::map<uint32_t, std::string> comm_of;  // per pid: the last COMM planned
+  if (task != 0 && !info.command.empty()) {
+    SideBlock sb;
+    sb.at = t_first;
+    sb.pid = task;
+    sb.comm = comm_of[task] = CommOf(info.command);
+    side.push_back(std::move(sb));
+  }
+  for (const ProcessMaps* pm : blocks) {
+    if (pm == nullptr || pm->mappings.empty()) continue;
+    SideBlock sb;
+    sb.pid = pm->pid > 0 ? static_cast<uint32_t>(pm->pid) : task;
+    sb.maps = pm;
+    const bool first_of_pid = exe_of.count(sb.pid) == 0;
+    sb.at = first_of_pid ? t_first : std::max(pm->time_ns, t_first);
+    std::string exe;  // the program: its first file mapping (the lowest address)
+    for (const Mapping& m : pm->mappings)
+      if (!m.path.empty() && m.path[0] == '/') {
+        exe = m.path;
+        break;
+      }
+    const bool renamed = first_of_pid ? sb.pid != task : exe_of[sb.pid] != exe;
+    exe_of[sb.pid] = exe;
+    if (renamed && !exe.empty() && comm_of[sb.pid] != CommOf(exe))
+      sb.comm = comm_of[sb.pid] = CommOf(exe);
+    side.push_back(std::move(sb));
+  }
+  std::stable_sort(side.begin(), side.end(),
+                   [](const SideBlock& a, const SideBlock& b) { return a.at < b.at; });
+  // Per pid, its blocks with a COMM, in time order.
+  std::map<uint32_t, std::vector<size_t>> comms;
+  for (size_t i = 0; i < side.size(); ++i)
+    if (!side[i].comm.empty()) comms[side[i].pid].push_back(i);
+  // Per block, its threads in the order of their first records.
+  std::vector<std::vector<std::pair<std::pair<uint64_t, uint64_t>, uint32_t>>> named(
+      side.size());
+  for (const auto& [key, first] : scan.first_of_thread) {
+    const auto& [pid, tid] = key;
+    const auto it = comms.find(pid);
+    if (tid == pid || it == comms.end()) continue;
+    size_t pick = it->second.front();
+    for (size_t i : it->second)
+      if (side[i].at <= first.first) pick = i;
+    named[pick].emplace_back(first, tid);
+  }
+  for (size_t i = 0; i < side.size(); ++i) {
+    std::sort(named[i].begin(), named[i].end());
+    for (const auto& n : named[i]) side[i].threads.push_back(n.second);
+  }
+  return side;
+}
+
 }  // namespace
 
 absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
@@ -760,7 +873,9 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const json::object& header,
   const std::vector<Event>& events = plan.events;
   const Event& first = events.front();
 
-  const bool no_records = scan.count == 0;
+  // Times, cpus and threads are the exported records' (a RESIZED or an
+  // unknown record says nothing perf shows).
+  const bool no_records = scan.exported == 0;
   const uint64_t t_first = no_records ? (options.maps ? options.maps->time_ns : 0)
                                       : scan.t_first;
   const uint64_t t_last = no_records ? t_first : scan.t_last;
@@ -810,76 +925,50 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const json::object& header,
     return out.Append(rb.Finish());
   };
 
-  // COMM for the traced command's threads (an exec for its first), then its
-  // mappings: before every record in time.
-  if (task != 0 && !info.command.empty()) {
-    // The task's threads in the order of their first records in time.
-    std::vector<std::pair<std::pair<uint64_t, uint64_t>, uint32_t>> firsts;
-    for (auto it = scan.first_of_thread.lower_bound({task, 0});
-         it != scan.first_of_thread.end() && it->first.first == task; ++it)
-      if (it->first.second != task) firsts.emplace_back(it->second, it->first.second);
-    std::sort(firsts.begin(), firsts.end());
-    std::vector<uint32_t> tids = {task};
-    for (const auto& f : firsts) tids.push_back(f.second);
-    const std::string comm = CommOf(info.command);
-    for (uint32_t tid : tids) {
-      Bytes& r = rb.Begin(PERF_RECORD_COMM, tid == task ? PERF_RECORD_MISC_COMM_EXEC : 0);
-      r.U32(task);
-      r.U32(tid);
-      r.Padded(comm, 8);
-      AppendSampleId(r, first, task, tid, t_first, 0);
-      if (absl::Status s = emit(&sum.side_records); !s.ok()) return s;
-    }
-  }
+  // The side records (COMM, MMAP2), each block at its time among the
+  // records: those before every record first, an exec's or a dlopen's where
+  // it happened, so the file stays in time order.
   std::vector<const ProcessMaps*> blocks = options.all_maps;
   if (blocks.empty() && options.maps != nullptr) blocks.push_back(options.maps);
-  std::map<uint32_t, std::string> exe_of;  // per pid: the program it runs
-  std::map<uint32_t, std::string> comm_of;  // per pid: the last COMM written
-  if (task != 0 && !info.command.empty()) comm_of[task] = CommOf(info.command);
-  for (const ProcessMaps* pm : blocks) {
-    if (pm == nullptr || pm->mappings.empty()) continue;
-    const uint32_t pid = pm->pid > 0 ? static_cast<uint32_t>(pm->pid) : task;
-    const bool first_of_pid = exe_of.count(pid) == 0;
-    const uint64_t at = first_of_pid ? t_first : std::max(pm->time_ns, t_first);
-    // The program: its first file mapping (the lowest address). A child,
-    // or a process whose program changed (an exec), gets a COMM naming it.
-    std::string exe;
-    for (const Mapping& m : pm->mappings)
-      if (!m.path.empty() && m.path[0] == '/') {
-        exe = m.path;
-        break;
+  const std::vector<SideBlock> side = PlanSideBlocks(info, task, t_first, scan, blocks);
+  size_t next_side = 0;
+  // Writes the blocks not written yet that are no later than `upto`.
+  auto write_side = [&](uint64_t upto) -> absl::Status {
+    for (; next_side < side.size() && side[next_side].at <= upto; ++next_side) {
+      const SideBlock& sb = side[next_side];
+      if (!sb.comm.empty()) {
+        // The process (an exec), then its other threads (plain COMMs).
+        for (size_t i = 0; i <= sb.threads.size(); ++i) {
+          const uint32_t tid = i == 0 ? sb.pid : sb.threads[i - 1];
+          Bytes& c = rb.Begin(PERF_RECORD_COMM, i == 0 ? PERF_RECORD_MISC_COMM_EXEC : 0);
+          c.U32(sb.pid);
+          c.U32(tid);
+          c.Padded(sb.comm, 8);
+          AppendSampleId(c, first, sb.pid, tid, sb.at, 0);
+          if (absl::Status s = emit(&sum.side_records); !s.ok()) return s;
+        }
       }
-    const bool renamed = first_of_pid ? pid != task : exe_of[pid] != exe;
-    exe_of[pid] = exe;
-    if (renamed && !exe.empty() && comm_of[pid] != CommOf(exe)) {
-      comm_of[pid] = CommOf(exe);
-      {
-        Bytes& c = rb.Begin(PERF_RECORD_COMM, PERF_RECORD_MISC_COMM_EXEC);
-        c.U32(pid);
-        c.U32(pid);
-        c.Padded(CommOf(exe), 8);
-        AppendSampleId(c, first, pid, pid, at, 0);
+      if (sb.maps == nullptr) continue;
+      for (const Mapping& m : sb.maps->mappings) {
+        Bytes& r = rb.Begin(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER);
+        r.U32(sb.pid);
+        r.U32(sb.pid);
+        r.U64(m.start);
+        r.U64(m.end - m.start);
+        r.U64(m.offset);
+        r.U32(0);  // maj
+        r.U32(0);  // min
+        r.U64(0);  // ino
+        r.U64(0);  // ino_generation
+        r.U32(PROT_READ | PROT_EXEC | (m.writable ? PROT_WRITE : 0));
+        r.U32(m.shared ? MAP_SHARED : MAP_PRIVATE);
+        r.Padded(m.path.empty() ? "//anon" : m.path, 8);  // perf's name for anonymous
+        AppendSampleId(r, first, sb.pid, sb.pid, sb.at, 0);
         if (absl::Status s = emit(&sum.side_records); !s.ok()) return s;
       }
     }
-    for (const Mapping& m : pm->mappings) {
-      Bytes& r = rb.Begin(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER);
-      r.U32(pid);
-      r.U32(pid);
-      r.U64(m.start);
-      r.U64(m.end - m.start);
-      r.U64(m.offset);
-      r.U32(0);  // maj
-      r.U32(0);  // min
-      r.U64(0);  // ino
-      r.U64(0);  // ino_generation
-      r.U32(PROT_READ | PROT_EXEC | (m.writable ? PROT_WRITE : 0));
-      r.U32(m.shared ? MAP_SHARED : MAP_PRIVATE);
-      r.Padded(m.path.empty() ? "//anon" : m.path, 8);  // perf's name for anonymous
-      AppendSampleId(r, first, pid, pid, at, 0);
-      if (absl::Status s = emit(&sum.side_records); !s.ok()) return s;
-    }
-  }
+    return absl::OkStatus();
+  };
 
   auto read_record = [&](const Event& e, uint32_t pid, uint32_t tid, uint64_t time,
                          uint32_t cpu, uint64_t value, uint64_t enabled,
@@ -900,10 +989,19 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const json::object& header,
   uint64_t written = 0;
   auto write_record = [&](const pfm_record& rec) -> absl::Status {
     ++written;
-    max_cpu = std::max<uint32_t>(max_cpu, rec.cpu);
+    // The side blocks whose time has come, before the exported records of
+    // their time. Only an exported record's time counts: t_last (the
+    // trailer's READs' time) is the last of those, and no block goes past it.
+    if (IsExportedType(rec.type))
+      if (absl::Status s = write_side(rec.time); !s.ok()) return s;
+    bool skipped = false;
     absl::Status s;
     switch (rec.type) {
       case PFM_REC_BRANCH: {
+        if (plan.bts < 0)  // planned from a first pass without branches
+          return absl::DataLossError(
+              "the trace changed while it was exported: a branch record in the second "
+              "pass, none in the first");
         const Event& e = events[plan.bts];
         SampleValues v;
         v.ip = rec.u.branch.from;
@@ -922,7 +1020,7 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const json::object& header,
         const uint32_t req = rec.u.pebs.event;
         const auto it = plan.pebs.find(req);
         if (it == plan.pebs.end()) {  // past kMaxEvents
-          ++sum.skipped[RecordTypeName(rec.type)];
+          skipped = true;
           break;
         }
         const Event& e = events[it->second];
@@ -993,7 +1091,7 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const json::object& header,
       case PFM_REC_COUNTER: {
         const auto it = plan.counter.find(rec.u.counter.request);
         if (it == plan.counter.end()) {  // past kMaxEvents
-          ++sum.skipped[RecordTypeName(rec.type)];
+          skipped = true;
           break;
         }
         s = read_record(events[it->second], rec.pid, rec.tid, rec.time, rec.cpu,
@@ -1001,11 +1099,13 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const json::object& header,
                         rec.u.counter.time_running);
         break;
       }
-      default:  // RESIZED, SCHEDULE, PAD, unknown: nothing in perf says them
-        ++sum.skipped[RecordTypeName(rec.type)];
+      default:  // RESIZED, SCHEDULE, GAP, EXEC, PAD, unknown: nothing in perf says them
+        skipped = true;
         break;
     }
     if (!s.ok()) return s;
+    if (skipped) ++sum.skipped[RecordTypeName(rec.type)];
+    else max_cpu = std::max<uint32_t>(max_cpu, rec.cpu);
     if (in_round >= kPerfRoundRecords) return finish_round();
     return absl::OkStatus();
   };
@@ -1027,13 +1127,22 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const json::object& header,
     sum.peak_held = order.peak_held();
     sum.sort_runs = order.runs();
   }
-  // The counters' final values (the trailer's: what `pfmctl report` shows),
-  // at the last record's time.
-  for (const auto& [c, i] : plan.readings)
-    if (absl::Status s = read_record(events[i], task, task, t_last, 0, c.value,
+  // The side blocks up to the last record, the counters' final values (the
+  // trailer's: what `pfmctl report` shows) at its time, then any blocks
+  // later than every record. The values are the traced process's in a
+  // task's trace; in a CPU's trace the cpu's, of no task (pid/tid -1, as
+  // perf's CPU-wide events have no task).
+  if (absl::Status s = write_side(t_last); !s.ok()) return s;
+  const uint32_t read_task = info.cpu_context ? UINT32_MAX : task;
+  const uint32_t read_cpu = info.cpu_context ? info.cpu.value_or(scan.first_cpu) : 0;
+  for (const auto& [c, i] : plan.readings) {
+    if (absl::Status s = read_record(events[i], read_task, read_task, t_last, read_cpu, c.value,
                                      c.time_enabled, c.time_running);
         !s.ok())
       return s;
+    max_cpu = std::max(max_cpu, read_cpu);
+  }
+  if (absl::Status s = write_side(UINT64_MAX); !s.ok()) return s;
   // The last round; it also keeps the data section from being empty.
   if (absl::Status s = finish_round(); !s.ok()) return s;
   const uint64_t data_size = out.offset() - data_offset;

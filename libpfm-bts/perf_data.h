@@ -21,11 +21,14 @@
 //             8 bytes), never empty (perf refuses a data size of 0)
 //   data.offset + data.size: the feature index, one {offset, size} per set
 //        feature bit in bit order, then the features' contents:
-//          NRCPUS      u32 available, u32 online (from the records' cpus)
+//          BUILD_ID    per mapped file with a GNU build-id: a build-id
+//                      record (pid -1, the id, the path)
+//          NRCPUS      u32 available, u32 online (from the exported
+//                      records' cpus and the READs')
 //          CMDLINE     u32 n, n strings (when options.cmdline is given)
 //          EVENT_DESC  u32 n, u32 attr size, per event: attr, u32 ids,
 //                      string (the event's name), the ids
-//          SAMPLE_TIME u64 first, u64 last record time (when any)
+//          SAMPLE_TIME u64 first, u64 last exported record's time (when any)
 //        A string is u32 len, then len bytes: NUL-terminated, zero-padded
 //        to a multiple of 64.
 //
@@ -37,7 +40,10 @@
 //        trailer's counter of that request (or the spec's pebs_event);
 //        samples carry the data address and the latency as weight.
 //   counters, one per trailer counter (and per request of COUNTER records
-//        that is not one): their values as PERF_RECORD_READ.
+//        that is not one): their values as PERF_RECORD_READ. The trailer's
+//        final values are the traced process's (pid/tid) in a task's trace;
+//        in a CPU's trace (spec cpu, ring target "cpu N") they are that
+//        cpu's, of no task: pid/tid -1, as perf's CPU-wide events.
 // At most 256 events: the records of requests past that (a damaged trace)
 // are skipped and counted in PerfDataSummary::skipped.
 // Every event has sample_id_all; with more than one, PERF_SAMPLE_IDENTIFIER
@@ -94,12 +100,15 @@ struct PerfDataOptions {
   // start (stamped with the first record's time, so they govern every
   // sample). pid 0 takes the trace header's pid. Null: none.
   const ProcessMaps* maps = nullptr;
-  // Every process's mappings over time (a trace's MAPS blocks: children,
-  // execs, dlopen). When not empty it replaces `maps`: each block becomes
-  // MMAP2 records of its pid, the first of a pid stamped at the first
-  // record's time, later ones (an exec, a dlopen) at their own time; a pid
-  // other than the traced command's gets a COMM (named after its first
-  // file mapping) so perf shows which program it ran.
+  // Every process's mappings over time (a trace's MAPS blocks, in the
+  // trace's order: children, execs, dlopen). When not empty it replaces
+  // `maps`: each block becomes MMAP2 records of its pid, the first of a pid
+  // stamped at the first record's time (before every record), later ones
+  // (an exec, a dlopen) at their own time, written among the records where
+  // that time falls. A pid other than the traced command's, and a pid whose
+  // program changed (an exec), gets a COMM with its block, named after its
+  // first file mapping, so perf shows which program it ran; the process's
+  // other threads get the same name.
   std::vector<const ProcessMaps*> all_maps;
   // HEADER_CMDLINE (`perf report --header`: "# cmdline : ..."); empty: no
   // such feature.
@@ -124,12 +133,15 @@ struct PerfDataSummary {
   uint64_t side_records = 0;  // COMM, MMAP2, SWITCH, EXIT, LOST, THROTTLE
   uint64_t reads = 0;         // PERF_RECORD_READ (counters)
   uint64_t data_bytes = 0;    // the data section's size
-  // pfm records with no perf counterpart (resized, schedule, unknown
-  // types), or whose request got no event, by RecordTypeName.
+  // pfm records with no perf counterpart (resized, schedule, gap, exec,
+  // unknown types), or whose request got no event, by RecordTypeName.
+  // Only the records exported say the times (SAMPLE_TIME, the side
+  // records'), the cpus (NRCPUS) and the threads (COMMs).
   std::map<std::string, uint64_t> skipped;
   std::vector<std::string> events;  // the events' names, in attr order
   uint64_t build_ids = 0;           // files with a build-id in HEADER_BUILD_ID
-  // One line per file whose build-id now is not the recorded one.
+  // One line per file whose build-id now is not the recorded one ("PATH:
+  // build-id X when recorded, Y now (...)"); the recorded id is written.
   std::vector<std::string> warnings;
   // The time ordering: the most records held at once waiting for later
   // ones, and the sorted runs spilled to a temporary file (0: none).
@@ -139,11 +151,12 @@ struct PerfDataSummary {
 
 // Writes `trace` to `path` (created or truncated, mode 0644, owned by the
 // caller: perf refuses another user's file). Records are written in time
-// order (records of equal time keep the trace's order), as perf would
-// deliver them anyway. The trace's header and trailer are input:
-// fields of the wrong type are ignored, never asserted. Errors: the file
-// cannot be created (INVALID_ARGUMENT, naming it and why) or written
-// (UNAVAILABLE, leaving a partial file behind).
+// order (records of equal time keep the trace's order; side records go
+// before the records of their time), as perf would deliver them anyway.
+// The trace's header and trailer are input: fields of the wrong type are
+// ignored, never asserted. Errors: the file cannot be created
+// (INVALID_ARGUMENT, naming it and why) or written (UNAVAILABLE, leaving a
+// partial file behind).
 absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
                                               const PerfDataOptions& options,
                                               const std::string& path);
@@ -151,9 +164,9 @@ absl::StatusOr<PerfDataSummary> WritePerfData(const Trace& trace,
 // The same from the trace's header and trailer and two passes over its
 // records (a trace file read twice: `pfmctl export` of a big trace). The
 // same bytes as from the Trace holding those records. The second pass must
-// hand out as many records as the first (DATA_LOSS otherwise: the trace
-// changed underneath); a temporary file that cannot be written is
-// UNAVAILABLE.
+// hand out as many records as the first, and no branch when the first had
+// none (DATA_LOSS otherwise: the trace changed underneath); a temporary
+// file that cannot be written is UNAVAILABLE.
 absl::StatusOr<PerfDataSummary> WritePerfData(const boost::json::object& header,
                                               const boost::json::object& trailer,
                                               const PerfRecordPass& records,

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -109,6 +110,17 @@ std::string HeaderString(const std::string& s, size_t off, size_t* next) {
   const uint32_t len = static_cast<uint32_t>(Le(s, off, 4));
   *next = off + 4 + len;
   return std::string(s.c_str() + off + 4);
+}
+
+// A record's time: a sample's after its IDENTIFIER (when the first
+// attr's sample_type has it), ip and pid/tid; any other record's in the
+// sample_id_all trailer, before cpu (and the IDENTIFIER, last). nullopt for
+// FINISHED_ROUND, which has none.
+std::optional<uint64_t> RecordTime(const PerfFile& f, const PerfRecord& r) {
+  if (r.type == kPerfRecordFinishedRound) return std::nullopt;
+  const bool id = Le(f.Attr(0), 24, 8) & PERF_SAMPLE_IDENTIFIER;
+  if (r.type == PERF_RECORD_SAMPLE) return r.U64(8 + (id ? 8 : 0) + 16);
+  return r.U64(r.bytes.size() - 16 - (id ? 8 : 0));
 }
 
 // ---- Traces ----
@@ -338,6 +350,8 @@ TEST(PerfData, EveryRecordTypeMapsToItsPerfRecordOrIsCountedAsSkipped) {
   recs.push_back(Rec(PFM_REC_RESIZED, 80));
   recs.push_back(Rec(PFM_REC_SCHEDULE, 85));
   recs.push_back(Rec(PFM_REC_EXIT, 90));
+  recs.push_back(Rec(PFM_REC_GAP, 92));
+  recs.push_back(Rec(PFM_REC_EXEC, 94));
   recs.push_back(Rec(77, 95));  // a type from a newer pfm
   PerfDataSummary sum;
   ProcessMaps maps;
@@ -351,8 +365,9 @@ TEST(PerfData, EveryRecordTypeMapsToItsPerfRecordOrIsCountedAsSkipped) {
                                    PERF_RECORD_SAMPLE, PERF_RECORD_SWITCH, PERF_RECORD_SWITCH,
                                    PERF_RECORD_LOST, PERF_RECORD_READ, PERF_RECORD_THROTTLE,
                                    PERF_RECORD_EXIT, kPerfRecordFinishedRound}));
-  EXPECT_EQ(sum.skipped, (std::map<std::string, uint64_t>{
-                             {"resized", 1}, {"schedule", 1}, {"type_77", 1}}));
+  EXPECT_EQ(sum.skipped,
+            (std::map<std::string, uint64_t>{{"resized", 1}, {"schedule", 1}, {"gap", 1},
+                                             {"exec", 1}, {"type_77", 1}}));
   EXPECT_EQ(sum.samples, 2u);
   EXPECT_EQ(sum.reads, 1u);
   EXPECT_EQ(sum.side_records, 7u);  // comm, mmap2, 2 switches, lost, throttle, exit
@@ -554,6 +569,152 @@ TEST(PerfData, RoundsEndEvery64KRecords) {
   // COMM first; then 65535 samples fill the first round.
   EXPECT_EQ(at, (std::vector<size_t>{kPerfRoundRecords, f.records.size() - 1}));
   EXPECT_EQ(f.OfType(kPerfRecordFinishedRound)[0].bytes.size(), 8u) << "a header alone";
+}
+
+// An exec (or dlopen) late in the trace: its COMM and MMAP2 go where its
+// time falls among the records, not at the start (where perf's ordered
+// delivery, past its first two rounds, would apply them to the samples
+// before the exec and count "out of order events").
+TEST(PerfData, LaterMapsBlocksAreWrittenAmongTheRecordsAtTheirTime) {
+  std::vector<pfm_record> recs;
+  for (uint64_t i = 0; i < 200000; ++i) recs.push_back(Branch(1000 + i, 0x401000 + i % 64, 0));
+  ProcessMaps a, b;
+  a.pid = b.pid = 42;
+  a.time_ns = 0;
+  a.mappings.push_back({0x401000, 0x402000, 0, "/bin/a", false, false});
+  b.time_ns = 181000;
+  b.mappings.push_back({0x401000, 0x403000, 0, "/bin/b", false, false});
+  PerfDataOptions options;
+  options.all_maps = {&a, &b};
+  PerfFile f = Export(RecordTrace(recs), "late_exec.data", options);
+  ASSERT_EQ(f.OfType(PERF_RECORD_SAMPLE).size(), 200000u);
+  uint64_t last = 0;
+  size_t disorder = 0, exec_comm = 0, exec_mmap = 0;
+  for (size_t i = 0; i < f.records.size(); ++i) {
+    const std::optional<uint64_t> t = RecordTime(f, f.records[i]);
+    if (!t) continue;
+    if (*t < last && disorder++ < 3)
+      ADD_FAILURE() << "record " << i << " (type " << f.records[i].type << ") at " << *t
+                    << " after one at " << last;
+    last = std::max(last, *t);
+    if (f.records[i].type == PERF_RECORD_COMM &&
+        std::string(f.records[i].bytes.c_str() + 16) == "b")
+      exec_comm = i;
+    if (f.records[i].type == PERF_RECORD_MMAP2 &&
+        std::string(f.records[i].bytes.c_str() + 72) == "/bin/b")
+      exec_mmap = i;
+  }
+  EXPECT_EQ(disorder, 0u);
+  // The exec's COMM and MMAP2 right before the first sample of its time.
+  ASSERT_GT(exec_comm, 0u);
+  EXPECT_EQ(exec_mmap, exec_comm + 1);
+  EXPECT_EQ(RecordTime(f, f.records[exec_comm]), 181000u);
+  ASSERT_LT(exec_mmap + 1, f.records.size());
+  EXPECT_EQ(f.records[exec_mmap + 1].type, static_cast<uint32_t>(PERF_RECORD_SAMPLE));
+  EXPECT_EQ(RecordTime(f, f.records[exec_mmap + 1]), 181000u);
+  EXPECT_EQ(RecordTime(f, f.records[exec_comm - 1]), 180999u);
+}
+
+// A child process (not the traced command) gets a COMM with its mappings;
+// its other threads get the same name (else perf shows ":TID").
+TEST(PerfData, AChildsOtherThreadsAreNamedWithIt) {
+  Trace t = RecordTrace({Branch(1000, 0x401000, 0), Rec(PFM_REC_SWITCH_IN, 1100, 50, 50),
+                         Rec(PFM_REC_SWITCH_IN, 1200, 50, 52),
+                         Rec(PFM_REC_SWITCH_IN, 1150, 50, 51)});
+  ProcessMaps child;
+  child.pid = 50;
+  child.time_ns = 1050;
+  child.mappings.push_back({0x401000, 0x402000, 0, "/usr/bin/child", false, false});
+  PerfDataOptions options;
+  options.all_maps = {&child};
+  PerfFile f = Export(t, "child_threads.data", options);
+  std::vector<std::pair<uint32_t, std::string>> comms;  // tid, comm
+  for (const PerfRecord& c : f.OfType(PERF_RECORD_COMM))
+    if (c.U32(8) == 50) comms.emplace_back(c.U32(12), c.bytes.c_str() + 16);
+  EXPECT_EQ(comms, (std::vector<std::pair<uint32_t, std::string>>{
+                       {50, "child"}, {51, "child"}, {52, "child"}}))
+      << "the process, then its threads in the order of their first records";
+  EXPECT_EQ(f.OfType(PERF_RECORD_COMM)[1].misc, PERF_RECORD_MISC_COMM_EXEC);
+  EXPECT_EQ(f.OfType(PERF_RECORD_COMM)[2].misc, 0) << "a thread is no exec";
+}
+
+// A CPU's trace: the trailer's counters are the cpu's, not some process's.
+TEST(PerfData, CpuTraceCountersAreTheCpusOfNoTask) {
+  Trace t;
+  t.header = {{"kind", "snapshot"}, {"ring", {{"target", "cpu 3"}}}};
+  pfm_record a = Rec(PFM_REC_SWITCH_IN, 100, 1000, 1000);
+  pfm_record b = Rec(PFM_REC_SWITCH_IN, 200, 2000, 2001);
+  a.cpu = b.cpu = 3;
+  t.records = {a, b};
+  t.trailer = {{"counters", json::array{{{"event", "cycles"},
+                                         {"value", 5},
+                                         {"time_enabled", 7},
+                                         {"time_running", 7}}}}};
+  PerfFile f = Export(t, "cpu_reads.data");
+  std::vector<PerfRecord> reads = f.OfType(PERF_RECORD_READ);
+  ASSERT_EQ(reads.size(), 1u);
+  const PerfRecord& r = reads[0];
+  EXPECT_EQ(r.U32(8), 0xffffffffu) << "pid";
+  EXPECT_EQ(r.U32(12), 0xffffffffu) << "tid";
+  EXPECT_EQ(r.U64(16), 5u);
+  // The trailer: pid/tid, time, cpu (one event, cycles: no IDENTIFIER).
+  const size_t n = r.bytes.size();
+  ASSERT_EQ(n, 8u + 32 + 24);
+  EXPECT_EQ(r.U32(n - 24), 0xffffffffu);
+  EXPECT_EQ(r.U32(n - 20), 0xffffffffu);
+  EXPECT_EQ(r.U64(n - 16), 200u) << "the last record's time";
+  EXPECT_EQ(r.U32(n - 8), 3u) << "the traced cpu";
+  EXPECT_EQ(f.features[kPerfFeatNrCpus], std::string("\x04\0\0\0\x04\0\0\0", 8));
+
+  // spec.cpu says it too; a task's trace keeps the process.
+  t.header = {{"kind", "record"}, {"spec", {{"cpu", 2}}}};
+  PerfFile g = Export(t, "cpu_reads_spec.data");
+  ASSERT_EQ(g.OfType(PERF_RECORD_READ).size(), 1u);
+  EXPECT_EQ(g.OfType(PERF_RECORD_READ)[0].U32(8), 0xffffffffu);
+  EXPECT_EQ(g.OfType(PERF_RECORD_READ)[0].U32(n - 8), 2u);
+  t.header = {{"kind", "record"}, {"pid", 1000}};
+  PerfFile h = Export(t, "task_reads.data");
+  ASSERT_EQ(h.OfType(PERF_RECORD_READ).size(), 1u);
+  EXPECT_EQ(h.OfType(PERF_RECORD_READ)[0].U32(8), 1000u);
+  EXPECT_EQ(h.OfType(PERF_RECORD_READ)[0].U32(12), 1000u);
+  EXPECT_EQ(h.OfType(PERF_RECORD_READ)[0].U32(n - 8), 0u);
+}
+
+// Records perf gets nothing of (RESIZED, SCHEDULE, GAP, EXEC, unknown
+// types) say nothing of the times, cpus or threads.
+TEST(PerfData, SkippedRecordsSayNothingOfTimesCpusOrThreads) {
+  pfm_record resized = Rec(PFM_REC_RESIZED, 10, 42, 99);
+  resized.cpu = 7;
+  pfm_record unknown = Rec(77, 9000, 42, 98);
+  unknown.cpu = 9;
+  PerfFile f = Export(RecordTrace({resized, Branch(1000, 0x401000, 0),
+                                   Branch(2000, 0x401000, 0), unknown}),
+                      "skipped_times.data");
+  const std::string& t = f.features[kPerfFeatSampleTime];
+  ASSERT_EQ(t.size(), 16u);
+  EXPECT_EQ(Le(t, 0, 8), 1000u);
+  EXPECT_EQ(Le(t, 8, 8), 2000u);
+  EXPECT_EQ(f.features[kPerfFeatNrCpus], std::string("\x02\0\0\0\x02\0\0\0", 8))
+      << "cpus 0..1: the branches' cpu 1";
+  std::vector<PerfRecord> comm = f.OfType(PERF_RECORD_COMM);
+  ASSERT_EQ(comm.size(), 1u) << "no COMM for a thread only skipped records name";
+  EXPECT_EQ(RecordTime(f, comm[0]), 1000u) << "the first exported record's time";
+}
+
+// The second pass is what is written: a branch where the first pass had
+// none (the file rewritten in between) has no event to go to.
+TEST(PerfData, ABranchTheFirstPassDidNotSeeIsDataLoss) {
+  int pass = 0;
+  auto changing = [&](const PerfRecordVisitor& visit) -> absl::Status {
+    return visit(++pass == 1 ? Pebs(10, 0x401000, 0x1000, 1, 3) : Branch(10, 0x401000, 0));
+  };
+  json::object header = RecordTrace({}).header;
+  header["spec"] = json::object{{"bts", "off"}};
+  absl::StatusOr<PerfDataSummary> s =
+      WritePerfData(header, {}, changing, {}, TempPath("changed.data"));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
+  EXPECT_NE(s.status().message().find("changed while it was exported"), std::string::npos)
+      << s.status();
 }
 
 TEST(PerfData, CountersInTheTrailerBecomeNamedEventsWithReads) {

@@ -80,12 +80,37 @@ class ExportE2e : public testing::DaemonTest {
   }
 
   // The real perf, with a HOME of its own (its config and build-id cache)
-  // and no pager. Its stderr may carry warnings (kptr_restrict, ...).
-  Result Perf(std::vector<std::string> args) {
+  // and no pager. Its stderr has no message ("Warning:", "Error:") but the
+  // ones the test expects (`expected`: a part of each) and the one about
+  // kernel addresses when this machine's kallsyms is restricted; in
+  // particular no "N out of order events" (the export is in time order).
+  Result Perf(std::vector<std::string> args, const std::vector<std::string>& expected = {}) {
     args.insert(args.begin(), kPerf);
     Result r = testing::Run(args, {{"HOME", home_}, {"PAGER", "cat"}}, 60);
     EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_FALSE(Contains(r.err, "out of order")) << args[1] << ": " << r.err;
+    for (const std::string& m : PerfMessages(r.err)) {
+      bool known = Contains(m, "Kernel address maps (/proc/{kallsyms,modules}) were restricted");
+      for (const std::string& e : expected) known = known || Contains(m, e);
+      EXPECT_TRUE(known) << "perf " << args[1] << " says:\n" << m;
+    }
     return r;
+  }
+
+  // perf's stderr as its messages: each a "Warning:" or "Error:" line and
+  // the lines up to the next; lines before the first are one too.
+  static std::vector<std::string> PerfMessages(const std::string& err) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (const std::string& line : Lines(err)) {
+      if ((line == "Warning:" || line == "Error:") && !cur.empty()) {
+        out.push_back(cur);
+        cur.clear();
+      }
+      if (!line.empty()) cur += line + "\n";
+    }
+    if (!cur.empty()) out.push_back(cur);
+    return out;
   }
 
   // `pfmctl export` (no daemon needed).
@@ -363,7 +388,7 @@ TEST_F(ExportE2e, PerfReadsEveryRecordTypeAndTheEmptyTrace) {
   }
   Result ex = Export({trace, "-o", data});
   ASSERT_EQ(ex.exit_code, 0) << ex.err;
-  Result dump = Perf({"report", "-D", "-i", data});
+  Result dump = Perf({"report", "-D", "-i", data}, {"lost 1 chunks"});
   for (const char* rec : {"PERF_RECORD_COMM exec", "PERF_RECORD_SAMPLE", "PERF_RECORD_SWITCH",
                           "PERF_RECORD_LOST", "PERF_RECORD_READ", "PERF_RECORD_THROTTLE",
                           "PERF_RECORD_EXIT", "PERF_RECORD_FINISHED_ROUND"})
@@ -381,7 +406,116 @@ TEST_F(ExportE2e, PerfReadsEveryRecordTypeAndTheEmptyTrace) {
   ASSERT_EQ(ex.exit_code, 0) << ex.err;
   Result script = Perf({"script", "-i", empty_data});
   EXPECT_EQ(script.out, "");
-  Perf({"report", "--stdio", "-i", empty_data});
+  Perf({"report", "--stdio", "-i", empty_data}, {"has no samples"});
+}
+
+// An exec late in the trace, past perf's first two rounds of records
+// (2 x 65536): a process runs dash's code for 150,000 branches, then execs
+// echo (a MAPS block at that time). The export writes the exec's COMM and
+// mappings where its time falls among the branches, so perf delivers them
+// in order: no "out of order events", the branches before the exec are
+// dash's and those after it echo's. (A real recording that long takes
+// soft BTS about half a minute; the trace is written here instead.)
+TEST_F(ExportE2e, PerfAppliesALateExecOnlyToTheBranchesAfterIt) {
+  const std::string trace = dir_ + "/late.pfmtrace", data = dir_ + "/late.data";
+  constexpr uint32_t kPid = 4242;
+  constexpr int kBefore = 150000, kAfter = 50000;
+  {
+    absl::StatusOr<TraceWriter> w = TraceWriter::Create(
+        trace, {{"kind", "record"}, {"command", "/usr/bin/dash -c loop"}, {"pid", kPid}});
+    ASSERT_TRUE(w.ok()) << w.status();
+    ProcessMaps dash, echo;
+    dash.pid = echo.pid = kPid;
+    dash.mappings.push_back({0x400000, 0x500000, 0, "/usr/bin/dash", false, false});
+    echo.mappings.push_back({0x400000, 0x500000, 0, "/usr/bin/echo", false, false});
+    echo.time_ns = 1000 + kBefore;
+    ASSERT_TRUE(w->AppendMaps(dash).ok());
+    std::vector<pfm_record> recs;
+    for (int i = 0; i < kBefore + kAfter; ++i) {
+      pfm_record r{};
+      r.type = PFM_REC_BRANCH;
+      r.time = 1000 + i;
+      r.pid = r.tid = kPid;
+      r.u.branch.from = 0x401000 + (i % 256) * 16;
+      r.u.branch.to = 0x402000;
+      recs.push_back(r);
+      if (i == kBefore - 1 || i == kBefore + kAfter - 1) {
+        ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+        recs.clear();
+      }
+      if (i == kBefore - 1) {
+        ASSERT_TRUE(w->AppendMaps(echo).ok());
+      }
+    }
+    ASSERT_TRUE(w->Finish({{"records", kBefore + kAfter}}).ok());
+  }
+  Result ex = Export({trace, "-o", data});
+  ASSERT_EQ(ex.exit_code, 0) << ex.err;
+  Result script = Perf({"script", "-F", "comm,tid,ip,dso", "-i", data});
+  // Each branch as "COMM TID IP (DSO)".
+  uint64_t dash = 0, echo = 0, other = 0;
+  for (const std::string& line : Lines(script.out)) {
+    const std::vector<std::string> w = Words(line);
+    const bool mine = w.size() == 4 && w[1] == std::to_string(kPid);
+    if (mine && w[0] == "dash" && w[3] == "(/usr/bin/dash)") ++dash;
+    else if (mine && w[0] == "echo" && w[3] == "(/usr/bin/echo)") ++echo;
+    else if (other++ < 3) ADD_FAILURE() << "neither program's: " << line;
+  }
+  EXPECT_EQ(dash, static_cast<uint64_t>(kBefore)) << script.out.substr(0, 1000);
+  EXPECT_EQ(echo, static_cast<uint64_t>(kAfter));
+  EXPECT_EQ(other, 0u);
+  Result task = Perf({"script", "--show-task-events", "-F", "comm,tid", "-i", data});
+  EXPECT_EQ(CountOf(task.out, "PERF_RECORD_COMM exec: echo"), 1u) << task.out.substr(0, 3000);
+}
+
+// A CPU's trace (a snapshot of "cpu 1"): the trailer's counters are the
+// cpu's, so perf gets them as no task's (pid/tid -1) on that cpu, not as
+// the first process's.
+TEST_F(ExportE2e, PerfShowsACpusCountersUnderNoTask) {
+  const std::string trace = dir_ + "/cpu.pfmtrace", data = dir_ + "/cpu.data";
+  {
+    absl::StatusOr<TraceWriter> w =
+        TraceWriter::Create(trace, {{"kind", "snapshot"}, {"ring", {{"target", "cpu 1"}}}});
+    ASSERT_TRUE(w.ok()) << w.status();
+    std::vector<pfm_record> recs;
+    for (uint32_t i = 0; i < 4; ++i) {
+      pfm_record r{};
+      r.type = PFM_REC_BRANCH;
+      r.time = 1000 + i;
+      r.cpu = 1;
+      r.pid = r.tid = i < 2 ? 1000 : 2000;
+      r.u.branch.from = 0x401000;
+      r.u.branch.to = 0x401100;
+      recs.push_back(r);
+    }
+    ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+    ASSERT_TRUE(w->Finish({{"records", recs.size()},
+                           {"counters", json::array{{{"event", "cycles"},
+                                                     {"value", 5},
+                                                     {"time_enabled", 7},
+                                                     {"time_running", 7}}}}})
+                    .ok());
+  }
+  Result ex = Export({trace, "-o", data});
+  ASSERT_EQ(ex.exit_code, 0) << ex.err;
+  // "CPU TIME OFFSET [SIZE]: PERF_RECORD_READ: PID TID EVENT VALUE".
+  Result dump = Perf({"report", "-D", "-i", data});
+  std::vector<std::string> reads;
+  for (const std::string& line : Lines(dump.out))
+    if (Contains(line, "PERF_RECORD_READ")) reads.push_back(line);
+  ASSERT_EQ(reads.size(), 1u) << dump.out.substr(0, 3000);
+  EXPECT_TRUE(Contains(reads[0], "PERF_RECORD_READ: -1 -1 cycles 5")) << reads[0];
+  EXPECT_TRUE(testing::StartsWith(reads[0], "1 1003 ")) << "cpu 1, the last time: " << reads[0];
+  Result threads = Perf({"report", "-T", "--stdio", "-i", data});
+  const std::vector<std::string> lines = Lines(threads.out);
+  auto head = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return Contains(l, "PID") && Contains(l, "TID") && Contains(l, "cycles");
+  });
+  ASSERT_NE(head, lines.end()) << threads.out;
+  ASSERT_NE(head + 1, lines.end());
+  EXPECT_EQ(Words(*(head + 1)), (std::vector<std::string>{"-1", "-1", "5"})) << threads.out;
+  Result script = Perf({"script", "-F", "tid,cpu,ip", "-i", data});
+  EXPECT_EQ(CountOf(script.out, "[001]"), 4u) << script.out;
 }
 
 TEST_F(ExportE2e, BadInputIsOneErrorLineAndWhatIsReadableIsExported) {
@@ -422,6 +556,11 @@ TEST_F(ExportE2e, BadInputIsOneErrorLineAndWhatIsReadableIsExported) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(testing::StartsWith(r.err, "pfmctl: INVALID_ARGUMENT: cannot write " + dir_))
       << r.err;
+  const std::string nowhere = dir_ + "/no/such/dir/t.json";
+  r = Export({cut, "-o", nowhere, "--format", "chrome-json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "pfmctl: INVALID_ARGUMENT: cannot write " + nowhere +
+                       ": No such file or directory\n");
   r = Export({cut});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "pfmctl: INVALID_ARGUMENT: usage: export TRACE -o FILE [--format perf|chrome-json]\n");

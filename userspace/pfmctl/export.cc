@@ -1,11 +1,15 @@
 #include "userspace/pfmctl/export.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "libpfm-bts/perf_data.h"
@@ -19,11 +23,13 @@ namespace {
 namespace json = boost::json;
 
 // A format writes from the trace file itself (never the whole trace in
-// memory): sets *records, and *cut to the reader's cut reason when the trace
-// had no trailer (left alone otherwise).
+// memory): sets *records, *cut to the reader's cut reason when the trace
+// had no trailer (left alone otherwise), and adds to *warnings what the
+// user should hear of.
 using ExportFn = absl::StatusOr<json::object> (*)(const ExportRequest& request,
                                                   uint64_t* records,
-                                                  std::optional<std::string>* cut);
+                                                  std::optional<std::string>* cut,
+                                                  std::vector<std::string>* warnings);
 
 struct ExportFormat {
   const char* name;
@@ -35,7 +41,8 @@ struct ExportFormat {
 // Streams the file: WritePerfData reads the records twice and puts them in
 // time order in bounded memory (docs/export.md).
 absl::StatusOr<json::object> ExportPerf(const ExportRequest& request, uint64_t* records,
-                                        std::optional<std::string>* cut) {
+                                        std::optional<std::string>* cut,
+                                        std::vector<std::string>* warnings) {
   // The header, MAPS blocks and trailer, the records skipped.
   TraceReader::Options skip;
   skip.skip_records = true;
@@ -71,11 +78,38 @@ absl::StatusOr<json::object> ExportPerf(const ExportRequest& request, uint64_t* 
                       {"sort_runs", s->sort_runs}};
   // Binaries changed since the recording (recorded build-id != the file's).
   if (!s->warnings.empty()) {
-    json::array warnings;
-    for (const std::string& w : s->warnings) warnings.push_back(json::value(w));
-    detail["warnings"] = std::move(warnings);
+    json::array lines;
+    for (const std::string& w : s->warnings) lines.push_back(json::value(w));
+    detail["warnings"] = std::move(lines);
   }
+  warnings->insert(warnings->end(), s->warnings.begin(), s->warnings.end());
   return detail;
+}
+
+// Writes `text` to `path` (created or truncated, mode 0644), with the
+// errors perf's writer gives: INVALID_ARGUMENT "cannot write PATH: <why>"
+// when it cannot be created (a directory, no such directory), UNAVAILABLE
+// when it cannot be written (a disk full: a partial file is left).
+absl::Status WriteOutput(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write ", path, ": ", strerror(errno)));
+  size_t done = 0;
+  int error = 0;
+  while (done < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      error = w < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::close(fd) != 0 && error == 0 && errno != EINTR) error = errno;
+  if (error != 0)
+    return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", strerror(error)));
+  return absl::OkStatus();
 }
 
 // The Trace Event Format, for Perfetto and chrome://tracing
@@ -84,17 +118,14 @@ absl::StatusOr<json::object> ExportPerf(const ExportRequest& request, uint64_t* 
 // bucket, never held.
 absl::StatusOr<json::object> ExportChromeJson(const ExportRequest& request,
                                               uint64_t* records,
-                                              std::optional<std::string>* cut) {
+                                              std::optional<std::string>* cut,
+                                              std::vector<std::string>* /*warnings*/) {
   absl::StatusOr<Timeline> built = BuildTimelineFromFile(request.trace_path);
   if (!built.ok()) return built.status();
   const Timeline& t = *built;
   *records = t.records;
   if (!t.complete) *cut = t.cut_reason;
-  std::ofstream out(request.out_path, std::ios::binary | std::ios::trunc);
-  out << ChromeTraceJson(t);
-  out.close();
-  if (!out)
-    return absl::UnavailableError(absl::StrCat(request.out_path, ": cannot write"));
+  if (absl::Status s = WriteOutput(request.out_path, ChromeTraceJson(t)); !s.ok()) return s;
   uint64_t slices = 0;
   for (const ThreadTrack& th : t.threads) slices += th.runs.size();
   uint64_t on = 0;
@@ -146,7 +177,8 @@ absl::StatusOr<ExportResult> ExportTrace(const ExportRequest& request) {
         "export: the output ", request.out_path, " is the trace itself"));
   ExportResult result;
   std::optional<std::string> cut;
-  absl::StatusOr<json::object> detail = format.write(request, &result.records, &cut);
+  absl::StatusOr<json::object> detail =
+      format.write(request, &result.records, &cut, &result.warnings);
   if (!detail.ok()) return detail.status();
   result.detail = std::move(*detail);
   if (cut)

@@ -211,5 +211,43 @@ TEST(Export, TheTraceIsNeverItsOwnOutput) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Every format's output that cannot be created is the same error, saying
+// why (docs/export.md: exit 2, as a usage error).
+TEST(Export, AnOutputThatCannotBeCreatedIsInvalidArgumentSayingWhyInEveryFormat) {
+  const std::string trace = WriteTrace("noout.pfmtrace", 3, true);
+  const std::string out = TempPath("no/such/dir/out");
+  for (const char* format : {"perf", "chrome-json"}) {
+    absl::StatusOr<ExportResult> r = ExportTrace({trace, out, format, {}});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << format << r.status();
+    EXPECT_EQ(r.status().message(), "cannot write " + out + ": No such file or directory")
+        << format;
+  }
+}
+
+// A binary whose build-id is not the recorded one is a warning line the
+// caller prints (text mode), as well as part of the detail (--json).
+TEST(Export, ChangedBinariesAreWarningLinesForTheCaller) {
+  const std::string bin = TempPath("rebuilt_prog");
+  std::ofstream(bin) << "not the binary that ran";
+  ProcessMaps m;
+  m.pid = 42;
+  m.mappings.push_back({0x401000, 0x402000, 0x1000, bin, false, false});
+  m.mappings.back().build_id = std::string("\x12\x34\xab\xcd", 4);
+  const std::string trace = WriteTrace("rebuilt.pfmtrace", 3, true, {m});
+  absl::StatusOr<ExportResult> r = ExportTrace({trace, TempPath("rebuilt.data"), "perf", {}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->warnings,
+            (std::vector<std::string>{
+                bin + ": build-id 1234abcd when recorded, none now (the file changed since "
+                      "the recording)"}));
+  EXPECT_EQ(boost::json::serialize(r->detail["warnings"]),
+            boost::json::serialize(boost::json::array{boost::json::value(r->warnings[0])}));
+
+  r = ExportTrace({WriteTrace("unchanged.pfmtrace", 3, true), TempPath("unchanged.data"),
+                   "perf", {}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->warnings.empty());
+}
+
 }  // namespace
 }  // namespace pfm
