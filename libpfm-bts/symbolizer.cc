@@ -9,6 +9,7 @@
 #include <libelf.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -31,13 +33,61 @@
 namespace pfm {
 namespace {
 
+// Whether a path libdwfl's search for a separate debuginfo file would try
+// for `file` exists and is not a regular file. The search (the default path
+// ":.debug:/usr/lib/debug") opens candidates with a blocking open(): next
+// to the file, DIR/LINK, DIR/.debug/LINK and DIR/.dwz/LINK (LINK its
+// .gnu_debuglink name, else NAME.debug or NAME), where whoever wrote the
+// file (a path from a trace: input) may have put a FIFO that no writer
+// opens. The system's /usr/lib/debug is not checked: only root writes it.
+bool DebugPathIsNotAFile(const std::string& file, const char* debuglink) {
+  const size_t slash = file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : file.substr(0, slash + 1);
+  const std::string name = file.substr(slash == std::string::npos ? 0 : slash + 1);
+  std::vector<std::string> links = {name + ".debug", name};
+  if (debuglink != nullptr) {
+    const std::string link(debuglink);
+    const size_t s = link.rfind('/');
+    links = {link, link.substr(s == std::string::npos ? 0 : s + 1)};
+  }
+  for (const char* sub : {"", ".debug/", ".dwz/"}) {
+    for (const std::string& link : links) {
+      struct stat st {};
+      if (::stat(absl::StrCat(dir, sub, link).c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        return true;
+    }
+  }
+  return false;
+}
+
+// libdwfl's standard search for a separate debuginfo file, unless a path it
+// would open next to the file is a FIFO, a device or a directory
+// (DebugPathIsNotAFile): the file then gets no debuginfo (its own symbol
+// tables name it), rather than an open() that never returns.
+int FindDebuginfo(Dwfl_Module* mod, void** userdata, const char* modname, GElf_Addr base,
+                  const char* file_name, const char* debuglink_file, GElf_Word debuglink_crc,
+                  char** debuginfo_file_name) {
+  if (file_name != nullptr) {
+    bool refuse = DebugPathIsNotAFile(file_name, debuglink_file);
+    char real[PATH_MAX];
+    if (!refuse && ::realpath(file_name, real) != nullptr)
+      refuse = DebugPathIsNotAFile(real, debuglink_file);
+    if (refuse) {
+      errno = 0;  // "nothing found", as the standard search says it
+      return -1;
+    }
+  }
+  return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file,
+                                      debuglink_crc, debuginfo_file_name);
+}
+
 const Dwfl_Callbacks* Callbacks() {
   static char* debuginfo_path = nullptr;  // libdwfl's default search path
   static const Dwfl_Callbacks* callbacks = [] {
     auto* c = new Dwfl_Callbacks;
     std::memset(c, 0, sizeof(*c));
     c->find_elf = dwfl_build_id_find_elf;
-    c->find_debuginfo = dwfl_standard_find_debuginfo;
+    c->find_debuginfo = FindDebuginfo;
     c->section_address = dwfl_offline_section_address;
     c->debuginfo_path = &debuginfo_path;
     return c;
@@ -45,32 +95,74 @@ const Dwfl_Callbacks* Callbacks() {
   return callbacks;
 }
 
-// The load bias of `path` mapped as `m`: runtime address = bias + ELF vaddr.
-// The mapping puts file offset m.offset at m.start; the PT_LOAD segment that
-// holds that offset gives its vaddr (vaddr - p_vaddr == offset - p_offset).
-// nullopt if the file cannot be read as ELF or no segment holds the offset.
-std::optional<uint64_t> LoadBias(const Mapping& m) {
-  UniqueFd fd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return std::nullopt;
-  if (elf_version(EV_CURRENT) == EV_NONE) return std::nullopt;
-  Elf* elf = elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr);
-  if (elf == nullptr) return std::nullopt;
-  std::optional<uint64_t> bias;
+struct DwflDelete {
+  void operator()(Dwfl* d) const { dwfl_end(d); }
+};
+
+// `path` opened for reading when it is a regular file, else invalid. Paths
+// come from trace files (input): a FIFO named there must not be waited on
+// (stat first, so that no device or FIFO is opened at all; O_NONBLOCK and
+// fstat for one put there in between), nor a terminal become ours
+// (O_NOCTTY). O_NONBLOCK changes nothing for a regular file's reads.
+UniqueFd OpenRegularFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return UniqueFd();
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return UniqueFd();
+  return fd;
+}
+
+// A PT_LOAD header: where a segment's bytes are in the file and its vaddr.
+struct LoadSegment {
+  uint64_t offset = 0, filesz = 0, vaddr = 0;
+};
+
+std::vector<LoadSegment> LoadSegments(Elf* elf) {
+  std::vector<LoadSegment> out;
   size_t phnum = 0;
-  if (elf_kind(elf) == ELF_K_ELF && elf_getphdrnum(elf, &phnum) == 0) {
-    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-    for (size_t i = 0; i < phnum && !bias; ++i) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr ||
-          ph.p_type != PT_LOAD)
-        continue;
-      const uint64_t seg_start = ph.p_offset & ~(page - 1);
-      if (m.offset >= seg_start && m.offset < ph.p_offset + ph.p_filesz)
-        bias = m.start - m.offset + ph.p_offset - ph.p_vaddr;  // mod 2^64
-    }
+  if (elf == nullptr || elf_kind(elf) != ELF_K_ELF || elf_getphdrnum(elf, &phnum) != 0)
+    return out;
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD) continue;
+    out.push_back(LoadSegment{ph.p_offset, ph.p_filesz, ph.p_vaddr});
   }
-  elf_end(elf);
-  return bias;
+  return out;
+}
+
+// The load bias of a file with `segments` mapped as `m`: runtime address =
+// bias + ELF vaddr. The mapping puts file offset m.offset at m.start; the
+// PT_LOAD segment that holds that offset gives its vaddr (vaddr - p_vaddr ==
+// offset - p_offset). nullopt if no segment holds the offset.
+std::optional<uint64_t> BiasOf(const std::vector<LoadSegment>& segments, const Mapping& m) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (const LoadSegment& s : segments) {
+    const uint64_t seg_start = s.offset & ~(page - 1);
+    if (m.offset >= seg_start && m.offset < s.offset + s.filesz)
+      return m.start - m.offset + s.offset - s.vaddr;  // mod 2^64
+  }
+  return std::nullopt;
+}
+
+// The build-id note's bytes, "" without one (or one over kMaxBuildIdBytes).
+std::string BuildIdOf(Elf* elf) {
+  const void* id = nullptr;
+  const ssize_t n = elf == nullptr ? -1 : dwelf_elf_gnu_build_id(elf, &id);
+  if (n <= 0 || static_cast<size_t>(n) > kMaxBuildIdBytes || id == nullptr) return "";
+  return std::string(static_cast<const char*>(id), static_cast<size_t>(n));
+}
+
+// Reports the ELF file `path`, open as `fd`, to `dwfl` (between
+// dwfl_report_begin and _end) at `base` with add_p_vaddr. The fd is opened
+// here (OpenRegularFile), not by libdwfl's own blocking open(); once the
+// module exists libdwfl owns it (dwfl_end closes it). `fd` must be an ELF
+// file (libelf's ELF_K_ELF): libdwfl would close the fd of a compressed
+// one itself. Null when libdwfl refuses the file.
+Dwfl_Module* ReportElf(Dwfl* dwfl, const std::string& path, UniqueFd fd, uint64_t base) {
+  Dwfl_Module* mod = dwfl_report_elf(dwfl, path.c_str(), path.c_str(), fd.get(), base,
+                                     /*add_p_vaddr=*/true);
+  if (mod != nullptr) fd.release();
+  return mod;
 }
 
 std::string Demangle(const char* name) {
@@ -90,8 +182,7 @@ std::string Basename(const std::string& path) {
 // An ELF file opened with libelf, closed (and its fd) on destruction.
 class ElfFile {
  public:
-  explicit ElfFile(const std::string& path)
-      : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+  explicit ElfFile(const std::string& path) : fd_(OpenRegularFile(path)) {
     if (fd_.valid() && elf_version(EV_CURRENT) != EV_NONE)
       elf_ = elf_begin(fd_.get(), ELF_C_READ_MMAP, nullptr);
     if (elf_ != nullptr && elf_kind(elf_) != ELF_K_ELF) {
@@ -105,6 +196,13 @@ class ElfFile {
   ElfFile(const ElfFile&) = delete;
   ElfFile& operator=(const ElfFile&) = delete;
   Elf* get() const { return elf_; }
+  // The fd, for ReportElf (which needs an ELF file: get() non-null); this
+  // object no longer reads through its Elf.
+  UniqueFd TakeFd() {
+    if (elf_ != nullptr) elf_end(elf_);
+    elf_ = nullptr;
+    return std::move(fd_);
+  }
 
  private:
   UniqueFd fd_;
@@ -207,10 +305,63 @@ absl::StatusOr<std::vector<Mapping>> ReadProcMaps(pid_t pid) {
   return maps;
 }
 
-void Symbolizer::DwflDeleter::operator()(Dwfl* d) const { dwfl_end(d); }
+struct SymbolFiles::File {
+  enum class State { kUnread, kOpen, kUnreadable };
+  State state = State::kUnread;
+  // kOpen: one module, at the file's own ELF addresses (base 0), in a Dwfl
+  // of its own (modules of different files would overlap there).
+  std::unique_ptr<Dwfl, DwflDelete> dwfl;
+  Dwfl_Module* mod = nullptr;
+  std::vector<LoadSegment> segments;
+  std::string build_id;  // "" none, or not readable
+  std::list<File*>::iterator lru;
+};
 
-Symbolizer::Symbolizer(std::vector<Mapping> maps)
-    : maps_(std::move(maps)), dwfl_(dwfl_begin(Callbacks())) {
+SymbolFiles::SymbolFiles(size_t max_open) : max_open_(std::max<size_t>(max_open, 1)) {}
+
+SymbolFiles::~SymbolFiles() = default;
+
+SymbolFiles::File& SymbolFiles::Get(const std::string& path) {
+  std::unique_ptr<File>& slot = files_[path];
+  if (slot == nullptr) slot = std::make_unique<File>();
+  File& f = *slot;
+  if (f.state == File::State::kOpen) {
+    lru_.splice(lru_.begin(), lru_, f.lru);
+    return f;
+  }
+  if (f.state == File::State::kUnreadable) return f;
+  f.state = File::State::kUnreadable;
+  ElfFile elf(path);
+  if (elf.get() == nullptr) return f;
+  f.segments = LoadSegments(elf.get());
+  f.build_id = BuildIdOf(elf.get());
+  f.dwfl.reset(dwfl_begin(Callbacks()));
+  if (f.dwfl == nullptr) return f;
+  dwfl_report_begin(f.dwfl.get());
+  f.mod = ReportElf(f.dwfl.get(), path, elf.TakeFd(), 0);
+  dwfl_report_end(f.dwfl.get(), nullptr, nullptr);
+  if (f.mod == nullptr) {
+    f.dwfl.reset();
+    return f;
+  }
+  if (lru_.size() >= max_open_) {
+    // The least recently used file closes (its fd and mapping), to be read
+    // again when it is needed.
+    File& old = *lru_.back();
+    lru_.pop_back();
+    old.mod = nullptr;
+    old.dwfl.reset();
+    old.state = File::State::kUnread;
+  }
+  lru_.push_front(&f);
+  f.lru = lru_.begin();
+  f.state = File::State::kOpen;
+  return f;
+}
+
+Symbolizer::Symbolizer(std::vector<Mapping> maps, std::shared_ptr<SymbolFiles> files)
+    : maps_(std::move(maps)),
+      files_(files != nullptr ? std::move(files) : std::make_shared<SymbolFiles>()) {
   maps_.erase(std::remove_if(maps_.begin(), maps_.end(),
                              [](const Mapping& m) { return m.path.empty() || m.end <= m.start; }),
               maps_.end());
@@ -228,43 +379,30 @@ const Mapping* Symbolizer::Find(uint64_t addr) const {
   return addr < it->end ? &*it : nullptr;
 }
 
-Dwfl_Module* Symbolizer::ModuleFor(const Mapping& m) {
-  auto [it, inserted] = modules_.emplace(m.path, nullptr);
-  if (!inserted || dwfl_ == nullptr) return it->second;
-  if (!m.build_id.empty()) {
-    const std::string now = ReadBuildId(m.path);
-    if (now != m.build_id) {
-      warnings_.push_back(absl::StrCat(
-          m.path, ": build-id ", BuildIdHex(m.build_id), " when recorded, ",
-          now.empty() ? "none" : BuildIdHex(now),
-          " now (the file changed since the recording): its addresses are left unnamed"));
-      return nullptr;
-    }
-  }
-  const std::optional<uint64_t> bias = LoadBias(m);
-  if (!bias) return nullptr;
-  dwfl_report_begin_add(dwfl_.get());
-  // add_p_vaddr=true: the module is placed at bias + its own vaddrs, which
-  // is right for ET_EXEC (bias 0) and ET_DYN alike.
-  it->second = dwfl_report_elf(dwfl_.get(), m.path.c_str(), m.path.c_str(), -1,
-                               *bias, /*add_p_vaddr=*/true);
-  dwfl_report_end(dwfl_.get(), nullptr, nullptr);
-  return it->second;
-}
-
 std::string Symbolizer::Symbolize(uint64_t addr) {
   if (PFM_ADDR_IS_KERNEL(addr)) return "[kernel]";
   const Mapping* m = Find(addr);
   if (m == nullptr) return "";
-  if (Dwfl_Module* mod = ModuleFor(*m)) {
-    GElf_Off off = 0;
-    GElf_Sym sym;
-    const char* name =
-        dwfl_module_addrinfo(mod, addr, &off, &sym, nullptr, nullptr, nullptr);
-    if (name != nullptr && *name != '\0') {
-      std::string out = Demangle(name);
-      if (off != 0) absl::StrAppendFormat(&out, "+0x%x", off);
-      return out;
+  SymbolFiles::File& f = files_->Get(m->path);
+  auto [usable, first] = usable_.emplace(m->path, true);
+  if (first && !m->build_id.empty() && f.build_id != m->build_id) {
+    warnings_.push_back(absl::StrCat(
+        m->path, ": build-id ", BuildIdHex(m->build_id), " when recorded, ",
+        f.build_id.empty() ? "none" : BuildIdHex(f.build_id),
+        " now (the file changed since the recording): its addresses are left unnamed"));
+    usable->second = false;
+  }
+  if (usable->second && f.mod != nullptr) {
+    if (const std::optional<uint64_t> bias = BiasOf(f.segments, *m)) {
+      GElf_Off off = 0;
+      GElf_Sym sym;
+      const char* name =
+          dwfl_module_addrinfo(f.mod, addr - *bias, &off, &sym, nullptr, nullptr, nullptr);
+      if (name != nullptr && *name != '\0') {
+        std::string out = Demangle(name);
+        if (off != 0) absl::StrAppendFormat(&out, "+0x%x", off);
+        return out;
+      }
     }
   }
   return absl::StrFormat("[%s+0x%x]", m->path, addr - m->start + m->offset);
@@ -284,11 +422,7 @@ namespace pfm {
 
 std::string ReadBuildId(const std::string& path) {
   ElfFile f(path);
-  if (f.get() == nullptr) return "";
-  const void* id = nullptr;
-  const ssize_t n = dwelf_elf_gnu_build_id(f.get(), &id);
-  if (n <= 0 || static_cast<size_t>(n) > kMaxBuildIdBytes || id == nullptr) return "";
-  return std::string(static_cast<const char*>(id), static_cast<size_t>(n));
+  return BuildIdOf(f.get());
 }
 
 std::string BuildIdHex(absl::string_view id) {
@@ -373,10 +507,6 @@ absl::StatusOr<CodeLocation> ParseCodeLocation(absl::string_view text) {
 }
 
 namespace {
-
-struct DwflDelete {
-  void operator()(Dwfl* d) const { dwfl_end(d); }
-};
 
 // One file of the process, as the resolver searches it.
 struct SearchFile {
@@ -628,13 +758,14 @@ absl::StatusOr<ResolvedLocation> ResolveLocation(absl::string_view text,
   std::vector<uint64_t> biases(files.size(), 0);
   for (size_t i = 0; i < files.size(); ++i) {
     SearchFile& f = files[i];
+    ElfFile elf(f.path);
+    const std::vector<LoadSegment> segments = LoadSegments(elf.get());
     std::optional<uint64_t> bias;
     for (const Mapping* m : f.mappings)
-      if ((bias = LoadBias(*m))) break;
+      if ((bias = BiasOf(segments, *m))) break;
     if (!bias) continue;
     biases[i] = *bias;
-    f.mod = dwfl_report_elf(dwfl.get(), f.path.c_str(), f.path.c_str(), -1, *bias,
-                            /*add_p_vaddr=*/true);
+    f.mod = ReportElf(dwfl.get(), f.path, elf.TakeFd(), *bias);
   }
   dwfl_report_end(dwfl.get(), nullptr, nullptr);
 

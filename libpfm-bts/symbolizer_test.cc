@@ -4,14 +4,19 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -130,6 +135,129 @@ TEST(Symbolizer, FileThatIsNotElfFallsBack) {
   // /proc/self/maps exists but is not ELF: must not crash or match symbols.
   Symbolizer s({Mapping{0x20000000, 0x20001000, 0, "/proc/self/maps"}});
   EXPECT_EQ(s.Symbolize(0x20000004), "[/proc/self/maps+0x4]");
+}
+
+// Many Symbolizers over the same files (a trace's MAPS blocks) read each
+// file once; at most max_open stay open, the others are read again when
+// needed, and the names do not change.
+TEST(SymbolFiles, ReadsEachFileOnceForAllSymbolizersAndKeepsAtMostMaxOpen) {
+  absl::StatusOr<std::vector<Mapping>> maps = ReadProcMaps(0);
+  ASSERT_TRUE(maps.ok()) << maps.status();
+  const uint64_t own = Addr(reinterpret_cast<void*>(&SymbolizerTestTarget));
+  void* getpid_addr = dlsym(RTLD_DEFAULT, "getpid");
+  ASSERT_NE(getpid_addr, nullptr);
+  const uint64_t libc = Addr(getpid_addr);
+
+  auto shared = std::make_shared<SymbolFiles>();
+  std::vector<std::unique_ptr<Symbolizer>> blocks;
+  for (int i = 0; i < 50; ++i) {
+    blocks.push_back(std::make_unique<Symbolizer>(*maps, shared));
+    EXPECT_EQ(blocks.back()->Symbolize(own + 8), "pfm::SymbolizerTestTarget(int)+0x8");
+  }
+  EXPECT_EQ(shared->open_files(), 1u);
+  EXPECT_TRUE(Contains(blocks[7]->Symbolize(libc), "getpid"));
+  EXPECT_EQ(shared->open_files(), 2u);
+
+  auto one = std::make_shared<SymbolFiles>(1);
+  Symbolizer s(*maps, one);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(s.Symbolize(own), "pfm::SymbolizerTestTarget(int)");
+    EXPECT_EQ(one->open_files(), 1u);
+    const std::string name = s.Symbolize(libc + 1);
+    EXPECT_TRUE(Contains(name, "getpid+0x1")) << name;
+    EXPECT_EQ(one->open_files(), 1u);
+  }
+}
+
+// Runs `fn` in a child process: its result, or -1 when the child was still
+// running after `seconds` (stuck, e.g. in an open() of a FIFO; it is killed).
+int InChildWithin(int seconds, const std::function<int()>& fn) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return -2;
+  if (pid == 0) ::_exit(fn());
+  int status = 0;
+  for (int i = 0; i < seconds * 100; ++i) {
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -3;
+    ::usleep(10000);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+// A trace's MAPS block is input: a path in it may name a FIFO, which a
+// blocking open() would wait on forever (no writer comes).
+TEST(Symbolizer, AFifoAtAMappedPathIsNeverOpenedAndFallsBack) {
+  const std::string fifo = ::testing::TempDir() + "/mapped_fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << strerror(errno);
+  // Each place a mapped path is read: its symbols and load bias, its
+  // build-id (recorded: checked first; AddBuildIds, BuildIdMismatches,
+  // ReadBuildId) and the resolver's program headers.
+  EXPECT_EQ(InChildWithin(5, [&] {
+              Symbolizer s({Mapping{0x10000000, 0x10002000, 0x3000, fifo}});
+              return s.Symbolize(0x10000010) == "[" + fifo + "+0x3010]" ? 0 : 1;
+            }),
+            0);
+  EXPECT_EQ(InChildWithin(5, [&] {
+              Mapping m{0x10000000, 0x10002000, 0x3000, fifo};
+              m.build_id = std::string(20, '\x5a');
+              Symbolizer s({m});
+              if (s.Symbolize(0x10000010) != "[" + fifo + "+0x3010]") return 1;
+              return s.warnings().size() == 1 ? 0 : 2;
+            }),
+            0);
+  EXPECT_EQ(InChildWithin(5, [&] {
+              std::vector<Mapping> maps = {Mapping{0x1000, 0x2000, 0, fifo}};
+              AddBuildIds(&maps);
+              maps[0].build_id = "x";
+              return ReadBuildId(fifo).empty() && BuildIdMismatches(maps).size() == 1 ? 0 : 1;
+            }),
+            0);
+  EXPECT_EQ(InChildWithin(5, [&] {
+              absl::StatusOr<ResolvedLocation> r =
+                  ResolveLocation("main", {Mapping{0x10000000, 0x10002000, 0, fifo}}, fifo);
+              return r.status().code() == absl::StatusCode::kNotFound ? 0 : 1;
+            }),
+            0);
+}
+
+// A stripped file's symbols may be in a separate debuginfo file, which
+// libdwfl looks for next to it (NAME.debug, .debug/NAME.debug, ...) with a
+// blocking open(): a FIFO there is not waited on either.
+TEST(Symbolizer, AFifoWhereADebugFileWouldBeIsNotWaitedOn) {
+  const std::string dir = ::testing::TempDir() + "/debug_fifo";
+  ::mkdir(dir.c_str(), 0755);
+  const std::string prog = dir + "/prog";
+  {
+    std::ifstream in("libpfm-bts/names_prog_stripped", std::ios::binary);
+    std::ofstream out(prog, std::ios::binary | std::ios::trunc);
+    out << in.rdbuf();
+  }
+  ASSERT_FALSE(ReadBuildId(prog).empty());
+  for (const char* fifo : {"/prog.debug", "/.debug/prog.debug"}) {
+    SCOPED_TRACE(fifo);
+    ::mkdir((dir + "/.debug").c_str(), 0755);
+    ::unlink((dir + "/prog.debug").c_str());
+    ::unlink((dir + "/.debug/prog.debug").c_str());
+    ASSERT_EQ(::mkfifo((dir + fifo).c_str(), 0600), 0) << strerror(errno);
+    // Its entry code: in the file, named from what the file itself has.
+    EXPECT_EQ(InChildWithin(5, [&] {
+                Symbolizer s({Mapping{0x555555554000, 0x555555554000 + (1 << 20), 0, prog}});
+                const std::string name = s.Symbolize(0x555555554000 + 0x1000);
+                return name.empty() ? 1 : 0;
+              }),
+              0);
+    // The resolver's search of the same file (a symbol: its tables).
+    EXPECT_EQ(InChildWithin(5, [&] {
+                absl::StatusOr<ResolvedLocation> r = ResolveLocation(
+                    "nosuchname", {Mapping{0x555555554000, 0x555555554000 + (1 << 20), 0, prog}},
+                    prog);
+                return r.status().code() == absl::StatusCode::kNotFound ? 0 : 1;
+              }),
+              0);
+  }
 }
 
 // ---- build-ids and names as input, against a real program ----

@@ -50,14 +50,18 @@ bool DecodeMapsBlock(const char* p, size_t len, ProcessMaps* out, std::string* w
   return true;
 }
 
-absl::Status WriteAll(int fd, const iovec* iov, int n, size_t total) {
+absl::Status WriteAll(int fd, const std::string& path, const iovec* iov, int n,
+                      size_t total) {
   // Blocks are written with one writev; loop only for partial writes.
   std::vector<iovec> v(iov, iov + n);
   size_t done = 0;
   while (done < total) {
     ssize_t w = ::writev(fd, v.data(), static_cast<int>(v.size()));
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return absl::UnavailableError(absl::StrCat("write: ", strerror(errno)));
+    // The file named: a full disk or a size limit is the user's to fix.
+    if (w <= 0)
+      return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ",
+                                                 w == 0 ? "no progress" : strerror(errno)));
     done += w;
     size_t skip = w;
     while (!v.empty() && skip >= v.front().iov_len) {
@@ -74,18 +78,31 @@ absl::Status WriteAll(int fd, const iovec* iov, int n, size_t total) {
 
 }  // namespace
 
+absl::Status KeepAsOld(const std::string& path) {
+  // lstat: a symlink is left alone (written through, as before), never
+  // renamed; `-o /dev/stdout` into a file must not move /dev/stdout.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+    return absl::OkStatus();
+  const std::string old = path + ".old";
+  if (::rename(path.c_str(), old.c_str()) != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot keep ", path, " as ", old, ": ", strerror(errno)));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TraceWriter> TraceWriter::Create(const std::string& path,
                                                 const boost::json::object& header) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid())
     return absl::InvalidArgumentError(
         absl::StrCat("cannot write ", path, ": ", strerror(errno)));
-  TraceWriter w(std::move(fd));
+  TraceWriter w(std::move(fd), path);
   char head[12];
   std::memcpy(head, kTraceMagic, 8);
   std::memcpy(head + 8, &kTraceVersion, 4);
   iovec iov{head, sizeof(head)};
-  if (absl::Status s = WriteAll(w.fd_.get(), &iov, 1, sizeof(head)); !s.ok()) return s;
+  if (absl::Status s = WriteAll(w.fd_.get(), w.path_, &iov, 1, sizeof(head)); !s.ok()) return s;
   w.bytes_ = sizeof(head);
   const std::string h = boost::json::serialize(header);
   if (absl::Status s = w.WriteBlock(kHeader, h.data(), h.size()); !s.ok()) return s;
@@ -96,7 +113,7 @@ absl::Status TraceWriter::WriteBlock(uint32_t kind, const void* data, size_t len
   if (len > kMaxTraceBlock) return absl::InvalidArgumentError("trace block too large");
   uint32_t hdr[2] = {kind, static_cast<uint32_t>(len)};
   iovec iov[2] = {{hdr, sizeof(hdr)}, {const_cast<void*>(data), len}};
-  absl::Status s = WriteAll(fd_.get(), iov, 2, sizeof(hdr) + len);
+  absl::Status s = WriteAll(fd_.get(), path_, iov, 2, sizeof(hdr) + len);
   if (s.ok()) bytes_ += sizeof(hdr) + len;
   return s;
 }

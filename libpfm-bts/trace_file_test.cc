@@ -1,5 +1,6 @@
 #include "pfm/trace_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -446,6 +447,64 @@ TEST(TraceReader, BlockLengthOverTheLimitIsDamagedNotTruncated) {
   EXPECT_EQ(t->cut_reason, "damaged block at byte " + std::to_string(at) + ": length " +
                                std::to_string(kMaxTraceBlock + 64) + " is over the limit of " +
                                std::to_string(kMaxTraceBlock) + " bytes");
+}
+
+// As perf record keeps perf.data.old: a non-empty regular file is moved
+// aside, replacing an older .old; nothing else is touched.
+TEST(KeepAsOld, MovesANonEmptyFileAsideAndLeavesTheRestAlone) {
+  const std::string path = TempPath("keep.pfm"), old = path + ".old";
+  ::unlink(path.c_str());
+  ::unlink(old.c_str());
+  auto write = [](const std::string& p, const std::string& text) {
+    std::ofstream(p, std::ios::trunc) << text;
+  };
+  auto read = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_TRUE(KeepAsOld(path).ok()) << "missing: nothing to keep";
+  EXPECT_NE(::access(old.c_str(), F_OK), 0);
+  write(path, "");
+  EXPECT_TRUE(KeepAsOld(path).ok());
+  EXPECT_NE(::access(old.c_str(), F_OK), 0) << "an empty file is not kept";
+  write(path, "first");
+  ASSERT_TRUE(KeepAsOld(path).ok());
+  EXPECT_NE(::access(path.c_str(), F_OK), 0);
+  EXPECT_EQ(read(old), "first");
+  write(path, "second");
+  ASSERT_TRUE(KeepAsOld(path).ok());
+  EXPECT_EQ(read(old), "second") << "the older .old is replaced";
+  // Not a regular file: left alone.
+  const std::string fifo = TempPath("keep.fifo");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_TRUE(KeepAsOld(fifo).ok());
+  EXPECT_EQ(::access((fifo + ".old").c_str(), F_OK), -1);
+  ::unlink(fifo.c_str());
+  // A symlink (to a non-empty file) is not moved: -o /dev/stdout.
+  write(path, "target");
+  const std::string link = TempPath("keep.link");
+  ::unlink(link.c_str());
+  ::unlink((link + ".old").c_str());
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  EXPECT_TRUE(KeepAsOld(link).ok());
+  EXPECT_EQ(::access((link + ".old").c_str(), F_OK), -1);
+  EXPECT_EQ(read(link), "target");
+  ::unlink(link.c_str());
+  // A rename that fails says so and moves nothing: .old is a directory
+  // that is not empty.
+  write(path, "third");
+  ::unlink(old.c_str());
+  ASSERT_EQ(::mkdir(old.c_str(), 0700), 0);
+  write(old + "/x", "x");
+  const absl::Status st = KeepAsOld(path);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("cannot keep " + path + " as " + old + ": "), std::string::npos)
+      << st;
+  EXPECT_EQ(read(path), "third");
+  ::unlink((old + "/x").c_str());
+  ::rmdir(old.c_str());
+  ::unlink(path.c_str());
 }
 
 }  // namespace

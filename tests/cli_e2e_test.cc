@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "pfm/trace_file.h"
 #include "tests/testing/e2e.h"
 
 namespace pfm {
@@ -97,6 +99,30 @@ TEST_F(CliE2e, HistoryDefaultsToTheDebuggerRoleLosslessToTheProfiler) {
   EXPECT_EQ(role(e), "profiler");  // an explicit role wins
 }
 
+// A trace written over an existing one keeps the old as FILE.old, as perf
+// record keeps perf.data.old: a second snapshot does not destroy the first.
+TEST_F(CliE2e, AnOutputFileThatExistsIsKeptAsDotOld) {
+  const std::string dir = testing::MakeTempDir("cli");
+  const std::string file = dir + "/snap.trace";
+  const uint64_t id = DaemonTest::Create({"--pid", "1001", "--bts", "history"});
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "2000000"}).exit_code, 0);
+  ASSERT_EQ(Pfmctl(socket(), {"snapshot", std::to_string(id), "-o", file}).exit_code, 0);
+  absl::StatusOr<Trace> first = ReadTrace(file, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_NE(::access((file + ".old").c_str(), F_OK), 0) << "nothing to keep the first time";
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "2000000"}).exit_code, 0);
+  ASSERT_EQ(Pfmctl(socket(), {"snapshot", std::to_string(id), "-o", file}).exit_code, 0);
+  absl::StatusOr<Trace> old = ReadTrace(file + ".old", {});
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_TRUE(old->complete);
+  ASSERT_EQ(old->records.size(), first->records.size());
+  EXPECT_EQ(old->records.back().time, first->records.back().time);
+  absl::StatusOr<Trace> second = ReadTrace(file, {});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GT(second->records.back().time, first->records.back().time);
+  EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+}
+
 // Whatever file report and export are given, the answer is one pfmctl:
 // line and an exit status, never a signal or an uncaught exception.
 TEST_F(CliE2e, ReportAndExportOfAnyFileAnswerWithOneErrorLine) {
@@ -132,6 +158,54 @@ TEST_F(CliE2e, ReportAndExportOfAnyFileAnswerWithOneErrorLine) {
       EXPECT_EQ(testing::CountOf(r.err, "\n"), 1u) << r.err;
     }
   }
+}
+
+// `report --json --records --timeline OUT.svg`: the records are streamed to
+// stdout as they are read, so a --timeline that cannot be written must be
+// found before the first of them: stdout is one JSON document or nothing.
+TEST_F(CliE2e, ReportTimelineThatCannotBeWrittenLeavesStdoutEmpty) {
+  const std::string dir = testing::MakeTempDir("cli_timeline");
+  const std::string trace = dir + "/t.pfmtrace";
+  const uint64_t id = DaemonTest::Create({"--pid", "1000", "--bts", "lossless"});
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "run", "20000000"}).exit_code, 0);
+  ASSERT_EQ(Pfmctl(socket(), {"sim", "exit", "1000"}).exit_code, 0);
+  ASSERT_EQ(Pfmctl(socket(), {"stream", std::to_string(id), "-o", trace}).exit_code, 0);
+  // More than one 64 KiB piece of JSON records.
+  testing::Result all = Pfmctl(socket(), {"--json", "report", "--records", trace});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  ASSERT_GT(all.out.size(), 256u << 10);
+
+  // A directory that does not exist; a device that takes no bytes.
+  // (Cannot be created: a bad argument; cannot be written: UNAVAILABLE.)
+  for (const auto& [svg, code] : {std::pair<std::string, std::string>{dir + "/no/such/dir.svg",
+                                                                      "INVALID_ARGUMENT"},
+                                  {"/dev/full", "UNAVAILABLE"}}) {
+    for (bool json : {true, false}) {
+      std::vector<std::string> args = {"report", "--records", trace, "--timeline", svg};
+      if (json) args.insert(args.begin(), "--json");
+      testing::Result r = Pfmctl(socket(), args);
+      SCOPED_TRACE(svg + (json ? " --json" : ""));
+      EXPECT_EQ(r.out, "");
+      EXPECT_GT(r.exit_code, 0);
+      EXPECT_TRUE(
+          testing::StartsWith(r.err, "pfmctl: " + code + ": " + svg + ": cannot write the timeline"))
+          << r.err;
+      EXPECT_EQ(testing::CountOf(r.err, "\n"), 1u) << r.err;
+    }
+  }
+  // A timeline of a file that is not a trace: the error, and no empty SVG
+  // left behind.
+  const std::string svg = dir + "/new.svg";
+  testing::Result r = Pfmctl(socket(), {"report", dir + "/missing", "--timeline", svg});
+  EXPECT_GT(r.exit_code, 0);
+  EXPECT_TRUE(testing::StartsWith(r.err, "pfmctl: NOT_FOUND: ")) << r.err;
+  EXPECT_NE(::access(svg.c_str(), F_OK), 0) << svg << " left behind";
+  // And a good one is written, the records and summary on stdout as before.
+  r = Pfmctl(socket(), {"--json", "report", "--records", trace, "--timeline", svg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json::value doc = json::parse(r.out);
+  EXPECT_EQ(doc.at("records").as_array().size(), testing::Num(doc.at("summary").at("records")));
+  EXPECT_TRUE(testing::Contains(testing::ReadFile(svg), "<svg")) << svg;
 }
 
 // A breakpoint on a debug register that never fires is "armed, 0 hits", not

@@ -69,15 +69,17 @@ class StreamProc {
       ::waitpid(pid_, nullptr, 0);
     }
   }
-  // Exit code (128 + signal), or -1 if it has not exited after the polls.
-  int Wait(int tries = 1500) {
+  // Exit code (128 + signal), or -1 if it has not exited after the polls;
+  // *signaled: whether it died of a signal.
+  int Wait(int tries = 1500, bool* signaled = nullptr) {
     int status = 0;
     if (!WaitFor([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, tries))
       return -1;
     pid_ = -1;
+    if (signaled != nullptr) *signaled = WIFSIGNALED(status);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
-  void Kill() { ::kill(pid_, SIGKILL); }
+  void Kill(int sig = SIGKILL) { ::kill(pid_, sig); }
   bool Running() const {
     int status = 0;
     return pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == 0;
@@ -147,6 +149,32 @@ TEST_F(SimFault, ClientKilledMidStreamLeavesDaemonServingAndSessionKillable) {
   EXPECT_EQ(Num(st.at("sessions")), 0u);
   EXPECT_TRUE(st.at("memory").at("charged").as_array().empty());
   EXPECT_EQ(d_->Stop(), 0);
+}
+
+// SIGINT, SIGTERM and SIGHUP (a closed terminal) end a stream cleanly:
+// the file gets its trailer ("interrupted": true) and the session summary,
+// then pfmctl dies of the signal, as perf record does, so a shell script
+// running it stops as for any ^C'd program.
+TEST_F(SimFault, AStreamEndedByASignalFinishesItsFileThenDiesOfIt) {
+  int pid = 1001;  // the sim's tasks are 1000..1003
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    SCOPED_TRACE(strsignal(sig));
+    const uint64_t id = CreateLossless(pid++);
+    const std::string file = dir_ + "/sig" + std::to_string(sig) + ".trace";
+    StreamProc s(socket(), id, file);
+    SimRun(5000000);
+    ASSERT_TRUE(WaitFor([&] { return FlushedRecords(file) > 0; })) << s.Err();
+    s.Kill(sig);
+    bool signaled = false;
+    EXPECT_EQ(s.Wait(1500, &signaled), 128 + sig) << s.Err();
+    EXPECT_TRUE(signaled) << "pfmctl exited instead of dying of the signal";
+    absl::StatusOr<Trace> t = ReadTrace(file);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_TRUE(t->complete) << t->cut_reason;
+    EXPECT_TRUE(t->trailer.at("interrupted").as_bool());
+    EXPECT_GT(t->records.size(), 0u);
+    EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+  }
 }
 
 TEST_F(SimFault, PfmdSigtermWhileStreamingLeavesACompleteFileWithEveryBranch) {

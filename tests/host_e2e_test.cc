@@ -3,6 +3,7 @@
 // refusals for what this machine lacks. Runs the real pfmd and pfmctl.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +72,47 @@ TEST_F(HostE2e, RecordOfAMissingCommandIsNotFoundAndWritesNothing) {
   EXPECT_EQ(PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
 }
 
+// A trace file that cannot be written to the end (here the file size
+// limit, RLIMIT_FSIZE with SIGXFSZ ignored: writes fail with EFBIG after the
+// header) ends the recording with one error line naming the file and why;
+// the session is gone and the command is not left stopped.
+TEST_F(HostE2e, ARecordWhoseFileCannotBeWrittenSaysWhyAndLeavesNothing) {
+  const std::string file = dir_ + "/full.trace", err = dir_ + "/full.err";
+  std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket(), "record",
+                                   "-o", file, "--", "/bin/sh", "-c",
+                                   "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done"};
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t pfmctl = ::fork();
+  ASSERT_GE(pfmctl, 0);
+  if (pfmctl == 0) {
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ::dup2(fd, 2);
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit small{64 << 10, 64 << 10};
+    ::setrlimit(RLIMIT_FSIZE, &small);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  int ws = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::waitpid(pfmctl, &ws, 0), pfmctl);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60);
+  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 1) << ws;
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(testing::Contains(text, file)) << text;
+  EXPECT_TRUE(testing::Contains(text, "File too large")) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << "one error line:\n" << text;
+  EXPECT_EQ(text.rfind("pfmctl: ", 0), 0u) << text;
+  EXPECT_EQ(PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
+  // What was written stays readable, cut short.
+  absl::StatusOr<Trace> t = ReadTrace(file, {});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->complete);
+}
+
 // --json's stdout is one JSON document; the traced program's own output goes
 // to stderr.
 TEST_F(HostE2e, JsonRecordKeepsTheProgramsOutputOffStdout) {
@@ -126,8 +169,8 @@ TEST_F(HostE2e, InterruptedRecordWritesACompleteTraceAndLeavesTheCommandRunning)
   ASSERT_EQ(::kill(pfmctl, SIGINT), 0);
   int ws = 0;
   ASSERT_EQ(::waitpid(pfmctl, &ws, 0), pfmctl);
-  ASSERT_TRUE(WIFEXITED(ws)) << "pfmctl died of the signal";
-  EXPECT_EQ(WEXITSTATUS(ws), 128 + SIGINT);
+  // The file written, pfmctl dies of the signal, as perf record does.
+  EXPECT_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGINT) << ws;
 
   json::value rep = Report(file);
   EXPECT_TRUE(rep.at("complete").as_bool()) << "no trailer";
@@ -198,7 +241,7 @@ TEST_F(HostE2e, RecordAttachedTracesARunningProcessUntilItExitsOrCtrlC) {
   usleep(1500000);
   ASSERT_EQ(::kill(pfmctl, SIGINT), 0);
   ASSERT_EQ(waitpid(pfmctl, &ws, 0), pfmctl);
-  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << ws;
+  EXPECT_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGINT) << ws << ": as perf record -p";
   rep = Report(f2);
   EXPECT_TRUE(rep.at("complete").as_bool());
   EXPECT_EQ(rep.at("trailer").at("interrupted").as_string(), strsignal(SIGINT));
@@ -276,6 +319,77 @@ TEST_F(HostE2e, StatCountsACommandAndAProcessLikePerfStat) {
   // task-clock in ns: the thread spun for most of the 800 ms it had left.
   EXPECT_GT(Num(tc[0].at("value")), 100'000'000u) << r.out;
   // Nothing left behind.
+  EXPECT_EQ(PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
+}
+
+// `stat -- CMD` and signals, as perf stat: SIGTERM (or SIGHUP) to pfmctl
+// alone ends the counting at once, prints the counts so far, leaves the
+// command running and dies of the signal; ^C (SIGINT to the whole group)
+// ends the command, and stat then prints and dies of SIGINT. Before, stat
+// ignored SIGTERM until the command ended and exited 128 + N.
+TEST_F(HostE2e, StatEndedByASignalPrintsTheCountsThenDiesOfIt) {
+  const std::string started = dir_ + "/stat_started";
+  for (const int sig : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(strsignal(sig));
+    ::unlink(started.c_str());
+    std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket(), "--json",
+                                     "stat", "-e", "task-clock", "--", "/bin/sh", "-c",
+                                     "touch " + started + "; exec sleep 60"};
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    int out[2];
+    ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    const pid_t pfmctl = ::fork();
+    ASSERT_GE(pfmctl, 0);
+    if (pfmctl == 0) {
+      ::setpgid(0, 0);  // its own group, with the command
+      ::dup2(out[1], 1);
+      ::execv(cargv[0], cargv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    for (int i = 0; i < 500 && access(started.c_str(), F_OK) != 0; ++i) usleep(10000);
+    ASSERT_EQ(access(started.c_str(), F_OK), 0) << "the command never started";
+    // The command: the group's other process (sh exec'd sleep).
+    pid_t cmd = 0;
+    for (int i = 0; i < 100 && cmd == 0; ++i) {
+      std::ifstream kids("/proc/" + std::to_string(pfmctl) + "/task/" +
+                         std::to_string(pfmctl) + "/children");
+      kids >> cmd;
+      if (cmd == 0) usleep(10000);
+    }
+    ASSERT_GT(cmd, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (sig == SIGTERM) {
+      ASSERT_EQ(::kill(pfmctl, SIGTERM), 0);  // pfmctl alone
+    } else {
+      ASSERT_EQ(::kill(-pfmctl, SIGINT), 0);  // ^C: the terminal's group
+    }
+    int ws = 0;
+    ASSERT_EQ(::waitpid(pfmctl, &ws, 0), pfmctl);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(took, 10.0) << "stat did not stop at the signal";
+    EXPECT_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == sig) << ws;
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;) text.append(buf, size_t(n));
+    ::close(out[0]);
+    boost::system::error_code ec;
+    const json::value v = json::parse(text, ec);
+    ASSERT_FALSE(ec) << text;
+    EXPECT_EQ(v.at("counters").as_array().size(), 1u) << text;
+    EXPECT_EQ(v.at("interrupted").as_string(), strsignal(sig)) << text;
+    if (sig == SIGTERM) {
+      EXPECT_EQ(::kill(cmd, 0), 0) << "the command did not run on";
+      EXPECT_FALSE(v.as_object().contains("wait_status")) << text;
+    } else {
+      EXPECT_EQ(Num(v.at("wait_status")) & 0x7f, static_cast<uint64_t>(SIGINT)) << text;
+    }
+    ::kill(cmd, SIGKILL);
+    ::waitpid(cmd, nullptr, WNOHANG);
+  }
   EXPECT_EQ(PfmctlJson(socket(), {"--json", "session", "list"}).as_array().size(), 0u);
 }
 

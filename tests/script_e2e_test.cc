@@ -128,6 +128,37 @@ TEST_F(ScriptE2e, ReportJsonIsASummaryAndRecordsOptIntoEveryRecord) {
             Num(rep.at("summary").at("by_type").at("branch")));
 }
 
+// A binary replaced since the recording: export says so on stderr in the
+// text form, one "pfmctl: warning:" line per file (as perf does), and only
+// in "detail" with --json (stderr stays empty).
+TEST_F(ScriptE2e, ExportWarnsOnStderrWhenABinaryChangedSinceTheRecording) {
+  const std::string copy = dir_ + "/true_copy";
+  ASSERT_EQ(testing::Run({"/bin/cp", "/bin/true", copy}).exit_code, 0);
+  const std::string file = dir_ + "/copy.pfmtrace";
+  testing::Result rec = Pfmctl({"record", "-o", file, "--", copy});
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  testing::Result same = Pfmctl({"export", file, "-o", dir_ + "/same.data"});
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(same.err, "");
+  ASSERT_EQ(testing::Run({"/bin/cp", "/bin/false", copy}).exit_code, 0);
+
+  testing::Result text = Pfmctl({"export", file, "-o", dir_ + "/changed.data"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_TRUE(Contains(text.out, " exported to " + dir_ + "/changed.data (perf)\n")) << text.out;
+  const std::vector<std::string> lines = Lines(text.err);
+  ASSERT_EQ(lines.size(), 1u) << text.err;
+  EXPECT_TRUE(testing::StartsWith(lines[0], "pfmctl: warning: " + copy + ": build-id "))
+      << lines[0];
+  EXPECT_TRUE(Contains(lines[0], " now (the file changed since the recording)")) << lines[0];
+
+  testing::Result j = Pfmctl({"--json", "export", file, "-o", dir_ + "/changed.data"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_EQ(j.err, "");
+  const json::value doc = json::parse(j.out);
+  ASSERT_EQ(doc.at("detail").at("warnings").as_array().size(), 1u) << j.out;
+  EXPECT_EQ("pfmctl: warning: " + testing::Str(doc.at("detail").at("warnings").at(0)), lines[0]);
+}
+
 // The progress line: forced on ($PFMCTL_PROGRESS=1) it is drawn in place and
 // erased before the final message; in a run whose stderr is not a terminal
 // (this test's pipes) there is none.

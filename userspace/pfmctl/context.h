@@ -35,6 +35,16 @@ inline void PrintJson(const CliContext& ctx, const boost::json::value& v) {
   *ctx.out << boost::json::serialize(v) << "\n";
 }
 
+// A command that a signal ended (record, stream, stat after SIGINT, SIGTERM
+// or SIGHUP) finishes its output, returns its status, and asks to die of
+// that signal: main() then re-raises it with the default action, as perf
+// record and perf stat do at exit, so that a shell running pfmctl sees a
+// signal death (a script stops as it does for a ^C'd program) and not an
+// exit status of 128 + N. 0: exit normally. Set on the command's thread.
+inline int g_exit_signal = 0;
+inline void SetExitSignal(int sig) { g_exit_signal = sig; }
+inline int ExitSignal() { return g_exit_signal; }
+
 }  // namespace pfm
 
 #endif  // PFM_USERSPACE_PFMCTL_CONTEXT_H_

@@ -8,6 +8,7 @@
 #include "kernel/drivers/ptrace/tracer_process.h"
 #include "userspace/pfmctl/cli.h"
 #include "userspace/pfmctl/connect.h"
+#include "userspace/pfmctl/context.h"
 
 int main(int argc, char** argv) {
   // The embedded pfmd re-executes this binary as its tracer processes.
@@ -17,5 +18,17 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);  // copied before
   pfm::SetProcessArgv(argc, argv);                        // anything renames it
-  return pfm::RunPfmctl(args, std::cout, std::cerr);
+  const int rc = pfm::RunPfmctl(args, std::cout, std::cerr);
+  // Ended by a signal: die of it, as perf does, once everything is out.
+  if (const int sig = pfm::ExitSignal(); sig > 0) {
+    std::cout.flush();
+    std::cerr.flush();
+    ::signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+    ::raise(sig);
+  }
+  return rc;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -13,12 +14,6 @@
 namespace pfm {
 
 namespace json = boost::json;
-
-struct TraceSymbols::Space {
-  explicit Space(std::vector<Mapping> maps) : sym(std::move(maps)) {}
-  Symbolizer sym;
-  absl::flat_hash_map<uint64_t, Symbol> cache;
-};
 
 namespace {
 
@@ -81,13 +76,22 @@ class LastRecords {
 
 }  // namespace
 
-TraceSymbols::TraceSymbols(const std::vector<ProcessMaps>& maps) {
+TraceSymbols::TraceSymbols(const std::vector<ProcessMaps>& maps)
+    : files_(std::make_shared<SymbolFiles>()) {
   for (const ProcessMaps& m : maps) {
     if (m.mappings.empty()) continue;
-    spaces_.push_back(std::make_unique<Space>(m.mappings));
+    const int index = static_cast<int>(spaces_.size());
+    spaces_.push_back(std::make_unique<Symbolizer>(m.mappings, files_));
     times_.push_back(m.time_ns);
-    pids_.push_back(m.pid);
+    by_time_.push_back(index);
+    by_pid_[static_cast<uint32_t>(m.pid)].push_back(index);
   }
+  auto earlier = [this](int a, int b) {
+    const size_t i = static_cast<size_t>(a), j = static_cast<size_t>(b);
+    return times_[i] != times_[j] ? times_[i] < times_[j] : a < b;
+  };
+  std::sort(by_time_.begin(), by_time_.end(), earlier);
+  for (auto& [pid, blocks] : by_pid_) std::sort(blocks.begin(), blocks.end(), earlier);
 }
 
 TraceSymbols::~TraceSymbols() = default;
@@ -95,42 +99,48 @@ TraceSymbols::~TraceSymbols() = default;
 std::vector<std::string> TraceSymbols::warnings() const {
   std::vector<std::string> out;
   for (const auto& s : spaces_)
-    for (const std::string& w : s->sym.warnings())
+    for (const std::string& w : s->warnings())
       if (std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
   return out;
 }
 
 int TraceSymbols::MapsAt(uint64_t time, uint32_t pid) const {
-  if (times_.size() <= 1) return times_.empty() ? -1 : 0;
-  int first = -1, best = -1;
-  for (size_t i = 0; i < times_.size(); ++i) {
-    if (pid == 0 || static_cast<uint32_t>(pids_[i]) != pid) continue;
-    if (first < 0) first = static_cast<int>(i);
-    if (times_[i] <= time) best = static_cast<int>(i);
+  if (spaces_.size() <= 1) return spaces_.empty() ? -1 : 0;
+  auto time_of = [this](int i) { return times_[static_cast<size_t>(i)]; };
+  if (pid != 0) {
+    if (auto it = by_pid_.find(pid); it != by_pid_.end()) {
+      const std::vector<int>& blocks = it->second;
+      // The first taken after `time`: the one before it is the last at or
+      // before.
+      auto after = std::upper_bound(blocks.begin(), blocks.end(), time,
+                                    [&](uint64_t t, int i) { return t < time_of(i); });
+      return after == blocks.begin() ? blocks.front() : *std::prev(after);
+    }
   }
-  if (first >= 0) return best >= 0 ? best : first;
   // The first block taken at or after `time`; after them all, the last.
-  for (size_t i = 0; i < times_.size(); ++i)
-    if (times_[i] >= time) return static_cast<int>(i);
-  return static_cast<int>(times_.size()) - 1;
+  auto at = std::lower_bound(by_time_.begin(), by_time_.end(), time,
+                             [&](int i, uint64_t t) { return time_of(i) < t; });
+  return at != by_time_.end() ? *at : by_time_.back();
 }
 
 const TraceSymbols::Symbol& TraceSymbols::Lookup(int maps, uint64_t addr) {
   if (maps < 0 || static_cast<size_t>(maps) >= spaces_.size()) return none_;
-  Space& s = *spaces_[static_cast<size_t>(maps)];
-  auto it = s.cache.find(addr);
-  if (it != s.cache.end()) return it->second;
-  if (s.cache.size() >= kMaxCached) s.cache.clear();
-  Symbol sym{s.sym.Symbolize(addr), s.sym.ModuleOf(addr)};
-  return s.cache.emplace(addr, std::move(sym)).first->second;
+  const std::pair<int, uint64_t> key(maps, addr);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  if (cache_.size() >= kMaxCached) cache_.clear();
+  Symbolizer& s = *spaces_[static_cast<size_t>(maps)];
+  Symbol sym{s.Symbolize(addr), s.ModuleOf(addr)};
+  return cache_.emplace(key, std::move(sym)).first->second;
 }
 
 ReportRecord Symbolized(const pfm_record& r, TraceSymbols& symbols) {
   ReportRecord out{r, "", "", ""};
   // Each name is copied before the next Lookup (which may empty the cache).
   if (r.type == PFM_REC_BRANCH || r.type == PFM_REC_GAP) {  // gap: the same layout
-    out.from_sym = symbols.At(r.time, r.u.branch.from, r.pid).name;
-    out.to_sym = symbols.At(r.time, r.u.branch.to, r.pid).name;
+    const int maps = symbols.MapsAt(r.time, r.pid);
+    out.from_sym = symbols.Lookup(maps, r.u.branch.from).name;
+    out.to_sym = symbols.Lookup(maps, r.u.branch.to).name;
   } else if (r.type == PFM_REC_PEBS) {
     out.ip_sym = symbols.At(r.time, r.u.pebs.ip, r.pid).name;
   }
@@ -152,6 +162,20 @@ absl::StatusOr<std::vector<ProcessMaps>> ReadTraceMaps(const std::string& file) 
   if (!t.ok()) return t.status();
   return std::move(t->maps);
 }
+
+namespace {
+
+// A count in the trailer (input: read without throwing): a non-negative
+// integer, else 0.
+uint64_t TrailerCount(const json::object& trailer, const char* key) {
+  const json::value* v = trailer.if_contains(key);
+  if (v == nullptr) return 0;
+  if (v->is_uint64()) return v->get_uint64();
+  if (v->is_int64() && v->get_int64() >= 0) return static_cast<uint64_t>(v->get_int64());
+  return 0;
+}
+
+}  // namespace
 
 std::string CounterUnit(const std::string& event) {
   return event == "task-clock" || event == "cpu-clock" ? "ns" : "events";
@@ -187,7 +211,7 @@ absl::StatusOr<TraceReport> BuildReport(const std::string& file,
           } else {
             ++other_types[r.type];
           }
-          if (r.type == PFM_REC_LOST) rep.lost += r.u.lost.count;
+          if (r.type == PFM_REC_LOST) rep.lost_in_records += r.u.lost.count;
           if (r.type == PFM_REC_BRANCH) {
             auto& by_addr = counts[static_cast<size_t>(symbols.MapsAt(r.time, r.pid) + 1)];
             auto it = by_addr.find(r.u.branch.from);
@@ -225,6 +249,10 @@ absl::StatusOr<TraceReport> BuildReport(const std::string& file,
     if (types[t] != 0) rep.by_type[RecordTypeName(static_cast<uint16_t>(t))] = types[t];
   for (const auto& [t, n] : other_types) rep.by_type[RecordTypeName(t)] = n;
   rep.branches = types[PFM_REC_BRANCH];
+  // The trailer's count is the ring's total; the LOST records are parts of
+  // it (report.h).
+  rep.lost = std::max(rep.lost_in_records, TrailerCount(rep.trailer, "lost"));
+  rep.overwritten = TrailerCount(rep.trailer, "overwritten");
 
   // Each distinct address symbolized once, summed by (function, library).
   std::map<std::pair<std::string, std::string>, uint64_t> functions;
@@ -244,7 +272,8 @@ absl::StatusOr<TraceReport> BuildReport(const std::string& file,
   std::sort(rep.hot.begin(), rep.hot.end(),
             [](const ReportFunction& a, const ReportFunction& b) {
               if (a.branches != b.branches) return a.branches > b.branches;
-              return a.function > b.function;
+              if (a.function != b.function) return a.function > b.function;
+              return a.dso > b.dso;
             });
 
   const json::value* counters = rep.trailer.if_contains("counters");
@@ -273,7 +302,16 @@ void RenderReportText(const TraceReport& rep, std::ostream& out) {
   if (const json::value* sb = rep.trailer.if_contains("soft_bts"); sb != nullptr && sb->is_object())
     if (const json::value* i = sb->as_object().if_contains("int3_stops"); i != nullptr && i->is_number())
       out << "soft-BTS int3 stops (branch stepping): " << JsonText(i) << "\n";
-  if (rep.lost) out << "lost: " << rep.lost << " records\n";
+  if (rep.lost) {
+    out << "lost: " << rep.lost << " records";
+    if (rep.lost > rep.lost_in_records)
+      out << " (" << rep.lost - rep.lost_in_records
+          << " not marked by a LOST record: the ring's count in the trailer)";
+    out << "\n";
+  }
+  if (rep.overwritten)
+    out << "overwritten: " << rep.overwritten
+        << " records (history ring: the oldest, replaced by newer ones)\n";
   if (!rep.hot.empty()) {
     out << "\nbranches by source function:\n";
     for (size_t i = 0; i < rep.hot.size() && i < kHotText; ++i)
@@ -377,6 +415,8 @@ json::object RenderReportJson(const TraceReport& rep) {
                       {"summary", json::object{{"records", rep.records},
                                                {"by_type", std::move(types)},
                                                {"lost", rep.lost},
+                                               {"lost_in_records", rep.lost_in_records},
+                                               {"overwritten", rep.overwritten},
                                                {"branches", rep.branches},
                                                {"hot_uncounted", rep.hot_uncounted}}},
                       {"hot_functions", std::move(hot)},

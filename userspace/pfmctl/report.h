@@ -10,13 +10,15 @@
 //
 // Names: a trace's MAPS blocks are read first by a pass that seeks over the
 // records (the blocks usually come at the end, with the session summary).
-// A record is symbolized with the maps in effect at its time: the first
-// MAPS block with mappings whose time_ns is at or after the record's time,
-// else the last one with mappings (an empty list, as a target that had not
-// reported its mappings yet leaves, hides nothing). With one MAPS block, as
-// most files have, that is the one block; with several (a stream's start
-// and end, an exec), a record before a later exec is named in the image it
-// ran in.
+// A record is symbolized with the maps in effect at its time in its
+// process: of the MAPS blocks with mappings of the record's pid, the last
+// whose time_ns is at or before the record's time (a program before its
+// exec, a child after its fork), else that pid's first. A record whose pid
+// has no block of its own (a file from before blocks were taken per
+// process) gets the first block of any pid taken at or after its time,
+// else the last. A block without mappings (a target that had not reported
+// them yet) hides nothing. With one MAPS block, as most files have, that
+// is the one block. TraceSymbols::MapsAt has the details.
 //
 // A trace file is input too (it may be cut short, or written by another
 // version): its header and trailer are read without accessors that throw,
@@ -34,10 +36,12 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/json.hpp>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernel/uapi/pfm_uapi.h"
@@ -48,13 +52,15 @@
 namespace pfm {
 
 // Symbols of a trace's addresses, cached per address: a hot loop has few
-// distinct addresses, so each is looked up in the ELF files once. Not
-// thread-safe.
+// distinct addresses, so each is looked up in the ELF files once. The maps
+// blocks share their files (SymbolFiles): a file mapped in every block (a
+// trace of 300 processes, each with libc) is read and held open once, not
+// once per block. Not thread-safe.
 class TraceSymbols {
  public:
-  // At most this many addresses are cached per maps block; a miss when
-  // full empties the cache first (memory stays bounded on a trace of
-  // random addresses).
+  // At most this many (block, address) names are cached, all blocks
+  // together; a miss when full empties the cache first (memory stays
+  // bounded on a trace of random addresses, however many blocks it has).
   static constexpr size_t kMaxCached = 1 << 16;
 
   struct Symbol {
@@ -70,11 +76,12 @@ class TraceSymbols {
 
   // Which maps block names a record of process `pid` at `time`: of that
   // pid's blocks, the last taken at or before `time` (the maps in effect:
-  // a program before its exec, a child after its fork), else its first;
-  // for a pid without blocks of its own (a file from before pids were
-  // recorded per process), the first block of any pid taken at or after
-  // `time`, else the last. An index for Lookup, or -1 when the trace has no
-  // mappings at all.
+  // a program before its exec, a child after its fork; of blocks taken at
+  // the same time, the later in the file), else its first; for a pid
+  // without blocks (pid 0, or a file from before pids were recorded per
+  // process), the first block of any pid taken at or after `time`, else
+  // the last. The blocks are indexed per pid by time: O(log blocks) per
+  // call. An index for Lookup, or -1 when the trace has no mappings at all.
   int MapsAt(uint64_t time, uint32_t pid = 0) const;
   // `addr` in maps block `maps` (MapsAt's answer; -1 gives an empty
   // Symbol). The reference is valid until the next Lookup.
@@ -91,10 +98,13 @@ class TraceSymbols {
   std::vector<std::string> warnings() const;
 
  private:
-  struct Space;
-  std::vector<std::unique_ptr<Space>> spaces_;  // the blocks with mappings
-  std::vector<uint64_t> times_;                 // their time_ns, in order
-  std::vector<int32_t> pids_;                   // and their pids
+  std::shared_ptr<SymbolFiles> files_;               // shared by the blocks
+  std::vector<std::unique_ptr<Symbolizer>> spaces_;  // the blocks with mappings
+  std::vector<uint64_t> times_;                      // their time_ns, in file order
+  // Block indices by (time, file order): all of them, and per pid.
+  std::vector<int> by_time_;
+  absl::flat_hash_map<uint32_t, std::vector<int>> by_pid_;
+  absl::flat_hash_map<std::pair<int, uint64_t>, Symbol> cache_;
   Symbol none_;
 };
 
@@ -134,10 +144,23 @@ struct TraceReport {
   std::optional<ProcessMaps> maps;
   uint64_t records = 0;
   std::map<std::string, uint64_t> by_type;  // records per type name
-  uint64_t lost = 0;                         // sum of the LOST records' counts
+  // Records a full lossless ring could not keep: the larger of the LOST
+  // records' sum and the trailer's "lost". The ring counts every loss in
+  // its header (what the trailer's "lost" holds: the ring's total) but
+  // writes a LOST record {count} only before the next record it stores
+  // (kernel/ds/ring.h), so the LOST records are parts of that total, and a
+  // loss after the last stored record (the end of a session) is in the
+  // trailer alone. Not the sum of both: the marked losses would count
+  // twice. A trace without a trailer (cut short) has the records' sum.
+  uint64_t lost = 0;
+  uint64_t lost_in_records = 0;  // the LOST records' counts, summed
+  // A history ring's records overwritten by newer ones before they were
+  // read (the trailer's "overwritten", 0 without one): the ring keeps the
+  // newest by design, so they are not in `lost`.
+  uint64_t overwritten = 0;
   uint64_t branches = 0;
-  // Branches by source function and its library, most first (ties: greater
-  // name first). Distinct source addresses are counted up to
+  // Branches by source function and its library, most first (ties: the
+  // greater name first, then the greater library: one order every run). Distinct source addresses are counted up to
   // kMaxHotAddresses; branches from addresses beyond that are in
   // `hot_uncounted`, not in any function.
   std::vector<ReportFunction> hot;
@@ -178,7 +201,8 @@ std::string CounterUnit(const std::string& event);
 void RenderReportText(const TraceReport& report, std::ostream& out);
 // The summary: {"complete", "cut_reason", "header", "trailer", "maps" (the
 // SymbolMaps mappings, addresses as hex strings, or null), "summary":
-// {"records", "by_type", "lost", "branches"}, "hot_functions": [{"function",
+// {"records", "by_type", "lost", "lost_in_records", "overwritten",
+// "branches", "hot_uncounted"}, "hot_functions": [{"function",
 // "dso", "branches", "percent"}], "counters" (as written, each object with a
 // "unit" added), "last_branches" and "records" (the newest `limit`
 // records), "warnings" (strings: files whose build-id changed since the

@@ -1,5 +1,7 @@
 #include "userspace/pfmctl/report.h"
 
+#include <dirent.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -260,6 +262,194 @@ TEST(ReportTest, CutTraceIsReportedAsFarAsItReads) {
   std::ostringstream text;
   RenderReportText(*rep, text);
   EXPECT_NE(text.str().find("warning: trace cut short: truncated block"), std::string::npos);
+}
+
+// The ring writes a LOST record only before the next record it stores: a
+// loss at the end of a session is in the trailer's count alone (the ring's
+// total, of which the LOST records are parts).
+TEST(ReportTest, TrailerLossWithoutALostRecordIsReported) {
+  const std::string path = TempPath("trailer_lost.trace");
+  {
+    auto w = TraceWriter::Create(path, {});
+    ASSERT_TRUE(w.ok()) << w.status();
+    const std::vector<pfm_record> recs = {Branch(0x10, 0x20, 1), Branch(0x10, 0x30, 2),
+                                          Branch(0x40, 0x50, 3)};
+    ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+    ASSERT_TRUE(w->Finish({{"records", 3}, {"lost", 5}}).ok());
+  }
+  absl::StatusOr<TraceReport> rep = BuildReport(path, Limit(20));
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(rep->lost, 5u);
+  EXPECT_EQ(rep->lost_in_records, 0u);
+  std::ostringstream text;
+  RenderReportText(*rep, text);
+  EXPECT_NE(text.str().find("lost: 5 records (5 not marked by a LOST record"), std::string::npos)
+      << text.str();
+  json::object j = RenderReportJson(*rep);
+  EXPECT_EQ(j.at("summary").at("lost").as_uint64(), 5u);
+  EXPECT_EQ(j.at("summary").at("lost_in_records").as_uint64(), 0u);
+
+  // LOST records (7) are parts of the trailer's total (9): 9, not 16.
+  const std::string both = WriteTrace("trailer_lost_both.trace", {{"lost", 9}});
+  rep = BuildReport(both, Limit(20));
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(rep->lost, 9u);
+  EXPECT_EQ(rep->lost_in_records, 7u);
+  // A trailer that says less (or nothing, or not a number) leaves the records' sum.
+  for (const json::value& v : {json::value(3), json::value("many"), json::value(-4)}) {
+    const std::string less = WriteTrace("trailer_lost_less.trace", {{"lost", v}});
+    rep = BuildReport(less, Limit(20));
+    ASSERT_TRUE(rep.ok()) << rep.status();
+    EXPECT_EQ(rep->lost, 7u) << json::serialize(v);
+  }
+
+  // A history ring's snapshot: what was overwritten is not lost, and said apart.
+  const std::string history = WriteTrace("trailer_overwritten.trace",
+                                         {{"lost", 0}, {"overwritten", 1000}});
+  rep = BuildReport(history, Limit(20));
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(rep->lost, 7u);
+  EXPECT_EQ(rep->overwritten, 1000u);
+  text.str("");
+  RenderReportText(*rep, text);
+  EXPECT_NE(text.str().find("overwritten: 1000 records"), std::string::npos) << text.str();
+  j = RenderReportJson(*rep);
+  EXPECT_EQ(j.at("summary").at("overwritten").as_uint64(), 1000u);
+}
+
+size_t OpenFds() {
+  size_t n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  while (const dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n;
+}
+
+std::string SelfExe() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+pfm_record BranchOf(uint32_t pid, uint64_t from, uint64_t to, uint64_t time) {
+  pfm_record r = Branch(from, to, time);
+  r.pid = r.tid = pid;
+  return r;
+}
+
+// A trace of many processes (a build: one MAPS block per process) maps the
+// same files in every block: each file is opened once, not once per block
+// (libdwfl keeps an fd per module), and a record finds its block without a
+// walk over all of them.
+TEST(ReportTest, ManyMapsBlocksShareTheirFilesAndNameEveryRecord) {
+  absl::StatusOr<std::vector<Mapping>> self = ReadProcMaps(0);
+  ASSERT_TRUE(self.ok()) << self.status();
+  const uint64_t fn = reinterpret_cast<uint64_t>(&PfmReportTestTarget);
+  constexpr uint32_t kBlocks = 300, kFirstPid = 5000;
+  const std::string path = TempPath("many_blocks.trace");
+  {
+    auto w = TraceWriter::Create(path, {});
+    ASSERT_TRUE(w.ok());
+    for (uint32_t i = 0; i < kBlocks; ++i)
+      ASSERT_TRUE(w->AppendMaps(ProcessMaps{10 + i, static_cast<int32_t>(kFirstPid + i), *self})
+                      .ok());
+    std::vector<pfm_record> recs;
+    for (uint32_t i = 0; i < kBlocks; ++i) recs.push_back(BranchOf(kFirstPid + i, fn + 1, fn, 1000 + i));
+    ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+    ASSERT_TRUE(w->Finish({}).ok());
+  }
+  const size_t before = OpenFds();
+  size_t most = 0, records = 0;
+  std::string last_from;
+  ReportOptions o;
+  o.limit = 1;
+  o.each_record = [&](const ReportRecord& r) {
+    most = std::max(most, OpenFds());
+    last_from = r.from_sym;
+    ++records;
+    return absl::OkStatus();
+  };
+  absl::StatusOr<TraceReport> rep = BuildReport(path, o);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(records, kBlocks);
+  EXPECT_EQ(last_from, "PfmReportTestTarget+0x1");
+  ASSERT_EQ(rep->hot.size(), 1u);
+  EXPECT_EQ(rep->hot[0].function, "PfmReportTestTarget");
+  EXPECT_EQ(rep->hot[0].branches, kBlocks);
+  // One fd for the test binary (and the trace's), not one per block.
+  EXPECT_LT(most, before + 10) << "fds before " << before;
+  EXPECT_LE(OpenFds(), before);
+}
+
+// Of a pid's blocks, the last taken at or before the record's time, else its
+// first; a pid without blocks: the first block of any pid at or after the
+// time, else the last.
+TEST(ReportTest, MapsAtIsThePidsLastBlockAtOrBeforeTheTime) {
+  auto block = [](uint64_t time, int32_t pid, const char* path) {
+    return ProcessMaps{time, pid, {Mapping{0x1000, 0x2000, 0, path}}};
+  };
+  const std::vector<ProcessMaps> maps = {block(10, 7, "/a"), block(15, 8, "/b"),
+                                         block(20, 7, "/c"), ProcessMaps{25, 7, {}},
+                                         block(30, 7, "/d"), block(30, 7, "/e")};
+  TraceSymbols s(maps);
+  ASSERT_EQ(s.spaces(), 5u);  // the empty block hides nothing
+  auto path_at = [&](uint64_t time, uint32_t pid) {
+    return s.Lookup(s.MapsAt(time, pid), 0x1000).name;
+  };
+  EXPECT_EQ(path_at(5, 7), "[/a+0x0]");   // before them all: its first
+  EXPECT_EQ(path_at(10, 7), "[/a+0x0]");
+  EXPECT_EQ(path_at(19, 7), "[/a+0x0]");
+  EXPECT_EQ(path_at(26, 7), "[/c+0x0]");
+  EXPECT_EQ(path_at(30, 7), "[/e+0x0]");  // a tie: the later in the file
+  EXPECT_EQ(path_at(99, 7), "[/e+0x0]");
+  EXPECT_EQ(path_at(1, 8), "[/b+0x0]");
+  EXPECT_EQ(path_at(99, 8), "[/b+0x0]");
+  EXPECT_EQ(path_at(12, 9), "[/b+0x0]");  // no blocks of its own
+  EXPECT_EQ(path_at(15, 0), "[/b+0x0]");
+  EXPECT_EQ(path_at(31, 9), "[/e+0x0]");
+  EXPECT_EQ(TraceSymbols({}).MapsAt(5, 7), -1);
+  EXPECT_EQ(TraceSymbols({block(50, 3, "/x")}).MapsAt(5, 7), 0);
+}
+
+// Equal counts of one function name in two libraries (a static function in
+// two programs) come out in one order, every time.
+TEST(ReportTest, TiesOfCountAndFunctionAreOrderedByLibrary) {
+  absl::StatusOr<std::vector<Mapping>> self = ReadProcMaps(0);
+  ASSERT_TRUE(self.ok()) << self.status();
+  const std::string exe = SelfExe();
+  ASSERT_FALSE(exe.empty());
+  // The test binary under two names, each the program of one process.
+  std::vector<Mapping> as[2] = {*self, *self};
+  const char* names[2] = {"tie_copy_a", "tie_copy_b"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string copy = TempPath(names[i]);
+    std::ifstream in(exe, std::ios::binary);
+    std::ofstream(copy, std::ios::binary | std::ios::trunc) << in.rdbuf();
+    for (Mapping& m : as[i])
+      if (m.path == exe) m.path = copy;
+  }
+  const uint64_t fn = reinterpret_cast<uint64_t>(&PfmReportTestTarget);
+  const std::string path = TempPath("ties.trace");
+  {
+    auto w = TraceWriter::Create(path, {});
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->AppendMaps(ProcessMaps{1, 100, as[0]}).ok());
+    ASSERT_TRUE(w->AppendMaps(ProcessMaps{1, 200, as[1]}).ok());
+    const std::vector<pfm_record> recs = {BranchOf(100, fn, fn, 5), BranchOf(200, fn, fn, 6),
+                                          BranchOf(100, fn, fn, 7), BranchOf(200, fn, fn, 8)};
+    ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+    ASSERT_TRUE(w->Finish({}).ok());
+  }
+  absl::StatusOr<TraceReport> rep = BuildReport(path, Limit(0));
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  ASSERT_EQ(rep->hot.size(), 2u);
+  EXPECT_EQ(rep->hot[0].function, "PfmReportTestTarget");
+  EXPECT_EQ(rep->hot[1].function, "PfmReportTestTarget");
+  // As names: the greater first.
+  EXPECT_EQ(rep->hot[0].dso, "tie_copy_b");
+  EXPECT_EQ(rep->hot[1].dso, "tie_copy_a");
 }
 
 TEST(ReportTest, MissingFileIsNotFound) {

@@ -106,6 +106,46 @@ void AppendScriptLine(const ReportRecord& rr, std::string* out) {
   out->push_back('\n');
 }
 
+namespace {
+
+// A JSON object's members without its braces: "" for none.
+std::string Members(const json::object& o) {
+  const std::string s = json::serialize(o);
+  return s.size() > 2 ? s.substr(1, s.size() - 2) : "";
+}
+
+}  // namespace
+
+JsonRecordStream::JsonRecordStream(std::ostream& out, const json::object& head) : out_(out) {
+  const std::string members = Members(head);
+  buf_ = absl::StrCat("{", members, members.empty() ? "" : ",", "\"records\":[");
+}
+
+absl::Status JsonRecordStream::Add(const ReportRecord& record) {
+  if (records_ > 0) buf_.push_back(',');
+  buf_ += json::serialize(RecordJson(record));
+  ++records_;
+  return buf_.size() >= kFlushBytes ? FlushOutput(out_, &buf_, records_) : absl::OkStatus();
+}
+
+absl::Status JsonRecordStream::Finish(const json::object& tail) {
+  const std::string members = Members(tail);
+  absl::StrAppend(&buf_, "]", members.empty() ? "" : ",", members, "}\n");
+  return FlushOutput(out_, &buf_, records_);
+}
+
+void JsonRecordStream::Fail(const absl::Status& error) {
+  if (records_ == 0) {
+    buf_.clear();
+    return;
+  }
+  // The code as the error line names it (StatusCodeName).
+  const json::object e{{"code", absl::StatusCodeToString(error.code())},
+                       {"message", std::string(error.message())}};
+  absl::StrAppend(&buf_, "],\"error\":", json::serialize(e), "}\n");
+  (void)FlushOutput(out_, &buf_, records_);
+}
+
 absl::StatusOr<int> ScriptCommand(const CliContext& ctx, const CommandArgs& args) {
   CommandFlags f(args, 1);
   absl::StatusOr<std::vector<std::string>> pos = f.Positional("script");
@@ -113,44 +153,47 @@ absl::StatusOr<int> ScriptCommand(const CliContext& ctx, const CommandArgs& args
   if (pos->size() != 1) return UsageError("usage: script TRACE");
   const std::string& file = pos->front();
   std::ostream& out = *ctx.out;
-  std::string buf;
-  uint64_t written = 0;
   ReportOptions options;
   options.limit = 0;
+  absl::StatusOr<TraceReport> rep;
+  uint64_t written = 0;
   if (ctx.json) {
     // One document, its records streamed: the summary fields come after
     // the array (a JSON object's members have no order).
-    buf = absl::StrCat("{\"trace\":", json::serialize(json::value(file)), ",\"records\":[");
-    options.each_record = [&](const ReportRecord& rr) {
-      if (written > 0) buf.push_back(',');
-      buf += json::serialize(RecordJson(rr));
-      ++written;
-      return buf.size() >= kFlushBytes ? FlushOutput(out, &buf, written) : absl::OkStatus();
-    };
+    JsonRecordStream stream(out, json::object{{"trace", file}});
+    options.each_record = [&](const ReportRecord& rr) { return stream.Add(rr); };
+    rep = BuildReport(file, options);
+    written = stream.records();
+    if (rep.status().code() == absl::StatusCode::kCancelled) return 128 + SIGPIPE;
+    if (!rep.ok()) {
+      stream.Fail(rep.status());
+      return rep.status();
+    }
+    absl::Status s = stream.Finish(
+        json::object{{"complete", rep->complete},
+                     {"cut_reason", rep->cut_reason},
+                     {"warnings", json::array(rep->warnings.begin(), rep->warnings.end())}});
+    if (!s.ok())
+      return s.code() == absl::StatusCode::kCancelled ? absl::StatusOr<int>(128 + SIGPIPE) : s;
   } else {
+    std::string buf;
     options.each_record = [&](const ReportRecord& rr) {
       AppendScriptLine(rr, &buf);
       ++written;
       return buf.size() >= kFlushBytes ? FlushOutput(out, &buf, written) : absl::OkStatus();
     };
+    rep = BuildReport(file, options);
+    if (rep.status().code() == absl::StatusCode::kCancelled) return 128 + SIGPIPE;
+    if (!rep.ok()) {
+      // Nothing on stdout for a file that is not a trace (the error comes
+      // before any record); a failure mid-way keeps what was printed, as a
+      // cut trace does.
+      if (written > 0) (void)FlushOutput(out, &buf, written);
+      return rep.status();
+    }
+    if (absl::Status s = FlushOutput(out, &buf, written); !s.ok())
+      return s.code() == absl::StatusCode::kCancelled ? absl::StatusOr<int>(128 + SIGPIPE) : s;
   }
-  absl::StatusOr<TraceReport> rep = BuildReport(file, options);
-  if (rep.status().code() == absl::StatusCode::kCancelled) return 128 + SIGPIPE;
-  if (!rep.ok()) {
-    // Nothing half-written on stdout for a file that is not a trace (the
-    // error comes before any record); a failure mid-way keeps what was
-    // printed, as a cut trace does.
-    if (written > 0) (void)FlushOutput(out, &buf, written);
-    return rep.status();
-  }
-  if (ctx.json)
-    absl::StrAppend(&buf, "],\"complete\":", rep->complete ? "true" : "false",
-                    ",\"cut_reason\":", json::serialize(json::value(rep->cut_reason)),
-                    ",\"warnings\":",
-                    json::serialize(json::array(rep->warnings.begin(), rep->warnings.end())),
-                    "}\n");
-  if (absl::Status s = FlushOutput(out, &buf, written); !s.ok())
-    return s.code() == absl::StatusCode::kCancelled ? absl::StatusOr<int>(128 + SIGPIPE) : s;
   // As perf script does, what makes names untrustworthy goes to stderr,
   // after the records.
   if (!ctx.json && ctx.err != nullptr)

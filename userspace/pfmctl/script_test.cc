@@ -1,9 +1,14 @@
 #include "userspace/pfmctl/script.h"
 
+#include <limits.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -14,6 +19,32 @@
 #include <gtest/gtest.h>
 
 #include "pfm/trace_file.h"
+#include "userspace/pfmctl/trace_commands.h"
+
+// Fault injection: while g_fail_path names a file, a read() from it of at
+// least 4096 bytes (a piece of records, not a block header or the pre-pass's
+// MAPS and trailer) at or past byte g_fail_at fails with EIO, as a disk
+// error in the middle of the file would. This binary's read() stands in for
+// libc's (it comes first in the symbol lookup); the rest goes to the system
+// call unchanged.
+const char* g_fail_path = nullptr;
+off_t g_fail_at = 0;
+
+extern "C" ssize_t PfmScriptTestRead(int fd, void* buf, size_t n) __asm__("read");
+extern "C" ssize_t PfmScriptTestRead(int fd, void* buf, size_t n) {
+  if (g_fail_path != nullptr && n >= 4096) {
+    char proc[64], target[4096];
+    std::snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    const ssize_t len = ::readlink(proc, target, sizeof(target) - 1);
+    if (len > 0 && static_cast<size_t>(len) == std::strlen(g_fail_path) &&
+        std::memcmp(target, g_fail_path, static_cast<size_t>(len)) == 0 &&
+        ::lseek(fd, 0, SEEK_CUR) >= g_fail_at) {
+      errno = EIO;
+      return -1;
+    }
+  }
+  return ::syscall(SYS_read, fd, buf, n);
+}
 
 namespace pfm {
 namespace {
@@ -144,6 +175,108 @@ TEST(ScriptTest, CutTraceIsPrintedAsFarAsItReadsThenDataLoss) {
   ASSERT_FALSE(j.rc.ok());
   const json::value doc = json::parse(j.out);  // still one whole document
   EXPECT_FALSE(doc.at("complete").as_bool());
+}
+
+// Ten RECORDS blocks of 1000 branches; *real is the file's real path (what
+// /proc/self/fd shows, for the fault injection).
+std::string WriteBlocks(const char* name, std::string* real) {
+  const std::string path = TempPath(name);
+  auto w = TraceWriter::Create(path, {{"command", "prog"}});
+  EXPECT_TRUE(w.ok()) << w.status();
+  for (uint64_t block = 0; block < 10; ++block) {
+    std::vector<pfm_record> recs;
+    for (uint64_t i = 0; i < 1000; ++i) {
+      pfm_record r = Rec(PFM_REC_BRANCH, block * 1000 + i);
+      r.u.branch.from = 0x1000;
+      r.u.branch.to = 0x2000;
+      recs.push_back(r);
+    }
+    EXPECT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  }
+  EXPECT_TRUE(w->Finish({}).ok());
+  char buf[PATH_MAX];
+  *real = ::realpath(path.c_str(), buf) != nullptr ? buf : path;
+  return path;
+}
+
+// Past the fifth block of 1000 records (64,008 bytes each with its header).
+constexpr off_t kFailAfterFiveBlocks = 5 * 64008;
+
+// A read error in the middle of the file, after records went out: the
+// text keeps the lines printed (as perf script), the JSON document is closed
+// with an "error" member, so stdout still holds one parseable document.
+TEST(ScriptTest, ReadErrorMidFileClosesTheJsonDocumentWithTheError) {
+  std::string real;
+  const std::string path = WriteBlocks("script_eio.trace", &real);
+  g_fail_path = real.c_str();
+  g_fail_at = kFailAfterFiveBlocks;
+  ScriptRun j = Script({path}, true);
+  ScriptRun t = Script({path}, false);
+  g_fail_path = nullptr;
+
+  ASSERT_FALSE(j.rc.ok());
+  EXPECT_EQ(j.rc.status().code(), absl::StatusCode::kInvalidArgument) << j.rc.status();
+  boost::system::error_code ec;
+  const json::value doc = json::parse(j.out, ec);
+  ASSERT_FALSE(ec) << "not one JSON document: ..." << j.out.substr(j.out.size() - 200);
+  EXPECT_EQ(doc.at("records").as_array().size(), 5000u);
+  EXPECT_EQ(doc.at("error").at("code").as_string(), "INVALID_ARGUMENT");
+  EXPECT_NE(std::string(doc.at("error").at("message").as_string()).find("cannot read"),
+            std::string::npos)
+      << json::serialize(doc.at("error"));
+  EXPECT_FALSE(doc.as_object().contains("complete"));
+
+  ASSERT_FALSE(t.rc.ok());
+  EXPECT_EQ(t.rc.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Count(t.out, " branch: "), 5000u);
+  EXPECT_EQ(Count(t.out, "\n"), 5000u);
+}
+
+// `report --records` streams the same way: a read error after records
+// went out closes the JSON document with "error" (no summary), and the
+// text keeps the lines printed.
+TEST(ScriptTest, ReportRecordsReadErrorMidFileClosesTheJsonDocumentWithTheError) {
+  std::string real;
+  const std::string path = WriteBlocks("report_eio.trace", &real);
+  auto report = [&](bool json) {
+    std::ostringstream out, err;
+    CliContext ctx;
+    ctx.json = json;
+    ctx.out = &out;
+    ctx.err = &err;
+    g_fail_path = real.c_str();
+    g_fail_at = kFailAfterFiveBlocks;
+    ScriptRun r{ReportCommand(ctx, {"report", "--records", path}), "", ""};
+    g_fail_path = nullptr;
+    r.out = out.str();
+    r.err = err.str();
+    return r;
+  };
+  ScriptRun j = report(true);
+  ASSERT_FALSE(j.rc.ok());
+  EXPECT_EQ(j.rc.status().code(), absl::StatusCode::kInvalidArgument) << j.rc.status();
+  boost::system::error_code ec;
+  const json::value doc = json::parse(j.out, ec);
+  ASSERT_FALSE(ec) << "not one JSON document: ..." << j.out.substr(j.out.size() - 200);
+  EXPECT_EQ(doc.at("records").as_array().size(), 5000u);
+  EXPECT_EQ(doc.at("error").at("code").as_string(), "INVALID_ARGUMENT");
+  EXPECT_FALSE(doc.as_object().contains("summary"));
+
+  ScriptRun t = report(false);
+  ASSERT_FALSE(t.rc.ok());
+  EXPECT_EQ(Count(t.out, " branch: "), 5000u);
+  EXPECT_EQ(t.out.find("branches by source function"), std::string::npos);
+
+  // Unharmed, the same file: the records, then the summary in one object.
+  std::ostringstream out;
+  CliContext ctx;
+  ctx.json = true;
+  ctx.out = &out;
+  ASSERT_TRUE(ReportCommand(ctx, {"report", "--records", path}).ok());
+  const json::value whole = json::parse(out.str());
+  EXPECT_EQ(whole.at("records").as_array().size(), 10000u);
+  EXPECT_EQ(whole.at("summary").at("records").to_number<uint64_t>(), 10000u);
+  EXPECT_FALSE(whole.as_object().contains("error"));
 }
 
 TEST(ScriptTest, NotATraceIsRefusedWithNothingOnStdout) {

@@ -37,7 +37,7 @@ const std::vector<std::string> kHardwareDefaults = {"cycles", "instructions", "b
                                                     "branch-misses"};
 
 volatile std::sig_atomic_t g_stat_stop = 0;
-void StopStat(int) { g_stat_stop = 1; }
+void StopStat(int sig) { g_stat_stop = sig; }
 
 // One counter line, perf stat's shape: value, event, and the running share
 // when it was multiplexed ("(62.50%)"), or "<not counted>". Reads every field
@@ -156,11 +156,13 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
   bool reaped = false;
   if (run) {
     // Until CMD exits; ^C reaches it too (same terminal), and stat reports
-    // what was counted, as perf stat does.
+    // what was counted, as perf stat does. SIGTERM or SIGHUP, sent to
+    // pfmctl alone, end the counting at once: the command runs on, as it
+    // does when perf stat is killed, and the counts so far are printed.
     while (!reaped) {
       if (::waitpid(pid, &wstatus, 0) == pid) {
         reaped = true;
-      } else if (errno != EINTR) {
+      } else if (errno != EINTR || g_stat_stop == SIGTERM || g_stat_stop == SIGHUP) {
         break;
       }
     }
@@ -204,6 +206,7 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
     for (const std::string& e : not_supported) ns.push_back(json::value(e));
     o["not_supported"] = std::move(ns);
     if (run && reaped) o["wait_status"] = wstatus;
+    if (g_stat_stop) o["interrupted"] = strsignal(g_stat_stop);
     PrintJson(ctx, o);
   } else {
     std::string target;
@@ -221,8 +224,11 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
       out << absl::StrFormat("  %18s      %-28s\n", "<not supported>", e);
     out << absl::StrFormat("\n  %18.9f seconds time elapsed\n\n", elapsed);
   }
+  // A signal ended the counting: pfmctl dies of it once the counts are out
+  // (main.cc), as perf stat does.
+  if (g_stat_stop) SetExitSignal(g_stat_stop);
   if (!run) return 0;
-  if (!reaped) return 1;
+  if (!reaped) return g_stat_stop ? 128 + g_stat_stop : 1;
   if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
   if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
   return 1;

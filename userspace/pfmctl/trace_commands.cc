@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/json.hpp>
@@ -121,6 +122,15 @@ std::function<void(const StreamResult&)> ProgressCallback(ProgressLine& line, Cl
   };
 }
 
+// What an export says should be known (a binary whose build-id changed since
+// the recording: perf would take the new file's symbols), in text mode on
+// stderr, one "pfmctl: warning: LINE" each, as perf prints its warnings;
+// --json has them in "detail" only (stderr stays quiet).
+void PrintExportWarnings(const CliContext& ctx, const ExportResult& r) {
+  if (ctx.json || ctx.err == nullptr) return;
+  for (const std::string& w : r.warnings) *ctx.err << "pfmctl: warning: " << w << "\n";
+}
+
 }  // namespace
 
 // What execvp would run for `name`, checked before anything is created, so
@@ -178,6 +188,8 @@ absl::StatusOr<int> SnapshotCommand(const CliContext& ctx, const CommandArgs& ar
   if (absl::Status s = ring->Snapshot(&recs); !s.ok()) return s;
   if (!file->empty()) {
     json::object header{{"session", *id}, {"kind", "snapshot"}, {"ring", info}};
+    // The previous file at that name is kept as FILE.old, as perf record does.
+    if (absl::Status s = KeepAsOld(*file); !s.ok()) return s;
     absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
     if (!w.ok()) return w.status();
     if (absl::Status s = w->Append(recs.data(), recs.size()); !s.ok()) return s;
@@ -234,14 +246,14 @@ absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args
   json::object header{{"session", *id}, {"kind", "stream"}, {"ring", info}};
   if (start->pid > 0) header["pid"] = start->pid;
   if (!start->comm.empty()) header["command"] = start->comm;
+  if (absl::Status s = KeepAsOld(*file); !s.ok()) return s;  // as perf record
   absl::StatusOr<TraceWriter> w = TraceWriter::Create(*file, header);
   if (!w.ok()) return w.status();
   // The maps now, in case the session is killed before the end (report
   // uses the last MAPS block, so the summary's later one wins).
   if (start->maps)
     if (absl::Status s = w->AppendMaps(*start->maps); !s.ok()) return s;
-  std::signal(SIGINT, StopStream);
-  std::signal(SIGTERM, StopStream);
+  CatchStopSignals();
   StreamOptions options;
   options.daemon_conn = c->fd();
   options.daemon_pidfd = daemon.valid() ? daemon.get() : -1;
@@ -276,6 +288,7 @@ absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args
     *ctx.out << w->records() << " records written to " << *file << " ("
              << ring->lost() << " lost)\n";
   }
+  if (g_stop_stream) SetExitSignal(g_stop_stream);
   return 0;
 }
 
@@ -394,6 +407,12 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   }
   json::object header{{"session", id}, {"kind", "record"}, {"command", command},
                       {"pid", pid}, {"spec", valid->ToJson()}, {"ring", info}};
+  // An existing file at either name is kept as NAME.old, as perf record
+  // keeps perf.data.old; after every check, so a refused command moves
+  // nothing.
+  if (absl::Status s = KeepAsOld(trace_file); !s.ok()) return abandon(s);
+  if (exporting)
+    if (absl::Status s = KeepAsOld(*out); !s.ok()) return abandon(s);
   absl::StatusOr<TraceWriter> w = TraceWriter::Create(trace_file, header);
   if (!w.ok()) return abandon(w.status());
   if (start_maps)
@@ -509,6 +528,9 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   }
   trailer["records"] = w->records();
   if (ring) trailer["lost"] = ring->lost();
+  // A history ring's newest records replace its oldest (report says how
+  // many, as for a snapshot).
+  if (ring && ring->mode() == PFM_RING_HISTORY) trailer["overwritten"] = ring->overwritten();
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (!summary.ok()) return summary;
   std::optional<ExportResult> exported;
@@ -518,6 +540,7 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     absl::StatusOr<ExportResult> e =
         ExportTrace({trace_file, *out, *output_format, std::move(cmdline)});
     if (!e.ok()) return e.status();
+    PrintExportWarnings(ctx, *e);
     exported = std::move(*e);
   }
   if (ctx.json) {
@@ -535,9 +558,11 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
     if (exported) *ctx.err << "; exported to " << *out << " (" << *output_format << ")";
     *ctx.err << "\n";
   }
-  // The command's status when it ended; a recording interrupted while it ran
-  // on reports the signal, as a shell would. An attached recording is 0,
-  // ended by the process's exit or by ^C (as perf record -p).
+  // Interrupted: pfmctl dies of the signal once all is written, as perf
+  // record does (main.cc), whatever the command did. Else the command's
+  // status when it ended; an attached recording is 0, ended by the
+  // process's exit (as perf record -p).
+  if (interrupted) SetExitSignal(interrupted);
   if (attach) return 0;
   if (!reaped) return interrupted ? 128 + interrupted : 1;
   if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
@@ -552,6 +577,67 @@ absl::StatusOr<int> CancelledIsSigpipe(const absl::Status& s) {
   if (s.code() == absl::StatusCode::kCancelled) return 128 + SIGPIPE;
   return s;
 }
+
+// `report --timeline OUT.svg`'s file, opened before the trace is read, so
+// that a path that cannot be written is refused at once, before anything
+// reaches stdout (INVALID_ARGUMENT, as export's output). Created if missing
+// and removed again if it is never written (the report failed); an existing
+// file is truncated only when written. A FIFO is not waited on for a reader
+// (ENXIO without one).
+class TimelineFile {
+ public:
+  static absl::StatusOr<TimelineFile> Open(const std::string& path) {
+    constexpr int kFlags = O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+    UniqueFd fd(::open(path.c_str(), kFlags | O_CREAT | O_EXCL, 0644));
+    const bool created = fd.valid();
+    if (!created && errno == EEXIST) fd = UniqueFd(::open(path.c_str(), kFlags | O_CREAT, 0644));
+    if (!fd.valid())
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": cannot write the timeline: ", strerror(errno)));
+    // Writes block as usual (a pipe's reader is slow, not absent).
+    const int fl = ::fcntl(fd.get(), F_GETFL);
+    if (fl >= 0) (void)::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK);
+    return TimelineFile(path, std::move(fd), created);
+  }
+  TimelineFile(TimelineFile&& o) noexcept
+      : path_(std::move(o.path_)), fd_(std::move(o.fd_)),
+        created_(std::exchange(o.created_, false)) {}
+  TimelineFile& operator=(TimelineFile&&) = delete;
+  ~TimelineFile() {
+    if (created_) ::unlink(path_.c_str());
+  }
+
+  // UNAVAILABLE naming the file when the bytes do not all go (a full
+  // disk, /dev/full); a file this created is then removed.
+  absl::Status Write(const std::string& bytes) {
+    struct stat st {};
+    int error = 0;
+    if (::fstat(fd_.get(), &st) == 0 && S_ISREG(st.st_mode) && ::ftruncate(fd_.get(), 0) != 0)
+      error = errno;
+    for (size_t done = 0; error == 0 && done < bytes.size();) {
+      const ssize_t n = ::write(fd_.get(), bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        error = n < 0 ? errno : EIO;
+        break;
+      }
+      done += static_cast<size_t>(n);
+    }
+    if (error == 0 && ::close(fd_.release()) != 0) error = errno;
+    if (error != 0)
+      return absl::UnavailableError(
+          absl::StrCat(path_, ": cannot write the timeline: ", strerror(error)));
+    created_ = false;  // written: kept
+    return absl::OkStatus();
+  }
+
+ private:
+  TimelineFile(std::string path, UniqueFd fd, bool created)
+      : path_(std::move(path)), fd_(std::move(fd)), created_(created) {}
+  std::string path_;
+  UniqueFd fd_;
+  bool created_;
+};
 }  // namespace
 
 absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args) {
@@ -572,51 +658,53 @@ absl::StatusOr<int> ReportCommand(const CliContext& ctx, const CommandArgs& args
     if (!n.ok()) return n.status();
     options.limit = static_cast<size_t>(*n);
   }
+  if (!timeline->empty()) {
+    // The picture of when each thread ran and each counter and breakpoint
+    // was on hardware (docs/export.md), from two streaming passes over the
+    // file (the branches are counted, never held). Its file is opened
+    // first and written before the report streams anything to stdout: a
+    // --timeline that cannot be written leaves stdout empty (one JSON
+    // document, or nothing), and is found before any pass over the trace.
+    absl::StatusOr<TimelineFile> svg = TimelineFile::Open(*timeline);
+    if (!svg.ok()) return svg.status();
+    absl::StatusOr<Timeline> tl = BuildTimelineFromFile(pos->front());
+    if (!tl.ok()) return tl.status();
+    if (absl::Status s = svg->Write(TimelineSvg(*tl)); !s.ok()) return s;
+  }
   // --records: every record, streamed out as it is read (script's lines, or
   // the JSON document's "records" array), before the summary.
+  std::optional<JsonRecordStream> stream;
   std::string buf;
   uint64_t written = 0;
   auto flush = [&] { return FlushOutput(*ctx.out, &buf, written); };
-  if (every_record) {
-    if (ctx.json) buf = "{\"records\":[";
+  if (every_record && ctx.json) {
+    stream.emplace(*ctx.out, json::object{});
+    options.each_record = [&](const ReportRecord& rr) { return stream->Add(rr); };
+  } else if (every_record) {
     options.each_record = [&](const ReportRecord& rr) -> absl::Status {
-      if (ctx.json) {
-        if (written > 0) buf.push_back(',');
-        buf += json::serialize(RecordJson(rr));
-      } else {
-        AppendScriptLine(rr, &buf);
-      }
+      AppendScriptLine(rr, &buf);
       ++written;
       return buf.size() >= (64 << 10) ? flush() : absl::OkStatus();
     };
   }
   absl::StatusOr<TraceReport> report = BuildReport(pos->front(), options);
-  // The reader of --records went away (`report --records | head`).
-  if (!report.ok()) return CancelledIsSigpipe(report.status());
-  if (!timeline->empty()) {
-    // The picture of when each thread ran and each counter and breakpoint
-    // was on hardware (docs/export.md), from a second and third streaming
-    // pass over the file (the branches are counted, never held).
-    absl::StatusOr<Timeline> tl = BuildTimelineFromFile(pos->front());
-    if (!tl.ok()) return tl.status();
-    std::ofstream svg(*timeline, std::ios::binary | std::ios::trunc);
-    svg << TimelineSvg(*tl);
-    svg.close();
-    if (!svg)
-      return absl::UnavailableError(absl::StrCat(*timeline, ": cannot write the timeline"));
+  if (!report.ok()) {
+    // The reader of --records went away (`report --records | head`).
+    if (report.status().code() == absl::StatusCode::kCancelled) return 128 + SIGPIPE;
+    // Records already out (a read error mid-file): the JSON document is
+    // closed with an "error" member (JsonRecordStream), the lines printed
+    // so far stay, as script's.
+    if (stream) stream->Fail(report.status());
+    if (every_record && !ctx.json && written > 0) (void)flush();
+    return report.status();
   }
   if (ctx.json) {
     json::object summary = RenderReportJson(*report);
-    if (every_record) {
+    if (stream) {
       // The streamed array stands for "records"; the summary's members
       // follow it in the same object.
       summary.erase("records");
-      const std::string rest = json::serialize(summary);
-      buf += "]";
-      if (rest.size() > 2) buf += "," + rest.substr(1);
-      else buf += "}";
-      buf += "\n";
-      if (absl::Status s = flush(); !s.ok()) return CancelledIsSigpipe(s);
+      if (absl::Status s = stream->Finish(summary); !s.ok()) return CancelledIsSigpipe(s);
     } else {
       PrintJson(ctx, summary);
     }
@@ -645,6 +733,7 @@ absl::StatusOr<int> ExportCommand(const CliContext& ctx, const CommandArgs& args
   cmdline.insert(cmdline.end(), args.begin(), args.end());
   absl::StatusOr<ExportResult> r = ExportTrace({pos->front(), *out, *format, cmdline});
   if (!r.ok()) return r.status();
+  PrintExportWarnings(ctx, *r);
   if (ctx.json) {
     PrintJson(ctx, json::object{{"format", *format},
                                 {"trace", pos->front()},

@@ -7,7 +7,9 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,9 +18,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernel/uapi/proc_maps.h"
-
-struct Dwfl;
-struct Dwfl_Module;
 
 namespace pfm {
 
@@ -30,15 +29,63 @@ namespace pfm {
 // PERMISSION_DENIED if its maps are not readable.
 absl::StatusOr<std::vector<Mapping>> ReadProcMaps(pid_t pid);
 
-// Not thread-safe. Each file is opened on the first address that falls in one
-// of its mappings and kept open (with its symbol table) until destruction; a
-// file that cannot be read is remembered as such and not retried.
+// The ELF files Symbolizers read, each read once however many Symbolizers
+// map it. A trace's MAPS blocks (one per process and per exec) mostly map
+// the same files (libc, the dynamic linker, the program), and libdwfl keeps
+// every file it reads open (an fd and a mapping) until its Dwfl ends: one
+// Symbolizer per block, each with files of its own, would hold blocks x
+// files descriptors (300 blocks of 3 files: 900, near a usual
+// RLIMIT_NOFILE of 1024).
+//
+// A file is read on its first use: its symbol table (a libdwfl module
+// placed at the file's own ELF addresses; each mapping's load bias comes
+// from the PT_LOAD headers, read then too) and its build-id. At most
+// `max_open` files are held open; opening one more closes the least
+// recently used, which is read again when it is needed again. A path that
+// is not a regular ELF file (missing, unreadable, a directory, a device, a
+// FIFO: paths come from trace files, which are input, and a FIFO is never
+// opened in a way that waits for a writer) is remembered as unreadable and
+// not retried. Nor is a file's separate debuginfo searched for when a path
+// the search would open next to it (NAME.debug, .debug/NAME.debug, ...) is
+// not a regular file.
+//
+// Not thread-safe; Symbolizers share one through a shared_ptr.
+class SymbolFiles {
+ public:
+  static constexpr size_t kDefaultMaxOpen = 128;
+
+  explicit SymbolFiles(size_t max_open = kDefaultMaxOpen);
+  ~SymbolFiles();
+  SymbolFiles(const SymbolFiles&) = delete;
+  SymbolFiles& operator=(const SymbolFiles&) = delete;
+
+  // Files held open now (each with one fd).
+  size_t open_files() const { return lru_.size(); }
+
+ private:
+  friend class Symbolizer;
+  struct File;
+  // The file at `path`, read on first use (or again after it was closed).
+  // Valid until the next Get.
+  File& Get(const std::string& path);
+
+  size_t max_open_;
+  std::map<std::string, std::unique_ptr<File>> files_;
+  std::list<File*> lru_;  // the open files, most recently used first
+};
+
+// Not thread-safe. Files are read through a SymbolFiles (its rules: each
+// read on the first address that falls in one of its mappings, an
+// unreadable one remembered as such).
 class Symbolizer {
  public:
   // Mappings without a path (anonymous memory) or without bytes are left
   // out: there is no file to name; the others need not be file-backed
-  // ("[vdso]" addresses show as "[[vdso]+0x...]").
-  explicit Symbolizer(std::vector<Mapping> maps);
+  // ("[vdso]" addresses show as "[[vdso]+0x...]"). `files` may be shared
+  // with other Symbolizers (a trace's blocks, TraceSymbols); null gives
+  // this one files of its own.
+  explicit Symbolizer(std::vector<Mapping> maps,
+                      std::shared_ptr<SymbolFiles> files = nullptr);
   ~Symbolizer();
   Symbolizer(const Symbolizer&) = delete;
   Symbolizer& operator=(const Symbolizer&) = delete;
@@ -66,24 +113,21 @@ class Symbolizer {
 
  private:
   const Mapping* Find(uint64_t addr) const;
-  // The libdwfl module for `path`, reporting it on first use; null if the
-  // file cannot be read (remembered).
-  Dwfl_Module* ModuleFor(const Mapping& m);
 
   std::vector<Mapping> maps_;  // sorted by start
-  struct DwflDeleter {
-    void operator()(Dwfl* d) const;
-  };
-  std::unique_ptr<Dwfl, DwflDeleter> dwfl_;
-  std::map<std::string, Dwfl_Module*> modules_;  // null = unreadable
+  std::shared_ptr<SymbolFiles> files_;
+  // Per path, on its first use: whether the file may name addresses (no
+  // build-id recorded, or the recorded one is the file's).
+  std::map<std::string, bool> usable_;
   std::vector<std::string> warnings_;
 };
 
 // ---- build-ids ----
 
 // The GNU build-id (the NT_GNU_BUILD_ID note's bytes) of the ELF file at
-// `path`; "" when the file cannot be read, is not ELF, has no such note or
-// one over kMaxBuildIdBytes.
+// `path`; "" when the file cannot be read, is not a regular file (a FIFO is
+// not waited on), is not ELF, has no such note or one over
+// kMaxBuildIdBytes.
 std::string ReadBuildId(const std::string& path);
 
 // "c89156eb..." (lower-case hex) of raw build-id bytes.

@@ -17,9 +17,11 @@
 // unread; so is a second HEADER. No block is longer than kMaxTraceBlock: a
 // longer length is damage.
 // MAPS blocks may come anywhere after the header, each a whole list as of
-// time_ns (ProcessMaps); `report` and `script` name a record with the first
-// one with mappings taken at or after its time, else the last one
-// (userspace/pfmctl/report.h).
+// time_ns (ProcessMaps); `report` and `script` name a record with the maps
+// in effect in its process: of the blocks with mappings of its pid, the
+// last taken at or before its time, else the pid's first; a pid without
+// blocks gets the first block taken at or after its time, else the last
+// (userspace/pfmctl/report.h, TraceSymbols::MapsAt).
 // Version 1 carried the mappings as hex strings in the trailer's JSON; this
 // version refuses it (re-record).
 // Every block is written with one write() and flushed to the file as it
@@ -53,6 +55,15 @@ inline constexpr char kTraceMagic[8] = {'P', 'F', 'M', 'T', 'R', 'A', 'C', 'E'};
 inline constexpr uint32_t kTraceVersion = 2;
 inline constexpr uint32_t kMaxTraceBlock = 64 << 20;
 
+// What perf record does with an existing perf.data: a regular file at
+// `path` that is not empty is renamed to `path` + ".old" (replacing one
+// there), so a new recording never overwrites the last one in place; a
+// missing or empty file, or anything that is not a regular file (a FIFO,
+// /dev/null, a symlink: unlike perf, which follows it, so that `-o
+// /dev/stdout` never renames /dev/stdout), is left alone. INVALID_ARGUMENT "cannot keep PATH as
+// PATH.old: <strerror>" when the rename fails (nothing was moved).
+absl::Status KeepAsOld(const std::string& path);
+
 class TraceWriter {
  public:
   // Creates (truncates) `path` and writes the magic and the header.
@@ -69,9 +80,10 @@ class TraceWriter {
   uint64_t bytes() const { return bytes_; }
 
  private:
-  explicit TraceWriter(UniqueFd fd) : fd_(std::move(fd)) {}
+  TraceWriter(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
   absl::Status WriteBlock(uint32_t kind, const void* data, size_t len);
   UniqueFd fd_;
+  std::string path_;  // for errors: "cannot write PATH: ..."
   uint64_t records_ = 0;
   uint64_t bytes_ = 0;
 };
