@@ -78,7 +78,8 @@ absl::Status WriteAll(int fd, const std::string& path, const iovec* iov, int n,
 
 }  // namespace
 
-absl::Status KeepAsOld(const std::string& path) {
+absl::Status KeepAsOld(const std::string& path, bool* moved) {
+  if (moved != nullptr) *moved = false;
   // lstat: a symlink is left alone (written through, as before), never
   // renamed; `-o /dev/stdout` into a file must not move /dev/stdout.
   struct stat st;
@@ -88,6 +89,7 @@ absl::Status KeepAsOld(const std::string& path) {
   if (::rename(path.c_str(), old.c_str()) != 0)
     return absl::InvalidArgumentError(
         absl::StrCat("cannot keep ", path, " as ", old, ": ", strerror(errno)));
+  if (moved != nullptr) *moved = true;
   return absl::OkStatus();
 }
 

@@ -334,7 +334,8 @@ TEST_F(HostE2e, StatEndedByASignalPrintsTheCountsThenDiesOfIt) {
     ::unlink(started.c_str());
     std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket(), "--json",
                                      "stat", "-e", "task-clock", "--", "/bin/sh", "-c",
-                                     "touch " + started + "; exec sleep 60"};
+                                     "echo $$ > " + started + ".tmp; mv " + started +
+                                         ".tmp " + started + "; exec sleep 60"};
     std::vector<char*> cargv;
     for (std::string& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
@@ -351,14 +352,9 @@ TEST_F(HostE2e, StatEndedByASignalPrintsTheCountsThenDiesOfIt) {
     ::close(out[1]);
     for (int i = 0; i < 500 && access(started.c_str(), F_OK) != 0; ++i) usleep(10000);
     ASSERT_EQ(access(started.c_str(), F_OK), 0) << "the command never started";
-    // The command: the group's other process (sh exec'd sleep).
+    // The command: sh, which wrote its pid, then exec'd sleep.
     pid_t cmd = 0;
-    for (int i = 0; i < 100 && cmd == 0; ++i) {
-      std::ifstream kids("/proc/" + std::to_string(pfmctl) + "/task/" +
-                         std::to_string(pfmctl) + "/children");
-      kids >> cmd;
-      if (cmd == 0) usleep(10000);
-    }
+    std::ifstream(started) >> cmd;
     ASSERT_GT(cmd, 0);
     const auto t0 = std::chrono::steady_clock::now();
     if (sig == SIGTERM) {

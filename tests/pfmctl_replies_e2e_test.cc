@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -868,6 +870,36 @@ TEST_F(PfmctlRepliesE2e, SessionMapsPagesMakeWholeLists) {
   EXPECT_EQ(blocks, (std::vector<std::pair<int32_t, size_t>>{{42, 3}, {44, 1}, {44, 1}}));
   ASSERT_EQ(t->maps[0].mappings.size(), 3u);
   EXPECT_EQ(t->maps[0].mappings[2].start, 4194304u + 2 * 8192);
+}
+
+// record --output-format keeps both existing outputs as .old or neither:
+// when the export's cannot be kept (FILE.old is a directory with a file in
+// it), the trace file moved aside first goes back, and the error says why.
+TEST_F(PfmctlRepliesE2e, RecordKeepsBothOldOutputsOrNeither) {
+  const std::string file = File("both.data");
+  auto write = [](const std::string& p, const std::string& text) {
+    std::ofstream(p, std::ios::trunc) << text;
+  };
+  write(file, "the last perf.data");
+  write(file + ".pfmtrace", "the last trace");
+  ASSERT_EQ(::mkdir((file + ".old").c_str(), 0700), 0);
+  write(file + ".old/x", "x");
+  fake_.Script({});
+  const testing::Result r = RunPfmctl(
+      fake_.socket(), {"record", "--output-format", "perf", "-o", file, "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("pfmctl: INVALID_ARGUMENT: cannot keep " + file + " as " + file +
+                            ".old: ",
+                        0),
+            0u)
+      << r.err;
+  std::ifstream trace(file + ".pfmtrace");
+  std::string text;
+  std::getline(trace, text);
+  EXPECT_EQ(text, "the last trace");
+  EXPECT_NE(::access((file + ".pfmtrace.old").c_str(), F_OK), 0);
+  ::unlink((file + ".old/x").c_str());
+  ::rmdir((file + ".old").c_str());
 }
 
 TEST_F(PfmctlRepliesE2e, Record) {

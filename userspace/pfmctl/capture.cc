@@ -27,6 +27,9 @@ constexpr int kDaemonExitPollMs = 100;
 
 bool Stopped(const StreamOptions& o) { return o.stop != nullptr && *o.stop != 0; }
 
+// ReadMapsLists with `current`: versions of the list followed at most.
+constexpr size_t kMaxCurrentRestarts = 8;
+
 }  // namespace
 
 absl::StatusOr<RingReader> MapRing(Client& c, uint64_t id, bool drain,
@@ -84,7 +87,8 @@ absl::StatusOr<std::vector<ProcessMaps>> ReadMapsLists(Client& c, uint64_t id,
   std::vector<uint64_t> seqs, totals;  // per list of `out`
   uint64_t seq = 0, mapping = 0;
   std::optional<uint64_t> end;  // the newest list when the first page came
-  for (;;) {
+  bool gave_up = false;
+  while (!gave_up) {
     json::object args{{"id", id}, {"seq", seq}, {"mapping", mapping}};
     if (current) args["current"] = true;
     absl::StatusOr<Client::Reply> r = c.Call("session_maps", std::move(args));
@@ -109,6 +113,13 @@ absl::StatusOr<std::vector<ProcessMaps>> ReadMapsLists(Client& c, uint64_t id,
         break;
       }
       if (from == 0) {
+        // The current list changed under the pages more often than a
+        // reader can follow (a list over a page, remade without end): what
+        // came whole is kept.
+        if (current && out.size() >= kMaxCurrentRestarts) {
+          gave_up = true;
+          break;
+        }
         out.push_back(ProcessMaps{page.time_ns, page.pid, {}});
         seqs.push_back(s);
         totals.push_back(total);
@@ -138,6 +149,7 @@ absl::StatusOr<std::vector<ProcessMaps>> ReadMapsLists(Client& c, uint64_t id,
                                   mapping, ")"));
     }
     if (!reader.ok()) return reader.status();
+    if (gave_up) break;
     // Lists that came after the first page are not waited for (a process
     // that forks without end would keep the pages coming); the current list
     // is followed to its newest version.
@@ -146,7 +158,17 @@ absl::StatusOr<std::vector<ProcessMaps>> ReadMapsLists(Client& c, uint64_t id,
     mapping = next_mapping;
   }
   // A list the tracer dropped while it was being paged (its oldest lists
-  // make room for new ones) is incomplete: left out.
+  // make room for new ones) is incomplete: left out; and of the current
+  // list's versions, only the newest whole one is wanted.
+  if (current)
+    while (out.size() > 1 && (out.back().mappings.size() != totals.back())) {
+      out.pop_back();
+      totals.pop_back();
+    }
+  if (current && out.size() > 1) {
+    out.erase(out.begin(), out.end() - 1);
+    totals.erase(totals.begin(), totals.end() - 1);
+  }
   std::vector<ProcessMaps> complete;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i].mappings.size() != totals[i]) continue;

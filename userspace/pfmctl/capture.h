@@ -62,7 +62,8 @@ absl::StatusOr<SessionStart> ReadSessionStart(Client& c, uint64_t id);
 // The mapping lists of session `id`, paged through session_maps (docs/pfmd.md,
 // "Mapping lists"): every list the tracer keeps, oldest first, up to the
 // newest there was at the first page; with `current`, the target's own
-// newest list (none before the tracer sent one). A list the tracer dropped
+// newest list (none before the tracer sent one; at most one, following at
+// most 8 versions of it that came while it was paged). A list the tracer dropped
 // while it was being paged is left out. Each mapped file's build-id is read
 // now (AddBuildIds). pfmd's error as it came (NOT_FOUND: the session is
 // gone); INTERNAL "pfmd reply: session_maps: ..." for a malformed page,

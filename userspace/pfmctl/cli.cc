@@ -134,6 +134,7 @@ int RunPfmctl(const std::vector<std::string>& args, std::ostream& out,
   // The last line of defence for the "one error line, no signal" contract:
   // reply data is read through checked accessors (reply.h), but allocation
   // and the libraries below may still throw.
+  SetExitSignal(0);  // a second run in the same process (tests)
   try {
     return Run(args, out, err);
   } catch (const std::exception& e) {

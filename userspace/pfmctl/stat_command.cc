@@ -1,7 +1,9 @@
 #include "userspace/pfmctl/stat_command.h"
 
-#include <sys/stat.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "kernel/drivers/ptrace/soft_bts.h"
 #include "pfm/client.h"
 #include "pfm/session_spec.h"
+#include "pfm/unique_fd.h"
 #include "userspace/pfmctl/connect.h"
 #include "userspace/pfmctl/flags.h"
 #include "userspace/pfmctl/reply.h"
@@ -114,6 +117,7 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
       (gp > 0 ? *events : not_supported).push_back(e);
   }
 
+  g_stat_stop = 0;  // a second run in the same process (tests)
   struct sigaction sa {};
   sa.sa_handler = StopStat;
   sigemptyset(&sa.sa_mask);
@@ -159,13 +163,32 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
     // what was counted, as perf stat does. SIGTERM or SIGHUP, sent to
     // pfmctl alone, end the counting at once: the command runs on, as it
     // does when perf stat is killed, and the counts so far are printed.
-    while (!reaped) {
-      if (::waitpid(pid, &wstatus, 0) == pid) {
+    // The stop signals are blocked but during ppoll on the command's pidfd,
+    // so one that came before the wait (during session_create) is seen,
+    // not slept through until the command ends.
+    auto stop_now = [] { return g_stat_stop == SIGTERM || g_stat_stop == SIGHUP; };
+    sigset_t stops, saved, during;
+    sigemptyset(&stops);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
+    ::sigprocmask(SIG_BLOCK, &stops, &saved);
+    during = saved;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigdelset(&during, sig);
+    const UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    // Without pidfds (before Linux 5.3): a blocking waitpid that the
+    // signals interrupt, with a small window before it.
+    if (!pidfd.valid()) ::sigprocmask(SIG_SETMASK, &during, nullptr);
+    while (!reaped && !stop_now()) {
+      const pid_t w = ::waitpid(pid, &wstatus, pidfd.valid() ? WNOHANG : 0);
+      if (w == pid) {
         reaped = true;
-      } else if (errno != EINTR || g_stat_stop == SIGTERM || g_stat_stop == SIGHUP) {
+      } else if (w < 0 && errno != EINTR) {
         break;
+      } else if (w == 0) {
+        pollfd pf{pidfd.get(), POLLIN, 0};
+        (void)::ppoll(&pf, 1, nullptr, &during);  // its exit, or a signal
       }
     }
+    ::sigprocmask(SIG_SETMASK, &saved, nullptr);
   } else {
     // Until PID exits (the session says so) or ^C.
     while (!g_stat_stop) {

@@ -79,6 +79,7 @@ constexpr auto kInterruptedDrainWait = std::chrono::seconds(3);
 // SIGINT, SIGTERM and SIGHUP stop `record` cleanly: a handler without
 // SA_RESTART, so a blocking waitpid returns with EINTR.
 void CatchStopSignals() {
+  g_stop_stream = 0;  // a second run in the same process (tests)
   struct sigaction sa {};
   sa.sa_handler = StopStream;
   sigemptyset(&sa.sa_mask);
@@ -410,9 +411,15 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   // An existing file at either name is kept as NAME.old, as perf record
   // keeps perf.data.old; after every check, so a refused command moves
   // nothing.
-  if (absl::Status s = KeepAsOld(trace_file); !s.ok()) return abandon(s);
-  if (exporting)
-    if (absl::Status s = KeepAsOld(*out); !s.ok()) return abandon(s);
+  bool moved = false;
+  if (absl::Status s = KeepAsOld(trace_file, &moved); !s.ok()) return abandon(s);
+  if (exporting) {
+    if (absl::Status s = KeepAsOld(*out); !s.ok()) {
+      // Both or neither: the trace file moved aside goes back.
+      if (moved) (void)::rename((trace_file + ".old").c_str(), trace_file.c_str());
+      return abandon(s);
+    }
+  }
   absl::StatusOr<TraceWriter> w = TraceWriter::Create(trace_file, header);
   if (!w.ok()) return abandon(w.status());
   if (start_maps)
@@ -562,7 +569,8 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   // record does (main.cc), whatever the command did. Else the command's
   // status when it ended; an attached recording is 0, ended by the
   // process's exit (as perf record -p).
-  if (interrupted) SetExitSignal(interrupted);
+  // (A signal during the summary or the export counts too.)
+  if (g_stop_stream) SetExitSignal(g_stop_stream);
   if (attach) return 0;
   if (!reaped) return interrupted ? 128 + interrupted : 1;
   if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);

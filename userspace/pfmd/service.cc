@@ -308,13 +308,13 @@ ServiceReply Service::SessionMaps(ConnectionId, const Peer& peer, const json::ob
   for (MapsLists::List& l : got->lists) {
     // A mapping index past the end (a client's guess) starts nowhere: the
     // list is sent with no mappings and its total, so the client moves on.
-    const size_t total = l.maps.mappings.size();
+    const size_t total = l.maps->mappings.size();
     size_t i = l.seq == seq ? std::min<uint64_t>(first, total) : 0;
     json::array mappings;
     const size_t start = i;
     for (; i < total; ++i) {
       if (bytes >= kMapsPageBytes) break;
-      const Mapping& m = l.maps.mappings[i];
+      const Mapping& m = l.maps->mappings[i];
       // Its JSON's size, an upper bound: 3 uint64s, 2 bools, the keys, and
       // the path escaped at worst (\u00XX per byte).
       bytes += 160 + 6 * m.path.size();
@@ -327,8 +327,8 @@ ServiceReply Service::SessionMaps(ConnectionId, const Peer& peer, const json::ob
     }
     bytes += 100;
     lists.push_back(json::object{{"seq", l.seq},
-                                 {"pid", l.maps.pid},
-                                 {"time_ns", l.maps.time_ns},
+                                 {"pid", l.maps->pid},
+                                 {"time_ns", l.maps->time_ns},
                                  {"total", total},
                                  {"first", start},
                                  {"mappings", std::move(mappings)}});

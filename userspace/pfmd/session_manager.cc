@@ -248,6 +248,7 @@ SessionInfo SessionManager::InfoLocked(const Session& s, bool detail) const {
 
 absl::StatusOr<SessionInfo> SessionManager::Show(const Peer& peer, SessionId id) {
   KernelLockGuard l(&kernel_->lock());
+  ExpireDebugChannelsLocked();
   absl::StatusOr<Session*> s = FindLocked(peer, id);
   if (!s.ok()) return s.status();
   return InfoLocked(**s, true);
@@ -407,6 +408,7 @@ MetricsInfo SessionManager::Metrics() {
   m.slots.resize(static_cast<size_t>(std::max(machine_.cpus, 0)));
   std::vector<PmuArbiter::Holder> holders;
   KernelLockGuard l(&kernel_->lock());
+  ExpireDebugChannelsLocked();  // scrapes see what resources sees
   m.sessions.reserve(sessions_.size());
   for (const auto& [id, s] : sessions_) {
     MetricsInfo::Session o;
@@ -498,6 +500,7 @@ SessionManager::MemoryTotals SessionManager::Memory() {
 
 ResourcesInfo SessionManager::Resources(const Peer& peer) {
   KernelLockGuard l(&kernel_->lock());
+  ExpireDebugChannelsLocked();  // a dead debugger's points are not shown
   const uint64_t now = NowLocked();
   std::vector<PmuArbiter::Holder> holders;
   kernel_->DescribeHolders(now, &holders);

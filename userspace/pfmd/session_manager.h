@@ -93,7 +93,7 @@ struct SessionInfo {
 struct MapsLists {
   struct List {
     uint64_t seq = 0;
-    ProcessMaps maps;
+    std::shared_ptr<const ProcessMaps> maps;  // never null
   };
   std::vector<List> lists;
   uint64_t newest = 0;  // the newest list's number; 0: none yet

@@ -389,22 +389,34 @@ int RunHelper(int argc, char** argv) {
         passed = -1;
       }
       if (h.type == kDebugOpen) {
-        std::lock_guard<std::mutex> lk(mu);
-        if (passed < 0) {
-        } else if (debug_fd >= 0 || debug_pending >= 0) {
-          ::close(passed);  // one debugger at a time
-        } else {
-          debug_pending = passed;
-          cv.notify_all();
+        // Every channel pfmd passes ends with one kDebugEnded (pfmd counts
+        // them): served ones when Serve returns, the others here (sent
+        // outside `mu`: the write may wait for pfmd).
+        bool refused = true;  // no fd came with it, or one is served
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          if (passed >= 0 && debug_fd < 0 && debug_pending < 0) {
+            debug_pending = passed;
+            refused = false;
+            cv.notify_all();
+          } else if (passed >= 0) {
+            ::close(passed);  // one debugger at a time
+          }
         }
         passed = -1;
+        if (refused) sink.SendDebugEnded();
       } else if (h.type == kDebugClose) {
-        std::lock_guard<std::mutex> lk(mu);
-        if (debug_fd >= 0) ::shutdown(debug_fd, SHUT_RDWR);
-        if (debug_pending >= 0) {
-          ::close(debug_pending);
-          debug_pending = -1;
+        bool unserved = false;
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          if (debug_fd >= 0) ::shutdown(debug_fd, SHUT_RDWR);
+          if (debug_pending >= 0) {
+            ::close(debug_pending);  // never served
+            debug_pending = -1;
+            unserved = true;
+          }
         }
+        if (unserved) sink.SendDebugEnded();
       } else if (h.type == kHeld && p.size() == 1) {
         sink.OnHeld(p[0] != 0);
       } else if (h.type == kRequestDrain && p.size() == 8) {

@@ -187,7 +187,10 @@ void TracerProcess::MarkDone() {
 namespace {
 
 // The TracerPid of /proc/TID/status: -1 when the task is gone (or the file
-// unreadable).
+// unreadable). A zombie is gone too: it has a /proc entry, with TracerPid 0
+// once its tracer collected its exit (a child that exits at once can be one
+// before its creation's report is read here, and was taken for a task
+// someone else traces, which closed the helper's channel mid-tree).
 pid_t TracerOf(int32_t tid) {
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/%d/status", tid);
@@ -198,6 +201,9 @@ pid_t TracerOf(int32_t tid) {
   ::close(fd);
   if (n <= 0) return -1;
   buf[n] = '\0';
+  if (const char* state = std::strstr(buf, "\nState:\t");
+      state != nullptr && (state[8] == 'Z' || state[8] == 'X'))
+    return -1;
   const char* at = std::strstr(buf, "\nTracerPid:");
   return at == nullptr ? -1 : static_cast<pid_t>(std::atol(at + 11));
 }
@@ -397,13 +403,19 @@ void TracerProcess::ReadLoop() {
           std::memcpy(&pid, p.data(), 4);
           std::memcpy(&reserved, p.data() + 4, 4);
         }
-        bool traced = false;
-        for (const auto& [tid, t] : live) traced |= t.pid == pid;
-        if (p.size() < 8 || reserved != 0 || !traced ||
+        if (p.size() < 8 || reserved != 0 ||
             DecodeMappings(std::string_view(p).substr(8), &m, nullptr) != 0) {
           ok = false;
           break;
         }
+        // The list of a process no longer traced is dropped, not an error:
+        // the helper's maps thread can send a child's list just after its
+        // tracer thread reported the child's exit (a child that exits at
+        // once). Before, pfmd closed the channel at that, and the helper
+        // detached everything mid-tree.
+        bool traced = false;
+        for (const auto& [tid, t] : live) traced |= t.pid == pid;
+        if (!traced) break;
         std::lock_guard<std::mutex> lk(mu_);
         ProcessMaps pm;
         pm.pid = pid;
@@ -413,10 +425,11 @@ void TracerProcess::ReadLoop() {
           // The oldest list of another process goes first; the root's
           // newest stays whatever happens.
           auto victim = std::find_if(maps_.begin(), maps_.end(),
-                                     [&](const NumberedMaps& x) { return x.maps.pid != pid_; });
+                                     [&](const NumberedMaps& x) { return x.maps->pid != pid_; });
           maps_.erase(victim != maps_.end() ? victim : maps_.begin());
         }
-        maps_.push_back(NumberedMaps{++maps_received_, std::move(pm)});
+        maps_.push_back(NumberedMaps{
+            ++maps_received_, std::make_shared<const ProcessMaps>(std::move(pm))});
         break;
       }
       case kDebugEnded:
@@ -472,15 +485,15 @@ SoftBtsTracer::Stats TracerProcess::stats() const {
   return stats_;
 }
 
-ProcessMaps TracerProcess::maps() const { return numbered_maps().maps; }
+ProcessMaps TracerProcess::maps() const { return *numbered_maps().maps; }
 
 TracerProcess::NumberedMaps TracerProcess::numbered_maps() const {
   std::lock_guard<std::mutex> lk(mu_);
   for (auto it = maps_.rbegin(); it != maps_.rend(); ++it)
-    if (it->maps.pid == pid_) return *it;
-  NumberedMaps out;
-  out.maps.pid = pid_;
-  return out;
+    if (it->maps->pid == pid_) return *it;
+  ProcessMaps none;
+  none.pid = pid_;
+  return NumberedMaps{0, std::make_shared<const ProcessMaps>(std::move(none))};
 }
 
 std::vector<TracerProcess::NumberedMaps> TracerProcess::maps_since(

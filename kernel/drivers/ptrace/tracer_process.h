@@ -150,9 +150,11 @@ class TracerProcess {
   // after, never reused: a reader that pages through the history (pfmd's
   // session_maps, whose replies are bounded) resumes at the number after
   // the last list it got, whatever was dropped meanwhile.
+  // Shared, never changed once received: a page copies pointers, not
+  // megabytes of mappings, under the lock the reader thread needs.
   struct NumberedMaps {
     uint64_t seq = 0;
-    ProcessMaps maps;
+    std::shared_ptr<const ProcessMaps> maps;  // never null
   };
   // The kept lists numbered `seq` or more, oldest first, at most
   // `max_lists` of them; *newest is the number of the newest list received

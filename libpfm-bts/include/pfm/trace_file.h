@@ -62,7 +62,8 @@ inline constexpr uint32_t kMaxTraceBlock = 64 << 20;
 // /dev/null, a symlink: unlike perf, which follows it, so that `-o
 // /dev/stdout` never renames /dev/stdout), is left alone. INVALID_ARGUMENT "cannot keep PATH as
 // PATH.old: <strerror>" when the rename fails (nothing was moved).
-absl::Status KeepAsOld(const std::string& path);
+// *moved (if given): whether it was moved.
+absl::Status KeepAsOld(const std::string& path, bool* moved = nullptr);
 
 class TraceWriter {
  public:
