@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "kernel/uapi/compact_codec.h"
 #include "kernel/ds/ring.h"
+#include "libpfm-bts/testing/peak_rss.h"
 
 namespace pfm {
 namespace {
@@ -544,29 +545,7 @@ TEST(RingReader, SnapshotDecodesAsAWholeCopyWould) {
   EXPECT_GT(data_loss, 10);
 }
 
-// A field of /proc/self/status in KiB ("VmHWM:", "VmRSS:"), -1 if absent.
-long StatusKib(const char* key) {
-  std::ifstream f("/proc/self/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind(key, 0) == 0)
-      return std::stol(line.substr(std::strlen(key)));
-  return -1;
-}
-
-// How far this process's peak RSS rose above its RSS while `fn` ran, in
-// KiB; -1 when the peak cannot be reset (/proc/self/clear_refs).
-long PeakRssGrowthKib(const std::function<void()>& fn) {
-  {
-    std::ofstream reset("/proc/self/clear_refs");
-    reset << "5";
-    reset.close();
-    if (!reset) return -1;
-  }
-  const long before = StatusKib("VmRSS:");
-  fn();
-  const long peak = StatusKib("VmHWM:");
-  return before < 0 || peak < 0 ? -1 : peak - before;
-}
+using testing::PeakRssGrowthKib;
 
 // A 256 MiB ring (a sparse memfd: only the pages written are memory) holding
 // one record: its snapshot costs what the record's chunk does, not 256 MiB.

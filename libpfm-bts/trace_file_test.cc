@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "libpfm-bts/testing/peak_rss.h"
+
 namespace pfm {
 namespace {
 
@@ -339,28 +341,7 @@ TEST(TraceReader, HeaderMustComeFirst) {
   EXPECT_NE(r.status().message().find("trace has no header"), std::string::npos) << r.status();
 }
 
-// A field of /proc/self/status in KiB ("VmHWM:", "VmRSS:"), -1 if absent.
-long StatusKib(const char* key) {
-  std::ifstream f("/proc/self/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind(key, 0) == 0) return std::stol(line.substr(std::strlen(key)));
-  return -1;
-}
-
-// How far this process's peak RSS rose above its RSS while `fn` ran, in
-// KiB; -1 when the peak cannot be reset (/proc/self/clear_refs).
-long PeakRssGrowthKib(const std::function<void()>& fn) {
-  {
-    std::ofstream reset("/proc/self/clear_refs");
-    reset << "5";
-    reset.close();
-    if (!reset) return -1;
-  }
-  const long before = StatusKib("VmRSS:");
-  fn();
-  const long peak = StatusKib("VmHWM:");
-  return before < 0 || peak < 0 ? -1 : peak - before;
-}
+using testing::PeakRssGrowthKib;
 
 // The file's bytes with `block` inserted after the header block.
 std::string InsertAfterHeader(const std::string& data, const std::string& block) {
