@@ -710,14 +710,7 @@ TEST_F(HostE2e, ADeadDebuggersChannelAndHardwarePointsAreFreed) {
       }
     }
   }
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() {
-      if (pid <= 0) return;  // never kill(-1)
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } reap_target{child};
+  testing::ScopedChild reap_target{child};
   ASSERT_GT(child, 0);
   absl::StatusOr<Client> c = Client::Connect(socket());
   ASSERT_TRUE(c.ok()) << c.status();
@@ -747,7 +740,7 @@ TEST_F(HostE2e, ADeadDebuggersChannelAndHardwarePointsAreFreed) {
     (void)!::write(ready[1], "k", 1);
     for (;;) ::pause();
   }
-  struct Reaper reap_debugger{debugger};
+  testing::ScopedChild reap_debugger{debugger};
   ASSERT_GT(debugger, 0);
   ::close(ready[1]);
   char k = 0;

@@ -631,13 +631,7 @@ TEST_F(HostTasksE2e, SpinningProgramOnABusyCpuIsPreemptedInTheKernelsRecords) {
     for (volatile uint64_t i = 0;; ++i) {
     }
   }
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } reaper{hog};
+  testing::ScopedChild reaper{hog};
   Trace t = Record({"--", "/usr/bin/taskset", "-c", "0", testing::Runfile("tests/spin_copy"),
                     "40"});
   ASSERT_TRUE(t.complete) << t.cut_reason;

@@ -524,13 +524,7 @@ TEST_F(MetricsE2e, TracerStepsOnTheHost) {
     }
   }
   // Killed however the test ends.
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } reaper{child};
+  testing::ScopedChild reaper{child};
   const uint64_t id = Create({"--pid", std::to_string(child), "--bts", "lossless"});
   std::map<std::string, double> s;
   const Clock::time_point until = Clock::now() + std::chrono::seconds(10);
@@ -567,13 +561,7 @@ TEST_F(MetricsE2e, HostBreakpointsAreTheKernelsAsResourcesShowsThem) {
       ::usleep(1000);
     }
   }
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } reaper{child};
+  testing::ScopedChild reaper{child};
   char bp[64];
   std::snprintf(bp, sizeof(bp), "0x%lx:4:w",
                 static_cast<unsigned long>(reinterpret_cast<uintptr_t>(&watched)));

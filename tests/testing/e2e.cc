@@ -1,6 +1,8 @@
 #include "tests/testing/e2e.h"
 
 #include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -79,6 +81,12 @@ void DaemonTest::StartSim(const std::vector<std::string>& extra) {
 uint64_t DaemonTest::Create(std::vector<std::string> flags) {
   flags.insert(flags.begin(), {"session", "create"});
   return Num(PfmctlJson(socket(), std::move(flags)).at("id"));
+}
+
+ScopedChild::~ScopedChild() {
+  if (pid <= 0) return;
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
 }
 
 }  // namespace pfm::testing

@@ -72,6 +72,14 @@ class DaemonTest : public ::testing::Test {
   std::unique_ptr<Daemon> d_;
 };
 
+// A forked child killed (SIGKILL) and reaped when this goes out of scope,
+// however the test ends. A pid <= 0 (the fork failed, or the test reaped
+// it and set pid to -1) is left alone: never kill(-1).
+struct ScopedChild {
+  pid_t pid;
+  ~ScopedChild();
+};
+
 }  // namespace pfm::testing
 
 #endif  // PFM_TESTS_TESTING_E2E_H_
