@@ -525,6 +525,44 @@ TEST_F(HostTasksE2e, MappingListsOverAFramesWorthAllReachTheFile) {
   EXPECT_EQ(static_cast<uint32_t>(last->pid), root);
 }
 
+// A list whose encoding is over one helper message (about 197 KB: here
+// 300 mappings with 1 KB paths, about 320 KB) comes to pfmd in parts
+// and reaches the file whole, in address order; before, the helper sent
+// the part that fit in one message and the highest mappings were lost.
+TEST_F(HostTasksE2e, AMappingListOverOneHelperMessageReachesTheFileWhole) {
+  // A path of about 1 KB (five 200-byte names), so that a few hundred
+  // mappings are enough: the tracer re-reads the maps after each mmap.
+  std::string file = dir_;
+  for (char c : std::string("abcd")) {
+    file += "/" + std::string(200, c);
+    ASSERT_EQ(::mkdir(file.c_str(), 0700), 0) << file;
+  }
+  file += "/" + std::string(200, 'p');
+  {
+    std::ofstream f(file);
+    f << std::string(4096, '\xc3');  // ret
+  }
+  constexpr size_t kMaps = 300;
+  Trace t = Record({"--", testing::Runfile("tests/many_maps"), file, std::to_string(kMaps), "1"});
+  ASSERT_TRUE(t.complete) << t.cut_reason;
+  std::map<int32_t, size_t> most;  // pid -> the most mappings of `file` in one list
+  for (const ProcessMaps& m : t.maps) {
+    size_t n = 0;
+    for (const Mapping& e : m.mappings) n += e.path == file;
+    most[m.pid] = std::max(most[m.pid], n);
+    for (size_t i = 1; i < m.mappings.size(); ++i)
+      ASSERT_LE(m.mappings[i - 1].start, m.mappings[i].start) << "pid " << m.pid << " at " << i;
+  }
+  std::string lists;
+  size_t full = 0;
+  for (const auto& [pid, n] : most) {
+    full += n == kMaps;
+    absl::StrAppend(&lists, " pid ", pid, ": ", n);
+  }
+  EXPECT_EQ(full, 2u) << "the process and its child, each with every mapping; " << t.maps.size()
+                      << " lists; most mappings of the file per pid:" << lists;
+}
+
 TEST_F(HostTasksE2e, ShellChildrenAreFollowedAcrossForkAndExecUnlessNoInherit) {
   // dash forks for /bin/true (and, in bookworm's dash, for /bin/echo too).
   Trace t = Record({"--", "/bin/sh", "-c", "/bin/true; /bin/echo followed"});

@@ -143,11 +143,18 @@ void KeepFileBacked(std::vector<Mapping>* maps) {
 
 size_t EncodeMappings(const std::vector<Mapping>& maps, size_t max_bytes,
                       std::string* out) {
+  return EncodeMappings(maps, 0, max_bytes, out);
+}
+
+size_t EncodeMappings(const std::vector<Mapping>& maps, size_t first,
+                      size_t max_bytes, std::string* out) {
+  const Mapping* const from = maps.data() + std::min(first, maps.size());
+  const size_t left = maps.size() - static_cast<size_t>(from - maps.data());
   size_t n = 0;
   size_t bytes = kMappingsHeaderBytes;
-  while (n < maps.size() && n < kMaxMappings && IsEncodableMapping(maps[n])) {
-    const size_t id = maps[n].build_id.size();
-    const size_t entry = kMappingFixedBytes + maps[n].path.size() + (id > 0 ? 1 + id : 0);
+  while (n < left && n < kMaxMappings && IsEncodableMapping(from[n])) {
+    const size_t id = from[n].build_id.size();
+    const size_t entry = kMappingFixedBytes + from[n].path.size() + (id > 0 ? 1 + id : 0);
     if (entry > max_bytes || bytes > max_bytes - entry) break;
     bytes += entry;
     ++n;
@@ -156,7 +163,7 @@ size_t EncodeMappings(const std::vector<Mapping>& maps, size_t max_bytes,
   out->reserve(bytes);
   PutU32(out, static_cast<uint32_t>(n));
   for (size_t i = 0; i < n; ++i) {
-    const Mapping& m = maps[i];
+    const Mapping& m = from[i];
     PutU64(out, m.start);
     PutU64(out, m.end);
     PutU64(out, m.offset);

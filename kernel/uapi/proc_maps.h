@@ -137,6 +137,10 @@ void KeepFileBacked(std::vector<Mapping>* maps);
 // compare it with maps.size().
 size_t EncodeMappings(const std::vector<Mapping>& maps, size_t max_bytes,
                       std::string* out);
+// The same for the mappings from maps[first] on (none when first is past
+// the end): a long list in parts, each with its own count.
+size_t EncodeMappings(const std::vector<Mapping>& maps, size_t first,
+                      size_t max_bytes, std::string* out);
 
 // Replaces *out with the mappings encoded in exactly `bytes`. Returns 0, or
 // -EINVAL with the reason (and the byte offset) in *d for anything that is

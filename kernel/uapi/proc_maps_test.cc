@@ -337,6 +337,47 @@ TEST(MappingsCodec, EncodesTheLongestPrefixThatFits) {
   EXPECT_EQ(back.size(), 1u);
 }
 
+// A long list in parts (the helper's kMaps): each part encodes the longest
+// run from `first` that fits, and the parts decoded one after the other are
+// the list.
+TEST(MappingsCodec, ALongListGoesInPartsThatMakeItUpAgain) {
+  std::vector<Mapping> maps;
+  for (int i = 0; i < 50; ++i) {
+    Mapping m;
+    m.start = 0x400000 + 0x2000 * static_cast<uint64_t>(i);
+    m.end = m.start + 0x1000;
+    m.offset = 0x1000 * static_cast<uint64_t>(i);
+    m.path = "/lib/" + std::string(static_cast<size_t>(10 + i), 'a' + i % 26);
+    if (i % 7 == 0) m.build_id = std::string(20, static_cast<char>(i));
+    maps.push_back(m);
+  }
+  std::vector<Mapping> back;
+  size_t at = 0, parts = 0;
+  while (at < maps.size()) {
+    std::string enc;
+    const size_t k = EncodeMappings(maps, at, 300, &enc);
+    ASSERT_GT(k, 0u) << "at " << at;
+    EXPECT_LE(enc.size(), 300u);
+    std::vector<Mapping> part;
+    ASSERT_EQ(Decode(enc, &part), 0);
+    ASSERT_EQ(part.size(), k);
+    back.insert(back.end(), part.begin(), part.end());
+    at += k;
+    ++parts;
+  }
+  EXPECT_GT(parts, 5u);
+  ASSERT_EQ(back.size(), maps.size());
+  for (size_t i = 0; i < maps.size(); ++i) {
+    EXPECT_EQ(back[i].start, maps[i].start) << i;
+    EXPECT_EQ(back[i].path, maps[i].path) << i;
+    EXPECT_EQ(back[i].build_id, maps[i].build_id) << i;
+  }
+  // Past the end: an empty part.
+  std::string enc;
+  EXPECT_EQ(EncodeMappings(maps, maps.size() + 3, SIZE_MAX, &enc), 0u);
+  EXPECT_EQ(enc.size(), kMappingsHeaderBytes);
+}
+
 TEST(MappingsCodec, ParsedMapsAlwaysEncode) {
   std::ifstream in("/proc/self/maps");
   const std::string text((std::istreambuf_iterator<char>(in)),

@@ -53,6 +53,8 @@ using tracer_protocol::kHeld;
 using tracer_protocol::kHeldQuery;
 using tracer_protocol::kHelperDsRecords;
 using tracer_protocol::kMaps;
+using tracer_protocol::kMapsMore;
+using tracer_protocol::kMaxMapsListBytes;
 using tracer_protocol::kMaxMsgBytes;
 using tracer_protocol::kRequestDrain;
 using tracer_protocol::kSignaled;
@@ -206,16 +208,30 @@ class RemoteCore : public CoreHooks {
     for (auto& [pid, m] : now) {
       auto it = sent_maps_.find(pid);
       if (it != sent_maps_.end() && it->second == m) continue;
-      // The mappings that fit in one message, in address order: pfmd
-      // refuses longer ones. Only a process with thousands of executable
-      // mappings loses its highest ones.
-      std::string p(8, '\0');
-      const int32_t pid32 = pid;
-      std::memcpy(p.data(), &pid32, 4);
-      std::string enc;
-      EncodeMappings(m, kMaxMsgBytes - 8, &enc);
-      p += enc;
-      Send(Frame(kMaps, p.data(), static_cast<uint32_t>(p.size())));
+      // In address order, in parts of at most one message each (pfmd
+      // puts them together), up to kMaxMapsListBytes in all: only a list
+      // longer than that (tens of thousands of mappings with long paths)
+      // loses its highest mappings.
+      size_t at = 0, total = 0;
+      do {
+        std::string p(8, '\0');
+        const int32_t pid32 = pid;
+        std::memcpy(p.data(), &pid32, 4);
+        std::string enc;
+        const size_t room = std::min<size_t>(kMaxMsgBytes - 8, kMaxMapsListBytes - total);
+        const size_t k = EncodeMappings(m, at, room, &enc);
+        at += k;
+        total += enc.size();
+        // The last part: everything sent, the budget spent, or a mapping
+        // that cannot be encoded (none from ParseProcMaps) or fit.
+        const bool more = k != 0 && at < m.size() &&
+                          kMaxMapsListBytes - total >= kMaxMsgBytes - 8;
+        const uint32_t flags = more ? kMapsMore : 0;
+        std::memcpy(p.data() + 4, &flags, 4);
+        p += enc;
+        Send(Frame(kMaps, p.data(), static_cast<uint32_t>(p.size())));
+        if (!more) break;
+      } while (true);
       sent_maps_[pid] = std::move(m);
     }
     for (auto it = sent_maps_.begin(); it != sent_maps_.end();)

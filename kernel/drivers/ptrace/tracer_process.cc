@@ -45,6 +45,8 @@ using tracer_protocol::kHeld;
 using tracer_protocol::kHeldQuery;
 using tracer_protocol::kHelperDsRecords;
 using tracer_protocol::kMaps;
+using tracer_protocol::kMapsMore;
+using tracer_protocol::kMaxMapsListBytes;
 using tracer_protocol::kRequestDrain;
 using tracer_protocol::kSignaled;
 using tracer_protocol::kStartTimeoutMs;
@@ -229,6 +231,12 @@ void TracerProcess::ReadLoop() {
     *out = it->second;
     return true;
   };
+  // Mapping lists whose last part has not come yet, by pid.
+  struct PartialMaps {
+    std::vector<Mapping> mappings;
+    size_t bytes = 0;  // encoded, in the parts so far
+  };
+  std::map<int32_t, PartialMaps> parts;
   MsgHeader h;
   std::string p;
   // A fixed-size message: exactly sizeof(*m) bytes.
@@ -397,13 +405,13 @@ void TracerProcess::ReadLoop() {
       }
       case kMaps: {
         int32_t pid = 0;
-        uint32_t reserved = 1;
+        uint32_t flags = ~0u;
         std::vector<Mapping> m;
         if (p.size() >= 8) {
           std::memcpy(&pid, p.data(), 4);
-          std::memcpy(&reserved, p.data() + 4, 4);
+          std::memcpy(&flags, p.data() + 4, 4);
         }
-        if (p.size() < 8 || reserved != 0 ||
+        if (p.size() < 8 || (flags & ~kMapsMore) != 0 ||
             DecodeMappings(std::string_view(p).substr(8), &m, nullptr) != 0) {
           ok = false;
           break;
@@ -415,21 +423,34 @@ void TracerProcess::ReadLoop() {
         // detached everything mid-tree.
         bool traced = false;
         for (const auto& [tid, t] : live) traced |= t.pid == pid;
-        if (!traced) break;
-        std::lock_guard<std::mutex> lk(mu_);
+        if (!traced) {
+          parts.erase(pid);
+          break;
+        }
+        // A list in parts (tracer_protocol.h): put together here, kept
+        // once its last part came; never over kMaxMapsListBytes.
+        PartialMaps& part = parts[pid];
+        part.bytes += p.size() - 8;
+        if (part.bytes > kMaxMapsListBytes ||
+            part.mappings.size() + m.size() > kMaxMappings) {
+          ok = false;
+          break;
+        }
+        if (part.mappings.empty()) {
+          part.mappings = std::move(m);
+        } else {
+          part.mappings.insert(part.mappings.end(), std::make_move_iterator(m.begin()),
+                               std::make_move_iterator(m.end()));
+        }
+        if (flags & kMapsMore) break;
         ProcessMaps pm;
         pm.pid = pid;
         pm.time_ns = now;  // pfmd's clock, as for the records
-        pm.mappings = std::move(m);
-        if (maps_.size() >= kMaxMapsHistory) {
-          // The oldest list of another process goes first; the root's
-          // newest stays whatever happens.
-          auto victim = std::find_if(maps_.begin(), maps_.end(),
-                                     [&](const NumberedMaps& x) { return x.maps->pid != pid_; });
-          maps_.erase(victim != maps_.end() ? victim : maps_.begin());
-        }
-        maps_.push_back(NumberedMaps{
-            ++maps_received_, std::make_shared<const ProcessMaps>(std::move(pm))});
+        pm.mappings = std::move(part.mappings);
+        const size_t bytes = part.bytes;
+        parts.erase(pid);
+        std::lock_guard<std::mutex> lk(mu_);
+        KeepMapsLocked(std::make_shared<const ProcessMaps>(std::move(pm)), bytes);
         break;
       }
       case kDebugEnded:
@@ -483,6 +504,28 @@ void TracerProcess::ReadLoop() {
 SoftBtsTracer::Stats TracerProcess::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   return stats_;
+}
+
+void TracerProcess::KeepMapsLocked(std::shared_ptr<const ProcessMaps> list,
+                                   size_t bytes) {
+  // Room first, within both bounds: the oldest list of another process
+  // goes first, then the root's oldest; the root's newest stays whatever
+  // happens (so at most it and the new list are over the byte bound).
+  while (!maps_.empty() && (maps_.size() >= kMaxMapsHistory ||
+                            maps_bytes_ + bytes > kMaxMapsHistoryBytes)) {
+    auto victim = std::find_if(maps_.begin(), maps_.end(),
+                               [&](const NumberedMaps& x) { return x.maps->pid != pid_; });
+    if (victim == maps_.end()) {
+      // Only the root's lists: the oldest, unless it is the only one and
+      // the new list is another process's.
+      if (maps_.size() == 1 && list->pid != pid_) break;
+      victim = maps_.begin();
+    }
+    maps_bytes_ -= victim->bytes;
+    maps_.erase(victim);
+  }
+  maps_bytes_ += bytes;
+  maps_.push_back(NumberedMaps{++maps_received_, std::move(list), bytes});
 }
 
 ProcessMaps TracerProcess::maps() const { return *numbered_maps().maps; }

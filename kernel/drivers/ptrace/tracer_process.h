@@ -145,7 +145,9 @@ class TracerProcess {
   // Every mapping list the helper reported, of every traced process, in the
   // order received (each stamped with pfmd's time): what names the records
   // of children and of programs before an exec. Bounded: at most
-  // kMaxMapsHistory lists (the oldest of other processes go first). Each
+  // kMaxMapsHistory lists and kMaxMapsHistoryBytes (the oldest of other
+  // processes go first). A list over one helper message comes in parts
+  // and is kept once whole (up to kMaxMapsListBytes). Each
   // list has a number, 1 for the first received and one more for each
   // after, never reused: a reader that pages through the history (pfmd's
   // session_maps, whose replies are bounded) resumes at the number after
@@ -155,6 +157,7 @@ class TracerProcess {
   struct NumberedMaps {
     uint64_t seq = 0;
     std::shared_ptr<const ProcessMaps> maps;  // never null
+    size_t bytes = 0;  // its encoding's size, what the bound counts
   };
   // The kept lists numbered `seq` or more, oldest first, at most
   // `max_lists` of them; *newest is the number of the newest list received
@@ -165,6 +168,9 @@ class TracerProcess {
   // newest list, kept whatever else is dropped.
   NumberedMaps numbered_maps() const;
   static constexpr size_t kMaxMapsHistory = 256;
+  // And at most this many bytes of lists (their encoded size), but for the
+  // root's newest list.
+  static constexpr size_t kMaxMapsHistoryBytes = 32 << 20;
 
   // Asks the helper to drain its DS area now; DrainServed(ticket) turns true
   // once it did (or the helper is gone). WaitDrain blocks until then or
@@ -194,6 +200,9 @@ class TracerProcess {
   void ReadLoop();
   bool Send(uint32_t type, const void* payload, uint32_t len, bool wait);
   void MarkDone();
+  // Appends a received list to the history, dropping old ones first to
+  // stay within kMaxMapsHistory and kMaxMapsHistoryBytes.
+  void KeepMapsLocked(std::shared_ptr<const ProcessMaps> list, size_t bytes);
 
   const pid_t pid_;     // the tracee
   const pid_t helper_;  // the helper process (our child)
@@ -214,6 +223,7 @@ class TracerProcess {
   SoftBtsTracer::Stats stats_;
   std::vector<NumberedMaps> maps_;  // the history, oldest first
   uint64_t maps_received_ = 0;      // the newest list's number
+  size_t maps_bytes_ = 0;           // the kept lists' bytes
   std::atomic<uint64_t> debug_opened_{0}, debug_ended_{0};  // channels
   std::mutex send_mu_;
   std::mutex stop_mu_;  // serializes Stop()

@@ -28,8 +28,10 @@ enum MsgType : uint32_t {
   kSwitch = 4,        // i32 cpu, task, u8 in, u8 preempt, u16 pad
   kExited = 5,        // task, i64 wait status (one per task)
   kSignaled = 6,      // task, i32 signo
-  kMaps = 7,          // i32 pid, u32 0, the process's mappings
-                      // (kernel/uapi/proc_maps.h's encoding)
+  kMaps = 7,          // i32 pid, u32 flags (kMapsMore), mappings in address
+                      // order (kernel/uapi/proc_maps.h's encoding): one
+                      // part of the process's list, the last without
+                      // kMapsMore
   kStats = 8,         // WireStats
   kDrainServed = 9,   // u64 ticket, WireStats
   kTaskCreated = 10,  // parent task, child task
@@ -71,6 +73,12 @@ inline constexpr size_t kDrainHead = sizeof(WireStats) + sizeof(WireTask) + 8;
 inline constexpr uint32_t kHelperDsRecords = kSoftBtsDsRecords;
 inline constexpr uint32_t kMaxMsgBytes =
     kDrainHead + kHelperDsRecords * sizeof(pfm_bts_raw);
+// kMaps: more parts of this list follow (a list whose encoding is over
+// one message), and the most bytes of mappings, in all its parts, one list
+// may have (the helper cuts a longer list, pfmd refuses it): 65536
+// mappings (kMaxMappings) with 200-byte paths.
+inline constexpr uint32_t kMapsMore = 1;
+inline constexpr size_t kMaxMapsListBytes = 16 << 20;
 // A helper that has not attached within this long is given up on.
 inline constexpr int kStartTimeoutMs = 15000;
 
