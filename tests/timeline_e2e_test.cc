@@ -4,9 +4,17 @@
 // (SCHEDULE records), from which `pfmctl export --format chrome-json` and
 // `pfmctl report --timeline` draw when each counter was on the hardware: the
 // on-slices of every counter add up to the time_running pfmd reports.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -141,6 +149,87 @@ TEST_F(TimelineE2e, ReportTimelineIsAnSvgWithOneRowPerRequest) {
   testing::Result bad = Pfmctl(socket(), {"report", file, "--timeline", dir_ + "/no/such/dir.svg"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_TRUE(testing::Contains(bad.err, "cannot write the timeline")) << bad.err;
+}
+
+// A report killed while it reads the trace (^C, or SIGKILL) leaves no
+// empty SVG behind: the timeline's new file has no name until it is
+// written (O_TMPFILE). Before, ^C left an empty OUT.svg.
+TEST_F(TimelineE2e, AReportKilledWhileReadingTheTraceLeavesNoSvg) {
+  dir_ = testing::MakeTempDir("timeline_kill");
+  ASSERT_FALSE(dir_.empty());
+  const std::string big = dir_ + "/big.trace", svg = dir_ + "/killed.svg";
+  size_t records = size_t{1} << 20;
+  bool killed_in_time = false;
+  for (int attempt = 0; attempt < 4 && !killed_in_time; ++attempt, records *= 2) {
+    {
+      absl::StatusOr<TraceWriter> w = TraceWriter::Create(big, json::object{{"tool", "test"}});
+      ASSERT_TRUE(w.ok()) << w.status();
+      std::vector<pfm_record> batch(1 << 14);
+      uint64_t time = 1;
+      for (size_t done = 0; done < records; done += batch.size()) {
+        for (pfm_record& r : batch) {
+          r = pfm_record{};
+          r.type = PFM_REC_BRANCH;
+          r.pid = r.tid = 4242;
+          r.time = time++;
+        }
+        ASSERT_TRUE(w->Append(batch.data(), batch.size()).ok());
+      }
+      ASSERT_TRUE(w->Finish(json::object{}).ok());
+    }
+    for (const int sig : {SIGINT, SIGKILL}) {
+      SCOPED_TRACE(strsignal(sig));
+      std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket(), "report", big,
+                                       "--timeline", svg};
+      std::vector<char*> cargv;
+      for (std::string& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      const pid_t pfmctl = ::fork();
+      ASSERT_GE(pfmctl, 0);
+      if (pfmctl == 0) {
+        const int null = ::open("/dev/null", O_WRONLY);
+        ::dup2(null, 1);
+        ::execv(cargv[0], cargv.data());
+        ::_exit(127);
+      }
+      testing::ScopedChild reap{pfmctl};
+      // Its timeline file: an fd in the directory, before the trace is read.
+      const std::string fds = "/proc/" + std::to_string(pfmctl) + "/fd";
+      bool open = false;
+      for (int i = 0; i < 50000 && !open; ++i) {
+        if (DIR* d = ::opendir(fds.c_str())) {
+          while (const dirent* e = ::readdir(d)) {
+            char link[4096];
+            const ssize_t n = ::readlinkat(::dirfd(d), e->d_name, link, sizeof(link));
+            const std::string_view l(link, n > 0 ? static_cast<size_t>(n) : 0);
+            if (l.substr(0, dir_.size() + 1) == dir_ + "/" && l != big) open = true;
+          }
+          ::closedir(d);
+        }
+        if (!open) ::usleep(100);
+      }
+      ASSERT_TRUE(open) << "no timeline file seen in " << fds;
+      ASSERT_EQ(::kill(pfmctl, sig), 0);
+      int ws = 0;
+      ASSERT_EQ(::waitpid(pfmctl, &ws, 0), pfmctl);
+      reap.pid = 0;
+      if (WIFEXITED(ws)) {
+        // Done before the signal came: a bigger trace next time.
+        EXPECT_EQ(WEXITSTATUS(ws), 0);
+        ::unlink(svg.c_str());
+        break;
+      }
+      ASSERT_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == sig) << ws;
+      EXPECT_NE(::access(svg.c_str(), F_OK), 0) << svg << " left behind";
+      killed_in_time = sig == SIGKILL;
+    }
+  }
+  EXPECT_TRUE(killed_in_time) << "every report ended before it could be killed";
+  // And unkilled, the picture is written.
+  testing::Result r = Pfmctl(socket(), {"report", big, "--timeline", svg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(testing::Contains(testing::ReadFile(svg), "<svg")) << svg;
+  ::unlink(big.c_str());
 }
 
 }  // namespace

@@ -588,35 +588,61 @@ absl::StatusOr<int> CancelledIsSigpipe(const absl::Status& s) {
 
 // `report --timeline OUT.svg`'s file, opened before the trace is read, so
 // that a path that cannot be written is refused at once, before anything
-// reaches stdout (INVALID_ARGUMENT, as export's output). Created if missing
-// and removed again if it is never written (the report failed); an existing
-// file is truncated only when written. A FIFO is not waited on for a reader
-// (ENXIO without one).
+// reaches stdout (INVALID_ARGUMENT, as export's output). A new file is made
+// unnamed in its directory (O_TMPFILE) and linked under its name once
+// written: a report that fails, or a pfmctl killed by ^C or SIGKILL while
+// reading the trace, leaves no empty SVG behind. Where the file system
+// cannot (EOPNOTSUPP), it is created at once and removed again if never
+// written (so then only a killed pfmctl leaves it). An existing file is
+// truncated only when written. A FIFO is not waited on for a reader (ENXIO
+// without one).
 class TimelineFile {
  public:
   static absl::StatusOr<TimelineFile> Open(const std::string& path) {
     constexpr int kFlags = O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-    UniqueFd fd(::open(path.c_str(), kFlags | O_CREAT | O_EXCL, 0644));
-    const bool created = fd.valid();
-    if (!created && errno == EEXIST) fd = UniqueFd(::open(path.c_str(), kFlags | O_CREAT, 0644));
-    if (!fd.valid())
+    auto refused = [&path](int e) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": cannot write the timeline: ", strerror(errno)));
+          absl::StrCat(path, ": cannot write the timeline: ", strerror(e)));
+    };
+    Kind kind = Kind::kExisting;
+    UniqueFd fd(::open(path.c_str(), kFlags));
+    const int open_errno = fd.valid() ? 0 : errno;
+    struct stat lst {};
+    // Missing (and not a dangling symlink, which O_CREAT goes through).
+    if (open_errno == ENOENT && ::lstat(path.c_str(), &lst) != 0) {
+      const size_t slash = path.rfind('/');
+      const std::string dir = slash == std::string::npos ? "."
+                              : slash == 0              ? "/"
+                                                        : path.substr(0, slash);
+      fd = UniqueFd(::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644));
+      kind = Kind::kUnnamed;
+      if (!fd.valid() && (errno == EOPNOTSUPP || errno == EISDIR)) {
+        fd = UniqueFd(::open(path.c_str(), kFlags | O_CREAT | O_EXCL, 0644));
+        kind = Kind::kCreated;
+      }
+      if (!fd.valid()) return refused(errno);
+    } else if (open_errno == ENOENT) {
+      fd = UniqueFd(::open(path.c_str(), kFlags | O_CREAT, 0644));
+      if (!fd.valid()) return refused(errno);
+    } else if (!fd.valid()) {
+      return refused(open_errno);
+    }
     // Writes block as usual (a pipe's reader is slow, not absent).
     const int fl = ::fcntl(fd.get(), F_GETFL);
     if (fl >= 0) (void)::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK);
-    return TimelineFile(path, std::move(fd), created);
+    return TimelineFile(path, std::move(fd), kind);
   }
   TimelineFile(TimelineFile&& o) noexcept
       : path_(std::move(o.path_)), fd_(std::move(o.fd_)),
-        created_(std::exchange(o.created_, false)) {}
+        kind_(std::exchange(o.kind_, Kind::kExisting)) {}
   TimelineFile& operator=(TimelineFile&&) = delete;
   ~TimelineFile() {
-    if (created_) ::unlink(path_.c_str());
+    if (kind_ == Kind::kCreated) ::unlink(path_.c_str());
   }
 
   // UNAVAILABLE naming the file when the bytes do not all go (a full
-  // disk, /dev/full); a file this created is then removed.
+  // disk, /dev/full) or its name cannot be given (made meanwhile by
+  // another); a file this created is then removed.
   absl::Status Write(const std::string& bytes) {
     struct stat st {};
     int error = 0;
@@ -631,20 +657,32 @@ class TimelineFile {
       }
       done += static_cast<size_t>(n);
     }
+    // The unnamed file gets its name (linkat through /proc: AT_EMPTY_PATH
+    // would need CAP_DAC_READ_SEARCH).
+    if (error == 0 && kind_ == Kind::kUnnamed) {
+      const std::string self = absl::StrCat("/proc/self/fd/", fd_.get());
+      if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path_.c_str(), AT_SYMLINK_FOLLOW) != 0)
+        error = errno;
+    }
     if (error == 0 && ::close(fd_.release()) != 0) error = errno;
     if (error != 0)
       return absl::UnavailableError(
           absl::StrCat(path_, ": cannot write the timeline: ", strerror(error)));
-    created_ = false;  // written: kept
+    kind_ = Kind::kExisting;  // written: kept
     return absl::OkStatus();
   }
 
  private:
-  TimelineFile(std::string path, UniqueFd fd, bool created)
-      : path_(std::move(path)), fd_(std::move(fd)), created_(created) {}
+  enum class Kind {
+    kExisting,  // there before (or written): never removed
+    kUnnamed,   // O_TMPFILE: named when written, gone with the fd
+    kCreated,   // created by Open: removed unless written
+  };
+  TimelineFile(std::string path, UniqueFd fd, Kind kind)
+      : path_(std::move(path)), fd_(std::move(fd)), kind_(kind) {}
   std::string path_;
   UniqueFd fd_;
-  bool created_;
+  Kind kind_;
 };
 }  // namespace
 
