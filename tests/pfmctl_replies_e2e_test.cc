@@ -834,6 +834,41 @@ TEST_F(PfmctlRepliesE2e, SessionMaps) {
   }
 }
 
+// A pfmd older than session_maps refuses it as an unknown command: the
+// snapshot is written with its summary but no MAPS block, and pfmctl warns
+// that the addresses cannot be named (before, the command failed after the
+// recording).
+TEST_F(PfmctlRepliesE2e, AnOlderPfmdWithoutSessionMapsGivesATraceWithoutMaps) {
+  const std::vector<std::string> args = {"snapshot", "1", "-o", File("older")};
+  fake_.Script({{"session_maps",
+                 FakeReply{FakeReply::kFrame,
+                           R"({"ok":false,"code":"INVALID_ARGUMENT",)"
+                           R"("message":"unknown command 'session_maps'"})",
+                           {}}}});
+  const testing::Result r = RunPfmctl(fake_.socket(), args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string warning =
+      "pfmd does not serve session_maps (it is older than this pfmctl): the trace has no "
+      "mapping lists, so report and export cannot name its addresses";
+  EXPECT_EQ(r.err, "pfmctl: warning: " + warning + "\n");
+  absl::StatusOr<Trace> t = ReadTrace(File("older"), {});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->complete);
+  EXPECT_TRUE(t->maps.empty());
+  const json::value* missing = t->trailer.if_contains("maps_missing");
+  ASSERT_NE(missing, nullptr);
+  EXPECT_EQ(json::value_to<std::string>(*missing), warning);
+  // Another INVALID_ARGUMENT is still the command's error (exit 2, as
+  // pfmctl's for every INVALID_ARGUMENT).
+  fake_.Script({{"session_maps",
+                 FakeReply{FakeReply::kFrame,
+                           R"({"ok":false,"code":"INVALID_ARGUMENT","message":"bad seq"})",
+                           {}}}});
+  const testing::Result bad = RunPfmctl(fake_.socket(), args);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err, "pfmctl: INVALID_ARGUMENT: bad seq\n");
+}
+
 // Pages put together: a list split over two pages is one MAPS block, a list
 // dropped by the tracer between pages (only its first part came) is left
 // out, lists newer than the first page's newest are not waited for, and

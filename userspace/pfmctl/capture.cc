@@ -188,6 +188,14 @@ bool Gone(const absl::Status& s) {
   return absl::IsNotFound(s) || absl::IsUnavailable(s);
 }
 
+// A pfmd older than session_maps (before 2026-11-27) refuses it as an
+// unknown command: the trace goes without mapping lists, not without its
+// summary.
+bool NoSessionMaps(const absl::Status& s) {
+  return absl::IsInvalidArgument(s) &&
+         absl::StrContains(s.message(), "unknown command 'session_maps'");
+}
+
 }  // namespace
 
 absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
@@ -203,8 +211,14 @@ absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
   // Every list of every traced process (children, programs before an
   // exec): one MAPS block each, in order; then the target's current list.
   absl::StatusOr<std::vector<ProcessMaps>> all = ReadMapsLists(c, id, false);
+  absl::StatusOr<std::vector<ProcessMaps>> now = std::vector<ProcessMaps>();
+  if (all.ok()) {
+    now = ReadMapsLists(c, id, true);
+  } else if (NoSessionMaps(all.status())) {
+    all = std::vector<ProcessMaps>();
+    (*trailer)["maps_missing"] = std::string(kNoSessionMapsWarning);
+  }
   if (!all.ok()) return Gone(all.status()) ? absl::OkStatus() : all.status();
-  absl::StatusOr<std::vector<ProcessMaps>> now = ReadMapsLists(c, id, true);
   if (!now.ok()) return Gone(now.status()) ? absl::OkStatus() : now.status();
   for (const char* k : {"counters", "breakpoints", "state", "exit_status", "fatal_signal"})
     if (const json::value* v = so->if_contains(k)) (*trailer)[k] = *v;
@@ -222,6 +236,12 @@ absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
   return absl::OkStatus();
 }
 
+void WarnMissingMaps(const json::object& trailer, std::ostream& err) {
+  const json::value* v = trailer.if_contains("maps_missing");
+  if (v != nullptr && v->is_string())
+    err << "pfmctl: warning: " << std::string_view(v->get_string()) << "\n";
+}
+
 absl::StatusOr<SessionStart> ReadSessionStart(Client& c, uint64_t id) {
   SessionStart out;
   absl::StatusOr<Client::Reply> show = c.Call("session_show", {{"id", id}});
@@ -236,7 +256,7 @@ absl::StatusOr<SessionStart> ReadSessionStart(Client& c, uint64_t id) {
   if (!reader.ok()) return reader.status();
   absl::StatusOr<std::vector<ProcessMaps>> now = ReadMapsLists(c, id, true);
   if (!now.ok()) {
-    if (Gone(now.status())) return out;
+    if (Gone(now.status()) || NoSessionMaps(now.status())) return out;
     return now.status();
   }
   if (!now->empty() && !now->back().mappings.empty()) out.maps = std::move(now->back());

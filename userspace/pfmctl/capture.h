@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,17 @@ absl::StatusOr<RingReader> MapRing(Client& c, uint64_t id, bool drain,
 // malformed (ReadMaps' checks included) and pfmd's error for any other
 // refusal, after adding nothing; TraceWriter's error when a block cannot be
 // written.
+// A pfmd older than session_maps: the summary goes without mapping lists,
+// and the trailer's "maps_missing" says so (kNoSessionMapsWarning), which
+// the commands print as a warning.
 absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
                                boost::json::object* trailer);
+inline constexpr char kNoSessionMapsWarning[] =
+    "pfmd does not serve session_maps (it is older than this pfmctl): the trace has no "
+    "mapping lists, so report and export cannot name its addresses";
+// "pfmctl: warning: ..." on `err` when AddSessionSummary left the mapping
+// lists out.
+void WarnMissingMaps(const boost::json::object& trailer, std::ostream& err);
 
 // What a stream's file starts with, from session_show: the target task's
 // pid and name (for the header: perf's COMM in an export), and from

@@ -201,6 +201,7 @@ absl::StatusOr<int> SnapshotCommand(const CliContext& ctx, const CommandArgs& ar
     const absl::Status summary = AddSessionSummary(*c, *id, *w, &trailer);
     if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
     if (!summary.ok()) return summary;
+    WarnMissingMaps(trailer, *ctx.err);
   }
   if (ctx.json) {
     json::array arr;
@@ -283,6 +284,7 @@ absl::StatusOr<int> StreamCommand(const CliContext& ctx, const CommandArgs& args
       res->hung_up ? absl::OkStatus() : AddSessionSummary(*c, *id, *w, &trailer);
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (!summary.ok()) return summary;
+  WarnMissingMaps(trailer, *ctx.err);
   if (ctx.json) {
     PrintJson(ctx, trailer);
   } else {
@@ -540,6 +542,7 @@ absl::StatusOr<int> RecordCommand(const CliContext& ctx, const CommandArgs& args
   if (ring && ring->mode() == PFM_RING_HISTORY) trailer["overwritten"] = ring->overwritten();
   if (absl::Status s = w->Finish(trailer); !s.ok()) return s;
   if (!summary.ok()) return summary;
+  WarnMissingMaps(trailer, *ctx.err);
   std::optional<ExportResult> exported;
   if (exporting) {
     std::vector<std::string> cmdline = {"pfmctl"};
