@@ -834,37 +834,77 @@ TEST_F(PfmctlRepliesE2e, SessionMaps) {
   }
 }
 
-// A pfmd older than session_maps refuses it as an unknown command: the
-// snapshot is written with its summary but no MAPS block, and pfmctl warns
-// that the addresses cannot be named (before, the command failed after the
-// recording).
-TEST_F(PfmctlRepliesE2e, AnOlderPfmdWithoutSessionMapsGivesATraceWithoutMaps) {
-  const std::vector<std::string> args = {"snapshot", "1", "-o", File("older")};
-  fake_.Script({{"session_maps",
-                 FakeReply{FakeReply::kFrame,
-                           R"({"ok":false,"code":"INVALID_ARGUMENT",)"
-                           R"("message":"unknown command 'session_maps'"})",
-                           {}}}});
-  const testing::Result r = RunPfmctl(fake_.socket(), args);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+// A pfmd older than session_maps refuses it as an unknown command. Such a
+// pfmd sent the lists in session_show ("process_maps": every list, "maps":
+// the target's current one): pfmctl takes them from there. A soft-BTS
+// session's trace without either is written with its summary and no MAPS
+// block, and pfmctl warns that its addresses cannot be named (before, the
+// command failed after the recording); a session without soft BTS has no
+// lists and no warning.
+TEST_F(PfmctlRepliesE2e, AnOlderPfmdWithoutSessionMapsGivesTheListsSessionShowHas) {
+  const FakeReply unknown{FakeReply::kFrame,
+                          R"({"ok":false,"code":"INVALID_ARGUMENT",)"
+                          R"("message":"unknown command 'session_maps'"})",
+                          {}};
   const std::string warning =
       "pfmd does not serve session_maps (it is older than this pfmctl): the trace has no "
       "mapping lists, so report and export cannot name its addresses";
-  EXPECT_EQ(r.err, "pfmctl: warning: " + warning + "\n");
-  absl::StatusOr<Trace> t = ReadTrace(File("older"), {});
+  struct Case {
+    std::string what;
+    json::value show;
+    std::vector<int32_t> pids;  // the MAPS blocks' pids, in order
+    bool warns;
+  };
+  json::value with_lists = SessionShow();
+  with_lists.as_object()["process_maps"] = json::array{MapsList(1, 43, 1, 0, 1)};
+  with_lists.as_object()["maps"] = MapsList(2, 42, 2, 0, 2);
+  json::value counters_only = SessionShow();
+  counters_only.as_object().erase("soft_bts");
+  const std::vector<Case> cases = {
+      {"soft BTS, no lists in session_show", SessionShow(), {}, true},
+      {"soft BTS, lists in session_show", with_lists, {43, 42}, false},
+      {"counters only", counters_only, {}, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string file = File("older");
+    fake_.Script({{"session_maps", unknown}, {"session_show", Ok(c.show)}});
+    const testing::Result r = RunPfmctl(fake_.socket(), {"snapshot", "1", "-o", file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err, c.warns ? "pfmctl: warning: " + warning + "\n" : "");
+    absl::StatusOr<Trace> t = ReadTrace(file, {});
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_TRUE(t->complete);
+    std::vector<int32_t> pids;
+    for (const ProcessMaps& m : t->maps) pids.push_back(m.pid);
+    EXPECT_EQ(pids, c.pids);
+    if (!t->maps.empty()) {
+      EXPECT_EQ(t->maps.back().mappings.size(), 2u);
+    }
+    // The rest of the summary is there.
+    EXPECT_TRUE(t->trailer.contains("counters")) << json::serialize(t->trailer);
+    const json::value* missing = t->trailer.if_contains("maps_missing");
+    EXPECT_EQ(missing != nullptr, c.warns);
+    if (missing != nullptr) {
+      EXPECT_EQ(json::value_to<std::string>(*missing), warning);
+    }
+  }
+  // A stream's start: the current list from session_show.
+  fake_.Script({{"session_maps", unknown}, {"session_show", Ok(with_lists)}});
+  const testing::Result st = RunPfmctl(fake_.socket(), {"stream", "1", "-o", File("stream")});
+  ASSERT_EQ(st.exit_code, 0) << st.err;
+  EXPECT_EQ(st.err, "");
+  absl::StatusOr<Trace> t = ReadTrace(File("stream"), {});
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_TRUE(t->complete);
-  EXPECT_TRUE(t->maps.empty());
-  const json::value* missing = t->trailer.if_contains("maps_missing");
-  ASSERT_NE(missing, nullptr);
-  EXPECT_EQ(json::value_to<std::string>(*missing), warning);
+  ASSERT_FALSE(t->maps.empty());
+  EXPECT_EQ(t->maps.front().pid, 42);  // the start block, before any record
   // Another INVALID_ARGUMENT is still the command's error (exit 2, as
   // pfmctl's for every INVALID_ARGUMENT).
   fake_.Script({{"session_maps",
                  FakeReply{FakeReply::kFrame,
                            R"({"ok":false,"code":"INVALID_ARGUMENT","message":"bad seq"})",
                            {}}}});
-  const testing::Result bad = RunPfmctl(fake_.socket(), args);
+  const testing::Result bad = RunPfmctl(fake_.socket(), {"snapshot", "1", "-o", File("bad")});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.err, "pfmctl: INVALID_ARGUMENT: bad seq\n");
 }

@@ -7,10 +7,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -157,6 +160,16 @@ TEST_F(TimelineE2e, ReportTimelineIsAnSvgWithOneRowPerRequest) {
 TEST_F(TimelineE2e, AReportKilledWhileReadingTheTraceLeavesNoSvg) {
   dir_ = testing::MakeTempDir("timeline_kill");
   ASSERT_FALSE(dir_.empty());
+  // As /proc shows it (the fd links below).
+  char real[PATH_MAX];
+  ASSERT_NE(::realpath(dir_.c_str(), real), nullptr) << dir_;
+  dir_ = real;
+  {
+    const int probe = ::open(dir_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (probe < 0 && (errno == EOPNOTSUPP || errno == EISDIR))
+      GTEST_SKIP() << dir_ << " has no O_TMPFILE: pfmctl creates OUT.svg at once there";
+    if (probe >= 0) ::close(probe);
+  }
   const std::string big = dir_ + "/big.trace", svg = dir_ + "/killed.svg";
   size_t records = size_t{1} << 20;
   bool killed_in_time = false;
@@ -225,10 +238,31 @@ TEST_F(TimelineE2e, AReportKilledWhileReadingTheTraceLeavesNoSvg) {
     }
   }
   EXPECT_TRUE(killed_in_time) << "every report ended before it could be killed";
-  // And unkilled, the picture is written.
-  testing::Result r = Pfmctl(socket(), {"report", big, "--timeline", svg});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // And unkilled, the picture is written, with the mode a created file
+  // gets under pfmctl's umask (027 here).
+  {
+    std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket(), "report", big,
+                                     "--timeline", svg};
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    const pid_t pfmctl = ::fork();
+    ASSERT_GE(pfmctl, 0);
+    if (pfmctl == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::umask(027);
+      ::execv(cargv[0], cargv.data());
+      ::_exit(127);
+    }
+    int ws = 0;
+    ASSERT_EQ(::waitpid(pfmctl, &ws, 0), pfmctl);
+    ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << ws;
+  }
   EXPECT_TRUE(testing::Contains(testing::ReadFile(svg), "<svg")) << svg;
+  struct stat st {};
+  ASSERT_EQ(::stat(svg.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
   ::unlink(big.c_str());
 }
 

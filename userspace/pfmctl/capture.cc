@@ -215,8 +215,20 @@ absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
   if (all.ok()) {
     now = ReadMapsLists(c, id, true);
   } else if (NoSessionMaps(all.status())) {
+    // Such a pfmd sent the lists in session_show itself: every list
+    // ("process_maps", later versions) and the target's current one
+    // ("maps"). A soft-BTS session without either goes without, with a
+    // warning; other sessions never have lists.
     all = std::vector<ProcessMaps>();
-    (*trailer)["maps_missing"] = std::string(kNoSessionMapsWarning);
+    if (const ReplyNode pm = s.Member("process_maps"); pm.present())
+      for (const ReplyNode& e : pm.Elements()) all->push_back(ReadMaps(e));
+    const ReplyNode cur = s.Member("maps");
+    if (cur.present()) now->push_back(ReadMaps(cur));
+    if (!reader.ok()) return reader.status();
+    for (ProcessMaps& m : *all) AddBuildIds(&m.mappings);
+    for (ProcessMaps& m : *now) AddBuildIds(&m.mappings);
+    if (soft_bts.present() && all->empty() && now->empty())
+      (*trailer)["maps_missing"] = std::string(kNoSessionMapsWarning);
   }
   if (!all.ok()) return Gone(all.status()) ? absl::OkStatus() : all.status();
   if (!now.ok()) return Gone(now.status()) ? absl::OkStatus() : now.status();
@@ -255,8 +267,17 @@ absl::StatusOr<SessionStart> ReadSessionStart(Client& c, uint64_t id) {
   if (const ReplyNode comm = s.Member("comm"); comm.present()) out.comm = comm.String();
   if (!reader.ok()) return reader.status();
   absl::StatusOr<std::vector<ProcessMaps>> now = ReadMapsLists(c, id, true);
+  if (!now.ok() && NoSessionMaps(now.status())) {
+    // An older pfmd: the current list in session_show, if any.
+    now = std::vector<ProcessMaps>();
+    if (const ReplyNode cur = s.Member("maps"); cur.present()) {
+      now->push_back(ReadMaps(cur));
+      if (!reader.ok()) return reader.status();
+      AddBuildIds(&now->back().mappings);
+    }
+  }
   if (!now.ok()) {
-    if (Gone(now.status()) || NoSessionMaps(now.status())) return out;
+    if (Gone(now.status())) return out;
     return now.status();
   }
   if (!now->empty() && !now->back().mappings.empty()) out.maps = std::move(now->back());

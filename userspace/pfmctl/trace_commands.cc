@@ -619,6 +619,19 @@ class TimelineFile {
                                                         : path.substr(0, slash);
       fd = UniqueFd(::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644));
       kind = Kind::kUnnamed;
+      if (fd.valid()) {
+        // The mode a created file gets (kernels before 6.2 skipped the
+        // umask for O_TMPFILE on file systems without ACLs; pfmctl runs
+        // one thread here, so umask can be read by setting it back).
+        const mode_t mask = ::umask(0);
+        ::umask(mask);
+        (void)::fchmod(fd.get(), 0644 & ~mask);
+        // Named later through /proc: without it, the fallback below.
+        if (::access(ProcFdPath(fd.get()).c_str(), F_OK) != 0) {
+          fd.reset();
+          errno = EOPNOTSUPP;
+        }
+      }
       if (!fd.valid() && (errno == EOPNOTSUPP || errno == EISDIR)) {
         fd = UniqueFd(::open(path.c_str(), kFlags | O_CREAT | O_EXCL, 0644));
         kind = Kind::kCreated;
@@ -644,38 +657,55 @@ class TimelineFile {
   }
 
   // UNAVAILABLE naming the file when the bytes do not all go (a full
-  // disk, /dev/full) or its name cannot be given (made meanwhile by
-  // another); a file this created is then removed.
+  // disk, /dev/full); a file this created is then removed. An unnamed file
+  // whose name was taken meanwhile (another report to the same path):
+  // the bytes go into that file instead, as into an existing one.
   absl::Status Write(const std::string& bytes) {
-    struct stat st {};
-    int error = 0;
-    if (::fstat(fd_.get(), &st) == 0 && S_ISREG(st.st_mode) && ::ftruncate(fd_.get(), 0) != 0)
-      error = errno;
-    for (size_t done = 0; error == 0 && done < bytes.size();) {
-      const ssize_t n = ::write(fd_.get(), bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        error = n < 0 ? errno : EIO;
-        break;
-      }
-      done += static_cast<size_t>(n);
-    }
-    // The unnamed file gets its name (linkat through /proc: AT_EMPTY_PATH
-    // would need CAP_DAC_READ_SEARCH).
+    int error = WriteAllTo(fd_.get(), bytes);
+    bool linked = false;
     if (error == 0 && kind_ == Kind::kUnnamed) {
-      const std::string self = absl::StrCat("/proc/self/fd/", fd_.get());
-      if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path_.c_str(), AT_SYMLINK_FOLLOW) != 0)
+      // linkat through /proc: AT_EMPTY_PATH would need
+      // CAP_DAC_READ_SEARCH.
+      if (::linkat(AT_FDCWD, ProcFdPath(fd_.get()).c_str(), AT_FDCWD, path_.c_str(),
+                   AT_SYMLINK_FOLLOW) == 0) {
+        linked = true;
+      } else if (errno == EEXIST) {
+        UniqueFd now(::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+        error = now.valid() ? 0 : errno;
+        if (error == 0) {
+          const int fl = ::fcntl(now.get(), F_GETFL);
+          if (fl >= 0) (void)::fcntl(now.get(), F_SETFL, fl & ~O_NONBLOCK);
+          error = WriteAllTo(now.get(), bytes);
+        }
+        if (error == 0 && ::close(now.release()) != 0) error = errno;
+      } else {
         error = errno;
+      }
     }
     if (error == 0 && ::close(fd_.release()) != 0) error = errno;
-    if (error != 0)
+    if (error != 0) {
+      if (linked) ::unlink(path_.c_str());
       return absl::UnavailableError(
           absl::StrCat(path_, ": cannot write the timeline: ", strerror(error)));
+    }
     kind_ = Kind::kExisting;  // written: kept
     return absl::OkStatus();
   }
 
  private:
+  static std::string ProcFdPath(int fd) { return absl::StrCat("/proc/self/fd/", fd); }
+  // Truncates a regular file, then writes all of `bytes`: 0 or the errno.
+  static int WriteAllTo(int fd, const std::string& bytes) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::ftruncate(fd, 0) != 0) return errno;
+    for (size_t done = 0; done < bytes.size();) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return n < 0 ? errno : EIO;
+      done += static_cast<size_t>(n);
+    }
+    return 0;
+  }
   enum class Kind {
     kExisting,  // there before (or written): never removed
     kUnnamed,   // O_TMPFILE: named when written, gone with the fd

@@ -218,12 +218,12 @@ class RemoteCore : public CoreHooks {
         const int32_t pid32 = pid;
         std::memcpy(p.data(), &pid32, 4);
         std::string enc;
-        const size_t room = std::min<size_t>(kMaxMsgBytes - 8, kMaxMapsListBytes - total);
-        const size_t k = EncodeMappings(m, at, room, &enc);
+        const size_t k = EncodeMappings(m, at, kMaxMsgBytes - 8, &enc);
         at += k;
         total += enc.size();
-        // The last part: everything sent, the budget spent, or a mapping
-        // that cannot be encoded (none from ParseProcMaps) or fit.
+        // The last part: everything sent, less than a whole part of the
+        // budget left (a list is cut up to one part short of it), or a
+        // mapping that cannot be encoded (none from ParseProcMaps) or fit.
         const bool more = k != 0 && at < m.size() &&
                           kMaxMapsListBytes - total >= kMaxMsgBytes - 8;
         const uint32_t flags = more ? kMapsMore : 0;

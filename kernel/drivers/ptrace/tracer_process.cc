@@ -231,12 +231,15 @@ void TracerProcess::ReadLoop() {
     *out = it->second;
     return true;
   };
-  // Mapping lists whose last part has not come yet, by pid.
+  // The mapping list whose last part has not come yet: one at a time (the
+  // helper sends a list's parts back to back), so a helper cannot make
+  // pfmd hold more than kMaxMapsListBytes of unfinished lists.
   struct PartialMaps {
+    int32_t pid = 0;  // 0: none
     std::vector<Mapping> mappings;
     size_t bytes = 0;  // encoded, in the parts so far
   };
-  std::map<int32_t, PartialMaps> parts;
+  PartialMaps part;
   MsgHeader h;
   std::string p;
   // A fixed-size message: exactly sizeof(*m) bytes.
@@ -421,15 +424,20 @@ void TracerProcess::ReadLoop() {
         // tracer thread reported the child's exit (a child that exits at
         // once). Before, pfmd closed the channel at that, and the helper
         // detached everything mid-tree.
+        // A list in parts (tracer_protocol.h): put together here, kept
+        // once its last part came; never over kMaxMapsListBytes, and
+        // another process's part before the last is a protocol error.
+        if (part.pid != 0 && part.pid != pid) {
+          ok = false;
+          break;
+        }
         bool traced = false;
         for (const auto& [tid, t] : live) traced |= t.pid == pid;
         if (!traced) {
-          parts.erase(pid);
+          part = PartialMaps();
           break;
         }
-        // A list in parts (tracer_protocol.h): put together here, kept
-        // once its last part came; never over kMaxMapsListBytes.
-        PartialMaps& part = parts[pid];
+        part.pid = pid;
         part.bytes += p.size() - 8;
         if (part.bytes > kMaxMapsListBytes ||
             part.mappings.size() + m.size() > kMaxMappings) {
@@ -448,7 +456,7 @@ void TracerProcess::ReadLoop() {
         pm.time_ns = now;  // pfmd's clock, as for the records
         pm.mappings = std::move(part.mappings);
         const size_t bytes = part.bytes;
-        parts.erase(pid);
+        part = PartialMaps();
         std::lock_guard<std::mutex> lk(mu_);
         KeepMapsLocked(std::make_shared<const ProcessMaps>(std::move(pm)), bytes);
         break;
