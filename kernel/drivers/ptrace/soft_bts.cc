@@ -300,6 +300,12 @@ class SoftBtsRun {
     int status = 0;       // wait status of the current stop
     int pending_sig = 0;  // to deliver at the next resume
     bool held = false;    // stopped because a blocking consumer is full
+    // Stopped at PTRACE_EVENT_VFORK (the child created, not yet run): then
+    // resumed with PTRACE_CONT, no trap flag (it runs nothing of its own
+    // before its PTRACE_EVENT_VFORK_DONE stop), and asleep in the kernel
+    // until that child execs or exits, where no PTRACE_INTERRUPT reaches
+    // it: DetachAll lets the child go first. Cleared at its next stop.
+    pid_t vfork_child = 0;
     // Step state.
     bool have_prev = false;
     uint64_t prev_rip = 0;
@@ -580,7 +586,7 @@ class SoftBtsRun {
     // copy of the code (or, after vfork, the very same code) holds the
     // int3s, which must be taken out before it runs untraced.
     if (t_->opt_.inherit || t_->opt_.branch_step)
-      o |= PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK;
+      o |= PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACEVFORKDONE;
     if (filtering_) o |= PTRACE_O_TRACESYSGOOD;  // outside: syscall stops
     return static_cast<int>(o);
   }
@@ -635,6 +641,10 @@ class SoftBtsRun {
   SoftBtsTracer* t_;
   const pid_t root_;
   std::map<pid_t, std::unique_ptr<Task>> tasks_;  // by tid
+  // Tasks adopted at their own first stop, before their creator's event:
+  // that event must not adopt them again once they are gone (a task that
+  // never stops, which DetachAll would wait for).
+  std::set<pid_t> adopted_early_;
   int held_ = 0;                  // tasks held (not resumed)
   uint64_t lift_gen_ = 0;         // LiftPlants calls that lifted something
   int64_t root_status_ = -1;
@@ -1549,12 +1559,13 @@ void SoftBtsRun::Resume(Task* t) {
     t->held = false;
     --held_;
   }
-  const auto req = t->mode == kBranch ? (t->outside  ? PTRACE_SYSCALL
+  const auto req = t->vfork_child != 0 ? PTRACE_CONT
+                   : t->mode == kBranch ? (t->outside  ? PTRACE_SYSCALL
                                           : t->bs_cont ? PTRACE_CONT
                                                        : PTRACE_SINGLESTEP)
                    : t->mode == kStep ? PTRACE_SINGLESTEP
                                       : PTRACE_SINGLEBLOCK;
-  t->bs_conted = req == PTRACE_CONT;
+  t->bs_conted = req == PTRACE_CONT && t->vfork_child == 0;
   t->conted_gen = lift_gen_;
   if (t->sw != nullptr) t->resumed_ns = NowNs();
   if (ptrace(req, t->id.tid, nullptr,
@@ -1611,6 +1622,7 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
         parent = o.get();
     const bool thread = parent != nullptr && parent->id.pid == tgid;
     t = Adopt(tgid, tid, parent, !thread && !t_->opt_.inherit);
+    adopted_early_.insert(tid);
   }
   if (gone) {
     Gone(t, st);
@@ -1640,6 +1652,7 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
   const bool first = t->state == Task::kNew;
   t->state = Task::kStopped;
   t->status = st;
+  t->vfork_child = 0;
   t->bs_cont = false;  // single-step on unless Plan finds a block to run
   ReadSwitches(t);
   if (first) {  // its attach stop
@@ -1663,16 +1676,23 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
       unsigned long child = 0;
       ptrace(PTRACE_GETEVENTMSG, tid, nullptr, &child);
       const pid_t c = static_cast<pid_t>(child);
-      if (c > 0 && Find(c) == nullptr) {
+      const bool early = adopted_early_.erase(c) != 0;
+      if (c > 0 && !early && Find(c) == nullptr) {
         pid_t tgid = 0, ppid = 0;
         const bool thread = event == PTRACE_EVENT_CLONE &&
                             ReadTaskIds(c, &tgid, &ppid) && tgid == t->id.pid;
         const pid_t pid_of = thread ? t->id.pid : c;
         Adopt(pid_of, c, t, !thread && !t_->opt_.inherit);
       }
+      if (event == PTRACE_EVENT_VFORK && c > 0) t->vfork_child = c;
       t->have_prev = false;
       break;
     }
+    case PTRACE_EVENT_VFORK_DONE:
+      // Its vfork child exec'd or exited: it runs again from here (on its
+      // way out of the syscall), stepped as before the vfork.
+      t->have_prev = false;
+      break;
     case PTRACE_EVENT_EXEC: {
       unsigned long former = 0;
       ptrace(PTRACE_GETEVENTMSG, tid, nullptr, &former);
@@ -1816,10 +1836,22 @@ void SoftBtsRun::DetachAll() {
   // blocking syscall), then detach each at whatever stop comes first. A
   // task stopped for job control (LISTEN) is in a stop already.
   int running = 0;
+  // A vfork parent whose child is still traced sleeps in the kernel until
+  // that child execs or exits: it cannot stop before the child is let go
+  // (below), so it is not waited for here (before 2026-11-27 it was: the
+  // wait hung, then timed out and left it with the trap flag of its last
+  // single-step, which killed it with SIGTRAP once the child exited).
+  std::set<pid_t> vfork_parents;
   for (auto& [tid, t] : tasks_) {
     if (t->state == Task::kRunning || t->state == Task::kNew ||
         t->state == Task::kDetach || t->state == Task::kListening) {
-      ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
+      // ESRCH: not (or no longer) our tracee, no stop to wait for; its
+      // exit, if any, is collected below all the same.
+      if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0 && errno == ESRCH) continue;
+      if (t->state == Task::kRunning && t->vfork_child != 0 && Find(t->vfork_child) != nullptr) {
+        vfork_parents.insert(tid);
+        continue;
+      }
       ++running;
     }
   }
@@ -1846,7 +1878,7 @@ void SoftBtsRun::DetachAll() {
       if (WIFSTOPPED(st)) ptrace(PTRACE_DETACH, r, nullptr, nullptr);
       continue;
     }
-    const bool was_running = t->state != Task::kStopped;
+    const bool was_running = t->state != Task::kStopped && !vfork_parents.count(r);
     if (WIFEXITED(st) || WIFSIGNALED(st)) {
       if (was_running) --running;
       Gone(t, st);
@@ -1863,7 +1895,8 @@ void SoftBtsRun::DetachAll() {
   }
   if (running > 0) {
     for (auto& [tid, t] : tasks_) {
-      if (t->state == Task::kStopped || t->state == Task::kDetach || !InTracingStop(tid))
+      if (t->state == Task::kStopped || t->state == Task::kDetach ||
+          vfork_parents.count(tid) || !InTracingStop(tid))
         continue;
       // Stopped in fact: detached from there, as from an event-stop (a
       // SIGTRAP its last step queued is taken while still traced).
@@ -1879,6 +1912,7 @@ void SoftBtsRun::DetachAll() {
   std::vector<Task*> all;
   for (auto& [tid, t] : tasks_) all.push_back(t.get());
   for (Task* t : all) {
+    if (vfork_parents.count(t->id.tid) && t->state != Task::kStopped) continue;  // below
     if (t->state == Task::kDetach) {
       ptrace(PTRACE_DETACH, t->id.tid, nullptr, nullptr);
       ForgetTask(t->id.tid);
@@ -1895,6 +1929,42 @@ void SoftBtsRun::DetachAll() {
     if (DetachFromStop(t, sig)) {
       t_->core_->TaskDetached(t->id, NowNs());
       ForgetTask(t->id.tid);
+    }
+  }
+  // The vfork parents, now that their children run untraced: each stops
+  // (PTRACE_EVENT_VFORK_DONE, or the interrupt) once its child exec'd or
+  // exited, and is let go from there. Bounded as above; one whose child
+  // runs on past it (a vfork child that never execs) is left to the kernel,
+  // which detaches it when this process exits: resumed with PTRACE_CONT
+  // from its vfork event, it has no trap flag to die of.
+  const auto parents_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (pid_t tid : vfork_parents) {
+    Task* t = Find(tid);
+    if (t == nullptr || t->state == Task::kStopped) continue;  // gone, or detached above
+    int st = 0;
+    pid_t r = 0;
+    while ((r = waitpid(tid, &st, __WALL | WNOHANG)) == 0 ||
+           (r < 0 && errno == EINTR)) {
+      if (std::chrono::steady_clock::now() >= parents_deadline) break;
+      const timespec ms = {0, 1000000};
+      nanosleep(&ms, nullptr);
+    }
+    if (r != tid) {
+      t_->core_->TaskDetached(t->id, NowNs());
+      ForgetTask(tid);
+      continue;
+    }
+    if (WIFEXITED(st) || WIFSIGNALED(st)) {
+      Gone(t, st);
+      continue;
+    }
+    t->status = st;
+    t->state = Task::kStopped;
+    int sig = 0;
+    if ((st >> 16) == 0 && WSTOPSIG(st) != SIGTRAP) sig = WSTOPSIG(st);
+    if (DetachFromStop(t, sig)) {
+      t_->core_->TaskDetached(t->id, NowNs());
+      ForgetTask(tid);
     }
   }
 }
