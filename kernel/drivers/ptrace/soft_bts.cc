@@ -1855,12 +1855,15 @@ void SoftBtsRun::DetachAll() {
       ++running;
     }
   }
-  // Bounded: a task whose stop this wait never gets (seen twice in CI on
-  // 2026-11-27, a task in a ptrace-stop inside fork that the bookkeeping
-  // had as running; the cause is not known) must not hang the detach, and
-  // with it the helper and the traced program. After the deadline the
-  // kernel's view (/proc) decides, below.
+  // Bounded: a task whose stop this wait never gets must not hang the
+  // detach, and with it the helper and the traced program (a vfork parent
+  // did, above, until 2026-11-27). After the deadline the kernel's view
+  // (/proc) decides, below.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  // Tasks created meanwhile, whose creator's event is one of the stops
+  // collected here (never handled, so never adopted): tid -> its first stop
+  // seen. Let go below, once the int3s their memory holds are out.
+  std::map<pid_t, bool> late;
   while (running > 0) {
     int st = 0;
     const pid_t r = waitpid(-1, &st, __WALL | __WNOTHREAD | WNOHANG);
@@ -1874,8 +1877,7 @@ void SoftBtsRun::DetachAll() {
     if (r < 0) break;  // none left
     Task* t = Find(r);
     if (t == nullptr) {
-      // A child auto-attached meanwhile: let it go too.
-      if (WIFSTOPPED(st)) ptrace(PTRACE_DETACH, r, nullptr, nullptr);
+      if (WIFSTOPPED(st)) late[r] = true;
       continue;
     }
     const bool was_running = t->state != Task::kStopped && !vfork_parents.count(r);
@@ -1886,6 +1888,13 @@ void SoftBtsRun::DetachAll() {
     }
     if (!WIFSTOPPED(st)) continue;
     if (was_running) --running;
+    if (const int event = st >> 16;
+        event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_VFORK || event == PTRACE_EVENT_CLONE) {
+      unsigned long child = 0;
+      ptrace(PTRACE_GETEVENTMSG, r, nullptr, &child);
+      const pid_t c = static_cast<pid_t>(child);
+      if (c > 0 && Find(c) == nullptr) late.emplace(c, false);
+    }
     t->status = st;
     const int sig = WSTOPSIG(st);
     const bool signal_delivery = (st >> 16) == 0 && sig != SIGTRAP;
@@ -1904,11 +1913,43 @@ void SoftBtsRun::DetachAll() {
       t->status = (PTRACE_EVENT_STOP << 16) | (SIGTRAP << 8) | 0x7f;
     }
   }
+  // The first stop of each task created meanwhile (it comes at once: the
+  // kernel attached it before its creator's event).
+  for (auto& [tid, stopped] : late) {
+    int st = 0;
+    pid_t r = 0;
+    while (!stopped && ((r = waitpid(tid, &st, __WALL | WNOHANG)) == 0 || (r < 0 && errno == EINTR))) {
+      if (std::chrono::steady_clock::now() >= deadline + std::chrono::seconds(1)) break;
+      const timespec ms = {0, 1000000};
+      nanosleep(&ms, nullptr);
+    }
+    if (r == tid) stopped = WIFSTOPPED(st);
+  }
+  // A process forked meanwhile has a copy of its parent's memory, int3s
+  // included (branch stepping): they come out of its copy before it is let
+  // go, as for a process not followed (Handle's kDetach). Before
+  // 2026-11-27 it was let go at once and died of SIGTRAP at the first
+  // one. A new thread shares its process's memory, which LiftAll clears.
+  for (const auto& [tid, stopped] : late) {
+    if (!stopped) continue;
+    pid_t tgid = 0, ppid = 0;
+    if (!ReadTaskIds(tid, &tgid, &ppid) || tgid != tid) continue;
+    for (auto& [otid, o] : tasks_) {
+      if (o->id.pid != ppid || o->as == nullptr || o->as->plants == nullptr) continue;
+      if (std::shared_ptr<Plants> own = NewPlants(tid)) {
+        own->orig = o->as->plants->orig;
+        LiftPlants(own.get(), 0, 0);
+      }
+      break;
+    }
+  }
   // Everything still tracked is stopped now (but a task past the deadline
   // that /proc does not show stopped, which PTRACE_DETACH refuses: the
   // kernel lets it go when this process exits): take out the int3s before
   // any thread runs untraced.
   LiftAll();
+  for (const auto& [tid, stopped] : late)
+    if (stopped) ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
   std::vector<Task*> all;
   for (auto& [tid, t] : tasks_) all.push_back(t.get());
   for (Task* t : all) {
