@@ -578,6 +578,8 @@ class SoftBtsRun {
   bool DetachFromStop(Task* t, int sig);
   // Stop(): interrupts the running tasks and detaches from every one.
   void DetachAll();
+  // Lets a kDetach task go at its first stop, the int3s of its memory out.
+  void LetGoUnfollowed(Task* t);
   // Attaches to the root process's threads; reports Start's result.
   bool AttachAll();
   int SeizeOptions() const {
@@ -641,10 +643,6 @@ class SoftBtsRun {
   SoftBtsTracer* t_;
   const pid_t root_;
   std::map<pid_t, std::unique_ptr<Task>> tasks_;  // by tid
-  // Tasks adopted at their own first stop, before their creator's event:
-  // that event must not adopt them again once they are gone (a task that
-  // never stops, which DetachAll would wait for).
-  std::set<pid_t> adopted_early_;
   int held_ = 0;                  // tasks held (not resumed)
   uint64_t lift_gen_ = 0;         // LiftPlants calls that lifted something
   int64_t root_status_ = -1;
@@ -1622,7 +1620,6 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
         parent = o.get();
     const bool thread = parent != nullptr && parent->id.pid == tgid;
     t = Adopt(tgid, tid, parent, !thread && !t_->opt_.inherit);
-    adopted_early_.insert(tid);
   }
   if (gone) {
     Gone(t, st);
@@ -1632,21 +1629,7 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
   const int sig = WSTOPSIG(st);
   const int event = st >> 16;
   if (t->state == Task::kDetach) {
-    // A process we do not follow: let it go at its first stop, without
-    // the int3s it inherited.
-    if (t->detach_plants != nullptr) {
-      if (t->detach_shared_mm) {
-        // vfork: the int3s are its parent's too. Taken out for both (the
-        // parent's threads plan again); planted anew when needed.
-        LiftPlants(t->detach_plants.get(), 0, 0);
-      } else if (std::shared_ptr<Plants> own = NewPlants(tid)) {
-        own->orig = t->detach_plants->orig;
-        LiftPlants(own.get(), 0, 0);
-      }
-      t->detach_plants.reset();
-    }
-    ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
-    ForgetTask(tid);
+    LetGoUnfollowed(t);
     return;
   }
   const bool first = t->state == Task::kNew;
@@ -1676,8 +1659,10 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
       unsigned long child = 0;
       ptrace(PTRACE_GETEVENTMSG, tid, nullptr, &child);
       const pid_t c = static_cast<pid_t>(child);
-      const bool early = adopted_early_.erase(c) != 0;
-      if (c > 0 && !early && Find(c) == nullptr) {
+      // Not adopted again when its own first stop came first and it is
+      // gone or let go since (a task that would never stop, which
+      // DetachAll would wait for): only a task this thread traces.
+      if (c > 0 && Find(c) == nullptr && TracerOf(c) == static_cast<pid_t>(::gettid())) {
         pid_t tgid = 0, ppid = 0;
         const bool thread = event == PTRACE_EVENT_CLONE &&
                             ReadTaskIds(c, &tgid, &ppid) && tgid == t->id.pid;
@@ -1794,6 +1779,25 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
   Resume(t);
 }
 
+void SoftBtsRun::LetGoUnfollowed(Task* t) {
+  // A process we do not follow: let go at its first stop, without the
+  // int3s it inherited.
+  const pid_t tid = t->id.tid;
+  if (t->detach_plants != nullptr) {
+    if (t->detach_shared_mm) {
+      // vfork: the int3s are its parent's too. Taken out for both (the
+      // parent's threads plan again); planted anew when needed.
+      LiftPlants(t->detach_plants.get(), 0, 0);
+    } else if (std::shared_ptr<Plants> own = NewPlants(tid)) {
+      own->orig = t->detach_plants->orig;
+      LiftPlants(own.get(), 0, 0);
+    }
+    t->detach_plants.reset();
+  }
+  ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+  ForgetTask(tid);
+}
+
 bool SoftBtsRun::DetachFromStop(Task* t, int sig) {
   const pid_t tid = t->id.tid;
   int st = t->status;
@@ -1801,7 +1805,11 @@ bool SoftBtsRun::DetachFromStop(Task* t, int sig) {
   // tracee (x86 user_single_step_report); if we detach at an event-stop
   // that came first, the trap would be delivered untraced and kill it.
   // Let it arrive while still traced and drop it.
-  for (int i = 0; i < 4 && (st >> 16) != 0 && SigtrapPending(tid); ++i) {
+  // Not at a vfork event: no step trap can be queued there yet, and a CONT
+  // would put the task to sleep until its (perhaps stopped) child execs.
+  for (int i = 0; i < 4 && (st >> 16) != 0 && (st >> 16) != PTRACE_EVENT_VFORK &&
+                  SigtrapPending(tid);
+       ++i) {
     if (ptrace(PTRACE_CONT, tid, nullptr, nullptr) != 0) break;
     pid_t r;
     do {
@@ -1841,15 +1849,21 @@ void SoftBtsRun::DetachAll() {
   // (below), so it is not waited for here (before 2026-11-27 it was: the
   // wait hung, then timed out and left it with the trap flag of its last
   // single-step, which killed it with SIGTRAP once the child exited).
-  std::set<pid_t> vfork_parents;
+  std::set<pid_t> vfork_parents, not_counted;
   for (auto& [tid, t] : tasks_) {
     if (t->state == Task::kRunning || t->state == Task::kNew ||
         t->state == Task::kDetach || t->state == Task::kListening) {
       // ESRCH: not (or no longer) our tracee, no stop to wait for; its
       // exit, if any, is collected below all the same.
-      if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0 && errno == ESRCH) continue;
-      if (t->state == Task::kRunning && t->vfork_child != 0 && Find(t->vfork_child) != nullptr) {
+      if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0 && errno == ESRCH) {
+        not_counted.insert(tid);
+        continue;
+      }
+      // Whether its child is still traced or already let go (not
+      // followed), it stops only once that child execs or exits.
+      if (t->state == Task::kRunning && t->vfork_child != 0) {
         vfork_parents.insert(tid);
+        not_counted.insert(tid);
         continue;
       }
       ++running;
@@ -1880,7 +1894,7 @@ void SoftBtsRun::DetachAll() {
       if (WIFSTOPPED(st)) late[r] = true;
       continue;
     }
-    const bool was_running = t->state != Task::kStopped && !vfork_parents.count(r);
+    const bool was_running = t->state != Task::kStopped && !not_counted.count(r);
     if (WIFEXITED(st) || WIFSIGNALED(st)) {
       if (was_running) --running;
       Gone(t, st);
@@ -1888,6 +1902,13 @@ void SoftBtsRun::DetachAll() {
     }
     if (!WIFSTOPPED(st)) continue;
     if (was_running) --running;
+    if (t->state == Task::kDetach) {
+      // A process not followed, at its first stop: let go as Handle would,
+      // its copy of the int3s out (before 2026-11-27 it was detached below
+      // as a followed task, int3s and all, to die of SIGTRAP).
+      LetGoUnfollowed(t);
+      continue;
+    }
     if (const int event = st >> 16;
         event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_VFORK || event == PTRACE_EVENT_CLONE) {
       unsigned long child = 0;
@@ -1945,8 +1966,9 @@ void SoftBtsRun::DetachAll() {
   }
   // Everything still tracked is stopped now (but a task past the deadline
   // that /proc does not show stopped, which PTRACE_DETACH refuses: the
-  // kernel lets it go when this process exits): take out the int3s before
-  // any thread runs untraced.
+  // kernel lets it go when this thread exits, with the trap flag of a
+  // single-step if it had one, of which it would die): take out the int3s
+  // before any thread runs untraced.
   LiftAll();
   for (const auto& [tid, stopped] : late)
     if (stopped) ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
@@ -1979,31 +2001,54 @@ void SoftBtsRun::DetachAll() {
   // which detaches it when this process exits: resumed with PTRACE_CONT
   // from its vfork event, it has no trap flag to die of.
   const auto parents_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  std::set<pid_t> waiting;
   for (pid_t tid : vfork_parents) {
-    Task* t = Find(tid);
-    if (t == nullptr || t->state == Task::kStopped) continue;  // gone, or detached above
-    int st = 0;
-    pid_t r = 0;
-    while ((r = waitpid(tid, &st, __WALL | WNOHANG)) == 0 ||
-           (r < 0 && errno == EINTR)) {
-      if (std::chrono::steady_clock::now() >= parents_deadline) break;
-      const timespec ms = {0, 1000000};
-      nanosleep(&ms, nullptr);
+    const Task* t = Find(tid);
+    if (t != nullptr && t->state != Task::kStopped) waiting.insert(tid);  // else gone or detached
+  }
+  // All together (a vfork parent may be the vfork child of another).
+  while (!waiting.empty()) {
+    bool any = false;
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      const pid_t tid = *it;
+      int st = 0;
+      const pid_t r = waitpid(tid, &st, __WALL | WNOHANG);
+      if (r == 0 || (r < 0 && errno == EINTR)) {
+        ++it;
+        continue;
+      }
+      any = true;
+      it = waiting.erase(it);
+      Task* t = Find(tid);
+      if (t == nullptr) continue;
+      if (r != tid) {  // not ours any more
+        t_->core_->TaskDetached(t->id, NowNs());
+        ForgetTask(tid);
+        continue;
+      }
+      if (WIFEXITED(st) || WIFSIGNALED(st)) {
+        Gone(t, st);
+        continue;
+      }
+      t->status = st;
+      t->state = Task::kStopped;
+      int sig = 0;
+      if ((st >> 16) == 0 && WSTOPSIG(st) != SIGTRAP) sig = WSTOPSIG(st);
+      if (DetachFromStop(t, sig)) {
+        t_->core_->TaskDetached(t->id, NowNs());
+        ForgetTask(tid);
+      }
     }
-    if (r != tid) {
-      t_->core_->TaskDetached(t->id, NowNs());
-      ForgetTask(tid);
-      continue;
-    }
-    if (WIFEXITED(st) || WIFSIGNALED(st)) {
-      Gone(t, st);
-      continue;
-    }
-    t->status = st;
-    t->state = Task::kStopped;
-    int sig = 0;
-    if ((st >> 16) == 0 && WSTOPSIG(st) != SIGTRAP) sig = WSTOPSIG(st);
-    if (DetachFromStop(t, sig)) {
+    if (any) continue;
+    if (std::chrono::steady_clock::now() >= parents_deadline) break;
+    const timespec ms = {0, 1000000};
+    nanosleep(&ms, nullptr);
+  }
+  // Past the deadline (a vfork child that never execs): left to the
+  // kernel, which lets them go when this thread exits; resumed with
+  // PTRACE_CONT from the vfork event, they carry no trap flag.
+  for (pid_t tid : waiting) {
+    if (Task* t = Find(tid)) {
       t_->core_->TaskDetached(t->id, NowNs());
       ForgetTask(tid);
     }
