@@ -1877,7 +1877,11 @@ void SoftBtsRun::DetachAll() {
   // Tasks created meanwhile, whose creator's event is one of the stops
   // collected here (never handled, so never adopted): tid -> its first stop
   // seen. Let go below, once the int3s their memory holds are out.
-  std::map<pid_t, bool> late;
+  struct Late {
+    bool stopped = false;
+    pid_t creator = 0;  // the task whose event named it (0: not known)
+  };
+  std::map<pid_t, Late> late;
   while (running > 0) {
     int st = 0;
     const pid_t r = waitpid(-1, &st, __WALL | __WNOTHREAD | WNOHANG);
@@ -1891,7 +1895,7 @@ void SoftBtsRun::DetachAll() {
     if (r < 0) break;  // none left
     Task* t = Find(r);
     if (t == nullptr) {
-      if (WIFSTOPPED(st)) late[r] = true;
+      if (WIFSTOPPED(st)) late[r].stopped = true;
       continue;
     }
     const bool was_running = t->state != Task::kStopped && !not_counted.count(r);
@@ -1914,7 +1918,7 @@ void SoftBtsRun::DetachAll() {
       unsigned long child = 0;
       ptrace(PTRACE_GETEVENTMSG, r, nullptr, &child);
       const pid_t c = static_cast<pid_t>(child);
-      if (c > 0 && Find(c) == nullptr) late.emplace(c, false);
+      if (c > 0 && Find(c) == nullptr) late[c].creator = r;
     }
     t->status = st;
     const int sig = WSTOPSIG(st);
@@ -1936,32 +1940,35 @@ void SoftBtsRun::DetachAll() {
   }
   // The first stop of each task created meanwhile (it comes at once: the
   // kernel attached it before its creator's event).
-  for (auto& [tid, stopped] : late) {
+  for (auto& [tid, l] : late) {
     int st = 0;
     pid_t r = 0;
-    while (!stopped && ((r = waitpid(tid, &st, __WALL | WNOHANG)) == 0 || (r < 0 && errno == EINTR))) {
+    while (!l.stopped && ((r = waitpid(tid, &st, __WALL | WNOHANG)) == 0 || (r < 0 && errno == EINTR))) {
       if (std::chrono::steady_clock::now() >= deadline + std::chrono::seconds(1)) break;
       const timespec ms = {0, 1000000};
       nanosleep(&ms, nullptr);
     }
-    if (r == tid) stopped = WIFSTOPPED(st);
+    if (r == tid) l.stopped = WIFSTOPPED(st);
   }
   // A process forked meanwhile has a copy of its parent's memory, int3s
   // included (branch stepping): they come out of its copy before it is let
   // go, as for a process not followed (Handle's kDetach). Before
   // 2026-11-27 it was let go at once and died of SIGTRAP at the first
   // one. A new thread shares its process's memory, which LiftAll clears.
-  for (const auto& [tid, stopped] : late) {
-    if (!stopped) continue;
+  for (const auto& [tid, l] : late) {
+    if (!l.stopped) continue;
     pid_t tgid = 0, ppid = 0;
     if (!ReadTaskIds(tid, &tgid, &ppid) || tgid != tid) continue;
-    for (auto& [otid, o] : tasks_) {
-      if (o->id.pid != ppid || o->as == nullptr || o->as->plants == nullptr) continue;
-      if (std::shared_ptr<Plants> own = NewPlants(tid)) {
-        own->orig = o->as->plants->orig;
-        LiftPlants(own.get(), 0, 0);
-      }
-      break;
+    // Its creator: the task whose event named it, else its parent
+    // (CLONE_PARENT makes the parent another process).
+    const AddressSpace* from = nullptr;
+    if (const Task* c = l.creator != 0 ? Find(l.creator) : nullptr) from = c->as.get();
+    for (auto it = tasks_.begin(); from == nullptr && it != tasks_.end(); ++it)
+      if (it->second->id.pid == ppid) from = it->second->as.get();
+    if (from == nullptr || from->plants == nullptr) continue;
+    if (std::shared_ptr<Plants> own = NewPlants(tid)) {
+      own->orig = from->plants->orig;
+      LiftPlants(own.get(), 0, 0);
     }
   }
   // Everything still tracked is stopped now (but a task past the deadline
@@ -1970,8 +1977,8 @@ void SoftBtsRun::DetachAll() {
   // single-step if it had one, of which it would die): take out the int3s
   // before any thread runs untraced.
   LiftAll();
-  for (const auto& [tid, stopped] : late)
-    if (stopped) ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+  for (const auto& [tid, l] : late)
+    if (l.stopped) ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
   std::vector<Task*> all;
   for (auto& [tid, t] : tasks_) all.push_back(t.get());
   for (Task* t : all) {
