@@ -78,23 +78,18 @@ TEST_F(HostE2e, RecordOfAMissingCommandIsNotFoundAndWritesNothing) {
 // the session is gone and the command is not left stopped.
 TEST_F(HostE2e, ARecordWhoseFileCannotBeWrittenSaysWhyAndLeavesNothing) {
   const std::string file = dir_ + "/full.trace", err = dir_ + "/full.err";
-  std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket(), "record",
-                                   "-o", file, "--", "/bin/sh", "-c",
-                                   "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done"};
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  const pid_t pfmctl = ::fork();
+  const pid_t pfmctl = testing::StartPfmctl(
+      socket(),
+      {"record", "-o", file, "--", "/bin/sh", "-c",
+       "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done"},
+      [&err] {
+        const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        ::dup2(fd, 2);
+        ::signal(SIGXFSZ, SIG_IGN);
+        const rlimit small{64 << 10, 64 << 10};
+        ::setrlimit(RLIMIT_FSIZE, &small);
+      });
   ASSERT_GE(pfmctl, 0);
-  if (pfmctl == 0) {
-    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    ::dup2(fd, 2);
-    ::signal(SIGXFSZ, SIG_IGN);
-    const rlimit small{64 << 10, 64 << 10};
-    ::setrlimit(RLIMIT_FSIZE, &small);
-    ::execv(cargv[0], cargv.data());
-    ::_exit(127);
-  }
   int ws = 0;
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(::waitpid(pfmctl, &ws, 0), pfmctl);

@@ -483,6 +483,23 @@ TEST_F(HostTasksE2e, ChildrenThatExitAtOnceAreFollowedToTheEnd) {
   EXPECT_EQ(exited.size(), 61u) << "the process and its sixty children";
 }
 
+// How many processes have a list in `t` with all `want` mappings of
+// `file`; *lists: per pid, the most such mappings in one of its lists.
+size_t FullLists(const Trace& t, const std::string& file, size_t want, std::string* lists) {
+  std::map<int32_t, size_t> most;
+  for (const ProcessMaps& m : t.maps) {
+    size_t n = 0;
+    for (const Mapping& e : m.mappings) n += e.path == file;
+    most[m.pid] = std::max(most[m.pid], n);
+  }
+  size_t full = 0;
+  for (const auto& [pid, n] : most) {
+    full += n == want;
+    absl::StrAppend(lists, " pid ", pid, ": ", n);
+  }
+  return full;
+}
+
 // Mapping lists larger than a reply frame (1 MiB) all reach the file: a
 // process with 400 mappings of a file with a 200-byte name (fewer than
 // fill one message of the tracer helper's, docs/host_drivers.md), and its
@@ -500,20 +517,10 @@ TEST_F(HostTasksE2e, MappingListsOverAFramesWorthAllReachTheFile) {
   constexpr size_t kMaps = 400;
   Trace t = Record({"--", testing::Runfile("tests/many_maps"), file, std::to_string(kMaps), "8"});
   ASSERT_TRUE(t.complete) << t.cut_reason;
-  std::map<int32_t, size_t> most;  // pid -> the most mappings of `file` in one list
-  for (const ProcessMaps& m : t.maps) {
-    size_t n = 0;
-    for (const Mapping& e : m.mappings) n += e.path == file;
-    most[m.pid] = std::max(most[m.pid], n);
-  }
-  size_t full = 0;
   std::string lists;
-  for (const auto& [pid, n] : most) {
-    full += n == kMaps;
-    absl::StrAppend(&lists, " pid ", pid, ": ", n);
-  }
-  EXPECT_EQ(full, 9u) << "the process and its eight children, each with every mapping; "
-                       << t.maps.size() << " lists; most mappings of the file per pid:" << lists;
+  EXPECT_EQ(FullLists(t, file, kMaps, &lists), 9u)
+      << "the process and its eight children, each with every mapping; " << t.maps.size()
+      << " lists; most mappings of the file per pid:" << lists;
   // The target's current list is the file's last MAPS block with mappings.
   const ProcessMaps* last = nullptr;
   for (const ProcessMaps& m : t.maps)
@@ -545,21 +552,11 @@ TEST_F(HostTasksE2e, AMappingListOverOneHelperMessageReachesTheFileWhole) {
   constexpr size_t kMaps = 300;
   Trace t = Record({"--", testing::Runfile("tests/many_maps"), file, std::to_string(kMaps), "1"});
   ASSERT_TRUE(t.complete) << t.cut_reason;
-  std::map<int32_t, size_t> most;  // pid -> the most mappings of `file` in one list
-  for (const ProcessMaps& m : t.maps) {
-    size_t n = 0;
-    for (const Mapping& e : m.mappings) n += e.path == file;
-    most[m.pid] = std::max(most[m.pid], n);
+  for (const ProcessMaps& m : t.maps)
     for (size_t i = 1; i < m.mappings.size(); ++i)
       ASSERT_LE(m.mappings[i - 1].start, m.mappings[i].start) << "pid " << m.pid << " at " << i;
-  }
   std::string lists;
-  size_t full = 0;
-  for (const auto& [pid, n] : most) {
-    full += n == kMaps;
-    absl::StrAppend(&lists, " pid ", pid, ": ", n);
-  }
-  EXPECT_EQ(full, 2u) << "the process and its child, each with every mapping; " << t.maps.size()
+  EXPECT_EQ(FullLists(t, file, kMaps, &lists), 2u) << "the process and its child, each with every mapping; " << t.maps.size()
                       << " lists; most mappings of the file per pid:" << lists;
 }
 

@@ -192,19 +192,9 @@ TEST_F(TimelineE2e, AReportKilledWhileReadingTheTraceLeavesNoSvg) {
     }
     for (const int sig : {SIGINT, SIGKILL}) {
       SCOPED_TRACE(strsignal(sig));
-      std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket(), "report", big,
-                                       "--timeline", svg};
-      std::vector<char*> cargv;
-      for (std::string& a : argv) cargv.push_back(a.data());
-      cargv.push_back(nullptr);
-      const pid_t pfmctl = ::fork();
+      const pid_t pfmctl = testing::StartPfmctl(socket(), {"report", big, "--timeline", svg},
+                                                [] { ::dup2(::open("/dev/null", O_WRONLY), 1); });
       ASSERT_GE(pfmctl, 0);
-      if (pfmctl == 0) {
-        const int null = ::open("/dev/null", O_WRONLY);
-        ::dup2(null, 1);
-        ::execv(cargv[0], cargv.data());
-        ::_exit(127);
-      }
       testing::ScopedChild reap{pfmctl};
       // Its timeline file: an fd in the directory, before the trace is read.
       const std::string fds = "/proc/" + std::to_string(pfmctl) + "/fd";
@@ -241,20 +231,12 @@ TEST_F(TimelineE2e, AReportKilledWhileReadingTheTraceLeavesNoSvg) {
   // And unkilled, the picture is written, with the mode a created file
   // gets under pfmctl's umask (027 here).
   {
-    std::vector<std::string> argv = {testing::PfmctlPath(), "--socket", socket(), "report", big,
-                                     "--timeline", svg};
-    std::vector<char*> cargv;
-    for (std::string& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    const pid_t pfmctl = ::fork();
+    const pid_t pfmctl =
+        testing::StartPfmctl(socket(), {"report", big, "--timeline", svg}, [] {
+          ::dup2(::open("/dev/null", O_WRONLY), 1);
+          ::umask(027);
+        });
     ASSERT_GE(pfmctl, 0);
-    if (pfmctl == 0) {
-      const int null = ::open("/dev/null", O_WRONLY);
-      ::dup2(null, 1);
-      ::umask(027);
-      ::execv(cargv[0], cargv.data());
-      ::_exit(127);
-    }
     int ws = 0;
     ASSERT_EQ(::waitpid(pfmctl, &ws, 0), pfmctl);
     ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << ws;

@@ -36,6 +36,22 @@ std::string Runfile(const std::string& rel) {
 std::string PfmdPath() { return Runfile("userspace/pfmd/pfmd"); }
 std::string PfmctlPath() { return Runfile("userspace/pfmctl/pfmctl"); }
 
+pid_t StartPfmctl(const std::string& socket, std::vector<std::string> args,
+                  const std::function<void()>& in_child) {
+  std::vector<std::string> argv = {PfmctlPath(), "--socket", socket};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (in_child) in_child();
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
 std::string MakeTempDir(const std::string& prefix) {
   const char* base = std::getenv("TEST_TMPDIR");
   std::string tmpl = std::string(base ? base : "/tmp") + "/" + prefix + "XXXXXX";

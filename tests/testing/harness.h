@@ -41,6 +41,13 @@ Result Run(const std::vector<std::string>& argv,
            const std::map<std::string, std::string>& env = {},
            int timeout_s = 60);
 
+// Starts pfmctl --socket <socket> args... as a child and returns its pid
+// (-1 when fork fails) without waiting: for tests that signal it or watch
+// it run. `in_child`, if set, runs in the forked child just before exec
+// (redirections, limits, umask).
+pid_t StartPfmctl(const std::string& socket, std::vector<std::string> args,
+                  const std::function<void()>& in_child = nullptr);
+
 // pfmctl --socket <socket> args...
 Result Pfmctl(const std::string& socket, std::vector<std::string> args,
               int timeout_s = 60);
