@@ -1844,11 +1844,12 @@ void SoftBtsRun::DetachAll() {
   // blocking syscall), then detach each at whatever stop comes first. A
   // task stopped for job control (LISTEN) is in a stop already.
   int running = 0;
-  // A vfork parent whose child is still traced sleeps in the kernel until
-  // that child execs or exits: it cannot stop before the child is let go
-  // (below), so it is not waited for here (before 2026-11-27 it was: the
-  // wait hung, then timed out and left it with the trap flag of its last
-  // single-step, which killed it with SIGTRAP once the child exited).
+  // A vfork parent sleeps in the kernel until its child execs or exits: it
+  // cannot stop before that (and, the child traced, before the child is let
+  // go below), so it is not waited for here but after everything else
+  // (before 2026-11-27 it was: the wait hung, then timed out and left it
+  // with the trap flag of its last single-step, which killed it with
+  // SIGTRAP once the child exited).
   std::set<pid_t> vfork_parents, not_counted;
   for (auto& [tid, t] : tasks_) {
     if (t->state == Task::kRunning || t->state == Task::kNew ||
