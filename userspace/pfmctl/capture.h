@@ -44,9 +44,10 @@ absl::StatusOr<RingReader> MapRing(Client& c, uint64_t id, bool drain,
 // malformed (ReadMaps' checks included) and pfmd's error for any other
 // refusal, after adding nothing; TraceWriter's error when a block cannot be
 // written.
-// A pfmd older than session_maps: the summary goes without mapping lists,
-// and the trailer's "maps_missing" says so (kNoSessionMapsWarning), which
-// the commands print as a warning.
+// A pfmd older than session_maps: the lists its session_show carries
+// ("process_maps", "maps") are taken instead; a soft-BTS session without
+// them gets the trailer's "maps_missing" (kNoSessionMapsWarning), which the
+// commands print as a warning.
 absl::Status AddSessionSummary(Client& c, uint64_t id, TraceWriter& w,
                                boost::json::object* trailer);
 inline constexpr char kNoSessionMapsWarning[] =
