@@ -419,11 +419,6 @@ void TracerProcess::ReadLoop() {
           ok = false;
           break;
         }
-        // The list of a process no longer traced is dropped, not an error:
-        // the helper's maps thread can send a child's list just after its
-        // tracer thread reported the child's exit (a child that exits at
-        // once). Before, pfmd closed the channel at that, and the helper
-        // detached everything mid-tree.
         // A list in parts (tracer_protocol.h): put together here, kept
         // once its last part came; never over kMaxMapsListBytes, and
         // another process's part before the last is a protocol error.
@@ -431,6 +426,11 @@ void TracerProcess::ReadLoop() {
           ok = false;
           break;
         }
+        // The list of a process no longer traced is dropped, not an error:
+        // the helper's maps thread can send a child's list just after its
+        // tracer thread reported the child's exit (a child that exits at
+        // once). Before, pfmd closed the channel at that, and the helper
+        // detached everything mid-tree.
         bool traced = false;
         for (const auto& [tid, t] : live) traced |= t.pid == pid;
         if (!traced) {
