@@ -256,10 +256,16 @@ class SoftBtsRun {
     }
     int mem_fd = -1;
     PlantMap orig;  // address -> the byte the int3 replaced
-    // Int3s taken out (LiftPlants), with the lift's generation (lift_gen_):
-    // a thread running freely when one was lifted may have trapped on it
-    // just before (OwnLiftedTrap). Pruned to recent generations.
-    std::unordered_map<uint64_t, uint64_t> lifted;
+    // Int3s taken out (LiftPlants), with the lift's generation (lift_gen_)
+    // and the byte put back: a thread running freely when one was lifted
+    // may have trapped on it just before (OwnLiftedTrap), and a process
+    // forked before the lift still has it in its copy (ChildPlants). Pruned
+    // to recent generations.
+    struct Lifted {
+      uint64_t gen;
+      uint8_t orig;
+    };
+    std::unordered_map<uint64_t, Lifted> lifted;
   };
   // What the threads of one process share: the code, so the decode cache
   // and the executable mappings.
@@ -328,10 +334,12 @@ class SoftBtsRun {
     uint64_t gap_from = 0;
     uint64_t bs_expect = 0;
     uint64_t bs_replant = 0;
-    // A process not followed (kDetach): the int3s its memory holds, to
-    // take out before it is let go, and whether it shares the mm.
+    // A process not followed (kDetach): the int3s its memory holds (its
+    // creator's, and those lifted from it since detach_since: ChildPlants),
+    // to take out before it is let go, and whether it shares the mm.
     std::shared_ptr<Plants> detach_plants;
     bool detach_shared_mm = false;
+    uint64_t detach_since = 0;
     // Where it runs.
     int cpu = -1;
     int stat_fd = -1;
@@ -396,7 +404,9 @@ class SoftBtsRun {
   // Starts tracking `tid` (of process `tgid`), created by `parent` (null for
   // the threads found at attach). Reports it to the core unless it is to be
   // detached.
-  Task* Adopt(pid_t tgid, pid_t tid, const Task* parent, bool detach);
+  // `parent` created it if `at_event` (its clone, fork or vfork event),
+  // else it is a task of the process that did.
+  Task* Adopt(pid_t tgid, pid_t tid, const Task* parent, bool detach, bool at_event);
   void ForgetTask(pid_t tid);
 
   void Drain(Task* t, uint64_t now) {
@@ -537,7 +547,25 @@ class SoftBtsRun {
     const Plants* p = t->as != nullptr ? t->as->plants.get() : nullptr;
     if (p == nullptr) return false;
     auto it = p->lifted.find(at);
-    return it != p->lifted.end() && it->second > t->conted_gen;
+    return it != p->lifted.end() && it->second.gen > t->conted_gen;
+  }
+  // The int3s of a process forked from an mm whose int3s are `from`: it got
+  // a copy of that memory at some moment after the lift generation `since`
+  // (ForkSince), so it holds those of from's int3s that were in place then:
+  // the ones planted now and the ones lifted after `since`, as far as its
+  // memory still shows an int3 there (one planted after the copy is not in
+  // it). Null when its memory cannot be opened.
+  std::shared_ptr<Plants> ChildPlants(pid_t child, const Plants& from, uint64_t since);
+  // The lift generation before which a process created by `creator`, or by
+  // a thread of process `pid` when the creating thread is not known (null),
+  // was surely not yet forked: the creator's last resume, else the
+  // earliest last resume of that process's threads.
+  uint64_t ForkSince(const Task* creator, pid_t pid) const;
+  // Whether the SIGTRAP `t` is stopped for came from an int3 (the kernel
+  // sends SI_KERNEL for one, TRAP_TRACE for a single-step).
+  bool TrapWasInt3(const Task* t) const {
+    siginfo_t si{};
+    return ptrace(PTRACE_GETSIGINFO, t->id.tid, nullptr, &si) == 0 && si.si_code == SI_KERNEL;
   }
   // Before a syscall that changes mappings runs (the tracer single-steps
   // syscalls): lifts the int3s where it acts.
@@ -1041,7 +1069,7 @@ void SoftBtsRun::ReadSwitches(Task* t) {
 }
 
 SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
-                                    bool detach) {
+                                    bool detach, bool at_event) {
   auto task = std::make_unique<Task>();
   Task* t = task.get();
   t->id = TaskId{tgid, tid};
@@ -1056,10 +1084,12 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
   }
   if (detach) {
     t->state = Task::kDetach;
-    if (new_process && parent->as != nullptr && parent->as->plants != nullptr &&
-        !parent->as->plants->orig.empty()) {
+    // (Even with none planted now: some may have been lifted since the
+    // fork, ChildPlants.)
+    if (new_process && parent->as != nullptr && parent->as->plants != nullptr) {
       t->detach_plants = parent->as->plants;
       t->detach_shared_mm = shared_mm;
+      t->detach_since = ForkSince(at_event ? parent : nullptr, parent->id.pid);
     }
     return t;
   }
@@ -1086,9 +1116,10 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
     if (new_process && parent->as != nullptr && parent->as->plants != nullptr) {
       if (shared_mm) {
         t->as->SetPlants(parent->as->plants);
-      } else if (std::shared_ptr<Plants> copy = NewPlants(tgid)) {
-        copy->orig = parent->as->plants->orig;  // fork copied them too
-        t->as->SetPlants(std::move(copy));
+      } else if (std::shared_ptr<Plants> copy = ChildPlants(
+                     tgid, *parent->as->plants,
+                     ForkSince(at_event ? parent : nullptr, parent->id.pid))) {
+        t->as->SetPlants(std::move(copy));  // fork copied them too
       }
     }
     RefreshMaps(t->as.get());
@@ -1330,7 +1361,7 @@ bool SoftBtsRun::Plant(AddressSpace* as, uint64_t addr) {
 
 void SoftBtsRun::LiftPlants(Plants* p, uint64_t start, uint64_t end) {
   if (p == nullptr || p->orig.empty()) return;
-  std::vector<uint64_t> lifted;
+  std::vector<std::pair<uint64_t, uint8_t>> lifted;
   for (auto it = p->orig.begin(); it != p->orig.end();) {
     if (end != 0 && (it->first < start || it->first >= end)) {
       ++it;
@@ -1340,28 +1371,64 @@ void SoftBtsRun::LiftPlants(Plants* p, uint64_t start, uint64_t end) {
     // Only an int3 still there is ours to take back (the code may be gone).
     if (pread(p->mem_fd, &now, 1, static_cast<off_t>(it->first)) == 1 && now == 0xCC)
       (void)!pwrite(p->mem_fd, &it->second, 1, static_cast<off_t>(it->first));
-    lifted.push_back(it->first);
+    lifted.emplace_back(it->first, it->second);
     it = p->orig.erase(it);
   }
   if (lifted.empty()) return;
   ++lift_gen_;
   if (p->lifted.size() > 65536) {
-    // A task that ran when one of these was lifted has long since stopped.
+    // A task that ran when one of these was lifted has long since stopped
+    // (and a fork that began before it has long been met).
     for (auto it = p->lifted.begin(); it != p->lifted.end();)
-      it = it->second + 4096 < lift_gen_ ? p->lifted.erase(it) : std::next(it);
+      it = it->second.gen + 4096 < lift_gen_ ? p->lifted.erase(it) : std::next(it);
   }
-  for (uint64_t a : lifted) p->lifted[a] = lift_gen_;
+  for (const auto& [a, orig] : lifted) p->lifted[a] = Plants::Lifted{lift_gen_, orig};
   std::sort(lifted.begin(), lifted.end());
   for (auto& [tid, o] : tasks_) {
     if (o->as == nullptr || o->as->plants.get() != p) continue;
     o->as->blocks.clear();  // blocks ending at a lifted int3 must not run natively
     if (o->state == Task::kRunning && o->bs_conted &&
-        std::binary_search(lifted.begin(), lifted.end(), o->bs_expect)) {
+        std::binary_search(lifted.begin(), lifted.end(), std::make_pair(o->bs_expect, uint8_t{0}),
+                           [](const auto& a, const auto& b) { return a.first < b.first; })) {
       // It runs towards an int3 that is gone: stop it and plan again.
       ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
       t_->resyncs_.fetch_add(1, std::memory_order_relaxed);
     }
   }
+}
+
+std::shared_ptr<SoftBtsRun::Plants> SoftBtsRun::ChildPlants(pid_t child, const Plants& from,
+                                                         uint64_t since) {
+  std::shared_ptr<Plants> own = NewPlants(child);
+  if (own == nullptr) return nullptr;
+  std::vector<std::pair<uint64_t, uint8_t>> cand(from.orig.begin(), from.orig.end());
+  for (const auto& [a, l] : from.lifted)
+    if (l.gen > since && from.orig.count(a) == 0) cand.emplace_back(a, l.orig);
+  std::sort(cand.begin(), cand.end());
+  // The child's bytes, a page at a time (int3s cluster in the hot code).
+  constexpr uint64_t kPage = 4096;
+  uint8_t page[kPage];
+  uint64_t have = 1;  // no page read yet (page addresses are aligned)
+  ssize_t got = 0;
+  for (const auto& [a, orig] : cand) {
+    const uint64_t base = a & ~(kPage - 1);
+    if (base != have) {
+      got = pread(own->mem_fd, page, kPage, static_cast<off_t>(base));
+      have = base;
+    }
+    const uint64_t off = a - base;
+    if (got > 0 && off < static_cast<uint64_t>(got) && page[off] == 0xCC) own->orig.emplace(a, orig);
+  }
+  return own;
+}
+
+uint64_t SoftBtsRun::ForkSince(const Task* creator, pid_t pid) const {
+  if (creator != nullptr) return creator->conted_gen;
+  // A thread not yet at its first stop has not run.
+  uint64_t since = UINT64_MAX;
+  for (const auto& [tid, o] : tasks_)
+    if (o->id.pid == pid && o->state != Task::kNew) since = std::min(since, o->conted_gen);
+  return since == UINT64_MAX ? 0 : since;
 }
 
 void SoftBtsRun::LiftAll() {
@@ -1524,7 +1591,21 @@ void SoftBtsRun::OnBranchModeTrap(Task* t) {
   // a mapping change or a code write, then an interrupt, whose stop comes
   // first: see PTRACE_EVENT_STOP in Handle): the trap is still ours, as
   // UndoInt3 takes it (OwnLiftedTrap).
-  if (StoppedByPlant(t, at) || OwnLiftedTrap(t, at)) {
+  bool ours = StoppedByPlant(t, at) || OwnLiftedTrap(t, at);
+  if (!t->bs_conted) {
+    // A single-step. Another thread may have planted an int3 where this one
+    // was to step after its step was planned: the step ran the int3 (RIP
+    // one past it), and the int3 may even have been lifted again since.
+    // Or the step ran a 1-byte instruction there and an int3 was planted
+    // after it. Only the signal tells which (seen with testdata/fork_lift.c
+    // before 2026-11-27: the trap taken for the step's end, the task ran on
+    // from the middle of a jmp and died of SIGSEGV).
+    const Plants* p = t->as->plants.get();
+    const bool lifted_since = t->have_prev && t->prev_rip == at && p != nullptr &&
+                              p->lifted.count(at) != 0 && p->lifted.at(at).gen > t->conted_gen;
+    if (ours || lifted_since) ours = TrapWasInt3(t);
+  }
+  if (ours) {
     // Stopped by an int3 of ours: the task stands on the branch at `at`.
     if (t->bs_conted && at != t->bs_expect && t->as->gates.count(at) == 0)
       t_->resyncs_.fetch_add(1, std::memory_order_relaxed);  // ran past the block's end
@@ -1619,7 +1700,7 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
           (o->id.pid == tgid || (parent == nullptr && o->id.pid == ppid)))
         parent = o.get();
     const bool thread = parent != nullptr && parent->id.pid == tgid;
-    t = Adopt(tgid, tid, parent, !thread && !t_->opt_.inherit);
+    t = Adopt(tgid, tid, parent, !thread && !t_->opt_.inherit, false);
   }
   if (gone) {
     Gone(t, st);
@@ -1667,7 +1748,7 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
         const bool thread = event == PTRACE_EVENT_CLONE &&
                             ReadTaskIds(c, &tgid, &ppid) && tgid == t->id.pid;
         const pid_t pid_of = thread ? t->id.pid : c;
-        Adopt(pid_of, c, t, !thread && !t_->opt_.inherit);
+        Adopt(pid_of, c, t, !thread && !t_->opt_.inherit, true);
       }
       if (event == PTRACE_EVENT_VFORK && c > 0) t->vfork_child = c;
       t->have_prev = false;
@@ -1788,8 +1869,8 @@ void SoftBtsRun::LetGoUnfollowed(Task* t) {
       // vfork: the int3s are its parent's too. Taken out for both (the
       // parent's threads plan again); planted anew when needed.
       LiftPlants(t->detach_plants.get(), 0, 0);
-    } else if (std::shared_ptr<Plants> own = NewPlants(tid)) {
-      own->orig = t->detach_plants->orig;
+    } else if (std::shared_ptr<Plants> own =
+                   ChildPlants(tid, *t->detach_plants, t->detach_since)) {
       LiftPlants(own.get(), 0, 0);
     }
     t->detach_plants.reset();
@@ -1963,14 +2044,14 @@ void SoftBtsRun::DetachAll() {
     // Its creator: the task whose event named it, else its parent
     // (CLONE_PARENT makes the parent another process).
     const AddressSpace* from = nullptr;
-    if (const Task* c = l.creator != 0 ? Find(l.creator) : nullptr) from = c->as.get();
+    const Task* creator = l.creator != 0 ? Find(l.creator) : nullptr;
+    if (creator != nullptr) from = creator->as.get();
     for (auto it = tasks_.begin(); from == nullptr && it != tasks_.end(); ++it)
       if (it->second->id.pid == ppid) from = it->second->as.get();
     if (from == nullptr || from->plants == nullptr) continue;
-    if (std::shared_ptr<Plants> own = NewPlants(tid)) {
-      own->orig = from->plants->orig;
+    if (std::shared_ptr<Plants> own =
+            ChildPlants(tid, *from->plants, ForkSince(creator, creator != nullptr ? 0 : ppid)))
       LiftPlants(own.get(), 0, 0);
-    }
   }
   // Everything still tracked is stopped now (but a task past the deadline
   // that /proc does not show stopped, which PTRACE_DETACH refuses: the
@@ -2161,7 +2242,7 @@ bool SoftBtsRun::AttachAll() {
   const Task* root = nullptr;
   for (pid_t tid : seized) {
     if (stops[tid] < 0) continue;
-    Task* task = Adopt(root_, tid, tid == root_ ? nullptr : root, false);
+    Task* task = Adopt(root_, tid, tid == root_ ? nullptr : root, false, false);
     if (tid == root_) root = task;
     task->state = Task::kStopped;
     task->status = stops[tid];
