@@ -327,7 +327,7 @@ class SoftBtsRun {
     // to single-step the branch under it, to plant again at the next stop.
     bool bs_cont = false;
     bool bs_conted = false;
-    uint64_t conted_gen = 0;  // lift_gen_ when last resumed with PTRACE_CONT
+    uint64_t conted_gen = 0;  // lift_gen_ when last resumed (any resume)
     // Address filters: running untraced outside the filter (resumed with
     // PTRACE_SYSCALL), since gap_from.
     bool outside = false;
@@ -525,6 +525,12 @@ class SoftBtsRun {
   // when end is 0) and forgets them; the threads of that mm running
   // towards one are interrupted, to plan again.
   void LiftPlants(Plants* p, uint64_t start, uint64_t end);
+  // An int3 of `p` at `at` taken out (its byte `orig` put back) by other
+  // means than LiftPlants (for one step, or where the filter says not to
+  // trace): a lift of its own generation, for OwnLiftedTrap, the step check
+  // and ChildPlants. PruneLifted bounds the history.
+  void NoteLifted(Plants* p, uint64_t at, uint8_t orig);
+  void PruneLifted(Plants* p);
   bool Planted(const AddressSpace* as, uint64_t addr) const {
     return as->plants != nullptr && as->plants->orig.count(addr) != 0;
   }
@@ -899,8 +905,10 @@ void SoftBtsRun::OnOutsideTrap(Task* t) {
     // outside the filter, or a plant of a range the maps no longer have):
     // taken out, and the task runs on over it.
     Plants* p = as->plants.get();
-    (void)!pwrite(p->mem_fd, &p->orig[at], 1, static_cast<off_t>(at));
+    const uint8_t orig = p->orig[at];
+    (void)!pwrite(p->mem_fd, &orig, 1, static_cast<off_t>(at));
     p->orig.erase(at);
+    NoteLifted(p, at, orig);
     as->gates.erase(at);
     as->blocks.clear();
     if (ptrace(PTRACE_SETREGS, t->id.tid, nullptr, &regs) != 0) t->have_prev = false;
@@ -1376,12 +1384,7 @@ void SoftBtsRun::LiftPlants(Plants* p, uint64_t start, uint64_t end) {
   }
   if (lifted.empty()) return;
   ++lift_gen_;
-  if (p->lifted.size() > 65536) {
-    // A task that ran when one of these was lifted has long since stopped
-    // (and a fork that began before it has long been met).
-    for (auto it = p->lifted.begin(); it != p->lifted.end();)
-      it = it->second.gen + 4096 < lift_gen_ ? p->lifted.erase(it) : std::next(it);
-  }
+  PruneLifted(p);
   for (const auto& [a, orig] : lifted) p->lifted[a] = Plants::Lifted{lift_gen_, orig};
   std::sort(lifted.begin(), lifted.end());
   for (auto& [tid, o] : tasks_) {
@@ -1395,6 +1398,20 @@ void SoftBtsRun::LiftPlants(Plants* p, uint64_t start, uint64_t end) {
       t_->resyncs_.fetch_add(1, std::memory_order_relaxed);
     }
   }
+}
+
+void SoftBtsRun::PruneLifted(Plants* p) {
+  if (p->lifted.size() <= 65536) return;
+  // A task that ran when one of these was lifted has long since stopped
+  // (and a fork that began before it has long been met).
+  for (auto it = p->lifted.begin(); it != p->lifted.end();)
+    it = it->second.gen + 4096 < lift_gen_ ? p->lifted.erase(it) : std::next(it);
+}
+
+void SoftBtsRun::NoteLifted(Plants* p, uint64_t at, uint8_t orig) {
+  ++lift_gen_;
+  PruneLifted(p);
+  p->lifted[at] = Plants::Lifted{lift_gen_, orig};
 }
 
 std::shared_ptr<SoftBtsRun::Plants> SoftBtsRun::ChildPlants(pid_t child, const Plants& from,
@@ -1556,6 +1573,7 @@ void SoftBtsRun::Plan(Task* t, user_regs_struct* regs, bool dirty, bool may_emul
       const uint8_t orig = p->orig[r];
       if (pwrite(p->mem_fd, &orig, 1, static_cast<off_t>(r)) == 1) {
         p->orig.erase(r);
+        NoteLifted(p, r, orig);
         t->bs_replant = r;
       }
     }
@@ -1601,8 +1619,11 @@ void SoftBtsRun::OnBranchModeTrap(Task* t) {
     // before 2026-11-27: the trap taken for the step's end, the task ran on
     // from the middle of a jmp and died of SIGSEGV).
     const Plants* p = t->as->plants.get();
-    const bool lifted_since = t->have_prev && t->prev_rip == at && p != nullptr &&
-                              p->lifted.count(at) != 0 && p->lifted.at(at).gen > t->conted_gen;
+    bool lifted_since = false;
+    if (p != nullptr && (!t->have_prev || t->prev_rip == at)) {
+      auto it = p->lifted.find(at);
+      lifted_since = it != p->lifted.end() && it->second.gen > t->conted_gen;
+    }
     if (ours || lifted_since) ours = TrapWasInt3(t);
   }
   if (ours) {
