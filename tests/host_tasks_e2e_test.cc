@@ -394,6 +394,34 @@ TEST_F(HostTasksE2e, FourThreadsAreFourTasksWithBranchesInTheirOwnFunctions) {
         << " single-stepped";
 }
 
+// pfmd's tracers run on one CPU with the program (--soft-bts-cpu bind, the
+// default; docs/host_drivers.md, "One CPU"): the recorded program and the
+// child it forks (followed) each see one CPU; through a pfmd started with
+// --soft-bts-cpu free they see every CPU this test may use.
+TEST_F(HostTasksE2e, TheProgramRunsOnTheTracersCpuUnlessPfmdSaysFree) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  const int all = CPU_COUNT(&mine);
+  if (all < 2) GTEST_SKIP() << "one CPU: nothing to bind";
+  testing::Daemon free_cpu({"--driver", "host", "--soft-bts-cpu", "free"});
+  ASSERT_TRUE(free_cpu.started());
+  for (const bool bind : {true, false}) {
+    SCOPED_TRACE(bind ? "bind" : "free");
+    const std::string out = dir_ + (bind ? "/affinity.bind" : "/affinity.free");
+    Trace t = Record({"--", testing::Runfile("kernel/drivers/ptrace/testdata_affinity_bin"), out},
+                     bind ? "" : free_cpu.socket());
+    EXPECT_TRUE(t.complete) << t.cut_reason;
+    std::ifstream in(out);
+    std::map<std::string, int> said;
+    std::string who;
+    int n = 0;
+    while (in >> who >> n) said[who] = n;
+    EXPECT_EQ(said["parent"], bind ? 1 : all);
+    EXPECT_EQ(said["child"], bind ? 1 : all);
+  }
+}
+
 std::vector<uint64_t> HostTasksE2e::RecordThreads(const std::string& sock) {
   std::vector<uint64_t> counts;
   const std::string out = dir_ + "/threads.out";

@@ -69,6 +69,10 @@ std::string PfmdUsage() {
   --soft-bts-stepping branch|single  how host soft-BTS tracers step: stop at each
                              basic block's branch (default) or single-step every
                              instruction (docs/host_drivers.md)
+  --soft-bts-cpu bind|free   host soft-BTS tracers run on one CPU with their
+                             traced tasks (default: bind; 5x the stops per
+                             second on a VM) or wherever the scheduler puts
+                             them (free); docs/host_drivers.md, "One CPU"
   --metrics-listen ADDR      serve Prometheus /metrics over HTTP at ADDR: PORT or
                              IPV4:PORT (PORT 0: any free one); PORT alone is
                              127.0.0.1. Default: off. A non-loopback address
@@ -88,7 +92,7 @@ constexpr const char* kValued[] = {
     "--max-connections-per-uid", "--max-sessions-per-uid",
     "--max-tracers-per-uid", "--max-perf-fds-per-uid",
     "--max-consumers-per-uid", "--metrics-listen",
-    "--soft-bts-stepping"};
+    "--soft-bts-stepping", "--soft-bts-cpu"};
 
 bool IsValued(const std::string& flag) {
   for (const char* k : kValued)
@@ -149,6 +153,10 @@ absl::Status Apply(const std::string& flag, const std::string& value,
     if (value != "branch" && value != "single")
       return BadValue(flag, value, "expected branch or single");
     c->soft_bts_stepping = value;
+  } else if (flag == "--soft-bts-cpu") {
+    if (value != "bind" && value != "free")
+      return BadValue(flag, value, "expected bind or free");
+    c->soft_bts_cpu = value;
   } else if (flag == "--metrics-listen") {
     absl::StatusOr<ListenAddress> a = ParseListenAddress(value);
     if (!a.ok()) return BadValue(flag, value, std::string(a.status().message()));
@@ -195,7 +203,7 @@ absl::Status ParsePfmdConfigText(const std::string& text,
           "max_connections_per_uid, max_sessions_per_uid, "
           "max_tracers_per_uid, max_perf_fds_per_uid, max_consumers_per_uid, "
           "metrics_listen, "
-          "soft_bts_stepping)"));
+          "soft_bts_stepping, soft_bts_cpu)"));
     if (absl::Status s = Apply(flag, value, c); !s.ok())
       return absl::InvalidArgumentError(
           absl::StrCat(where, key, " = ", value, ": ", s.message()));

@@ -49,6 +49,9 @@ struct PfmdConfig {
   // at each block's branch, SoftBtsOptions::branch_step) or "single"
   // (every instruction).
   std::string soft_bts_stepping = "branch";
+  // Whether host soft-BTS tracers run on one CPU with their tasks
+  // (SoftBtsOptions::bind_cpu): "bind" or "free".
+  std::string soft_bts_cpu = "bind";
 
   // Prometheus /metrics over HTTP (docs/pfmd.md, "Metrics"): "IPV4:PORT",
   // as ParseListenAddress normalized it. Empty: not served.

@@ -158,6 +158,19 @@ TEST(PfmdFlags, ParsesTheLimitsAsFlagsAndAsFileKeys) {
   EXPECT_NE(zero.status().message().find("--max-consumers-per-uid"), std::string::npos);
 }
 
+// --soft-bts-cpu: bind by default, free on request, as a flag or a key;
+// anything else is named.
+TEST(PfmdFlags, SoftBtsCpuIsBindUnlessFree) {
+  EXPECT_EQ(Parse({}).value().soft_bts_cpu, "bind");
+  EXPECT_EQ(Parse({"--soft-bts-cpu", "free"}).value().soft_bts_cpu, "free");
+  auto f = Parse({"--config", WriteConfig("soft_bts_cpu = free\n")});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->soft_bts_cpu, "free");
+  auto bad = Parse({"--soft-bts-cpu", "pinned"});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("bind or free"), std::string::npos) << bad.status();
+}
+
 TEST(PfmdConfigFile, FlagsOverrideTheFileWhereverTheyStand) {
   const std::string path =
       WriteConfig("mem_limit_per_uid = 16MiB\nsim_cpus = 2\ndriver = sim\n");

@@ -537,6 +537,7 @@ absl::StatusOr<SessionId> SessionManager::Create(const Peer& peer,
     TracerProcess::Options options;
     options.inherit = spec.inherit;
     options.branch_step = config_.soft_bts_stepping == "branch";
+    options.bind_cpu = config_.soft_bts_cpu == "bind";
     for (const auto& [lo, hi] : spec.filter_ranges) options.filter_ranges.push_back({lo, hi});
     options.filter_files = spec.filter_files;
     options.start_at = spec.start_at;

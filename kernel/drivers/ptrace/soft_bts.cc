@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <linux/hw_breakpoint.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
@@ -340,6 +341,10 @@ class SoftBtsRun {
     std::shared_ptr<Plants> detach_plants;
     bool detach_shared_mm = false;
     uint64_t detach_since = 0;
+    // bind_cpu: put on the tracer's CPU; the affinity it had (or, created
+    // by a bound task, would have had) before, to give back.
+    bool bound = false;
+    cpu_set_t orig_affinity;
     // Where it runs.
     int cpu = -1;
     int stat_fd = -1;
@@ -679,6 +684,22 @@ class SoftBtsRun {
   std::map<pid_t, std::unique_ptr<Task>> tasks_;  // by tid
   int held_ = 0;                  // tasks held (not resumed)
   uint64_t lift_gen_ = 0;         // LiftPlants calls that lifted something
+  // SoftBtsOptions::bind_cpu: the CPU (-1: not binding), the traced root's
+  // affinity before it, and the one-CPU mask.
+  int bind_cpu_ = -1;
+  cpu_set_t orig_affinity_;
+  cpu_set_t bound_affinity_;
+  // Chooses the CPU and moves this thread there (AttachAll).
+  void SetUpBinding();
+  // Puts `t` on the CPU, remembering its affinity: its own, or its
+  // creator's original one when `creator` is bound (it inherited the CPU).
+  void Bind(Task* t, const Task* creator);
+  // Gives `tid` back `orig` unless the program changed its affinity since.
+  void Unbind(pid_t tid, const cpu_set_t& orig);
+  void Unbind(Task* t) {
+    if (t->bound) Unbind(t->id.tid, t->orig_affinity);
+    t->bound = false;
+  }
   int64_t root_status_ = -1;
   DsArea* last_area_ = nullptr;   // Record's last area, and whose records it holds
   TaskId last_writer_;
@@ -1099,9 +1120,15 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
       t->detach_shared_mm = shared_mm;
       t->detach_since = ForkSince(at_event ? parent : nullptr, parent->id.pid);
     }
+    // It inherited the CPU of a bound creator: given back when let go.
+    if (parent != nullptr && parent->bound) {
+      t->bound = true;
+      t->orig_affinity = parent->orig_affinity;
+    }
     return t;
   }
   t_->tasks_seen_.fetch_add(1, std::memory_order_relaxed);
+  Bind(t, parent);
   // Threads share their process's address space; a new process gets its
   // own (a copy of the parent's code until it execs).
   for (auto& [otid, o] : tasks_)
@@ -1446,6 +1473,45 @@ uint64_t SoftBtsRun::ForkSince(const Task* creator, pid_t pid) const {
   for (const auto& [tid, o] : tasks_)
     if (o->id.pid == pid && o->state != Task::kNew) since = std::min(since, o->conted_gen);
   return since == UINT64_MAX ? 0 : since;
+}
+
+void SoftBtsRun::SetUpBinding() {
+  if (!t_->opt_.bind_cpu) return;
+  CPU_ZERO(&orig_affinity_);
+  if (sched_getaffinity(root_, sizeof(orig_affinity_), &orig_affinity_) != 0) return;
+  if (CPU_COUNT(&orig_affinity_) < 2) return;  // nothing to gain
+  int cpu = sched_getcpu();
+  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &orig_affinity_)) {
+    cpu = -1;
+    for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c)
+      if (CPU_ISSET(c, &orig_affinity_)) cpu = c;
+  }
+  if (cpu < 0) return;
+  CPU_ZERO(&bound_affinity_);
+  CPU_SET(cpu, &bound_affinity_);
+  // This thread only (a cpuset that forbids the CPU: no binding).
+  if (sched_setaffinity(0, sizeof(bound_affinity_), &bound_affinity_) != 0) return;
+  bind_cpu_ = cpu;
+}
+
+void SoftBtsRun::Bind(Task* t, const Task* creator) {
+  if (bind_cpu_ < 0) return;
+  if (creator != nullptr && creator->bound) {
+    t->orig_affinity = creator->orig_affinity;
+  } else {
+    CPU_ZERO(&t->orig_affinity);
+    if (sched_getaffinity(t->id.tid, sizeof(t->orig_affinity), &t->orig_affinity) != 0) return;
+  }
+  t->bound = true;
+  (void)sched_setaffinity(t->id.tid, sizeof(bound_affinity_), &bound_affinity_);
+}
+
+void SoftBtsRun::Unbind(pid_t tid, const cpu_set_t& orig) {
+  if (bind_cpu_ < 0) return;
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  if (sched_getaffinity(tid, sizeof(now), &now) != 0 || !CPU_EQUAL(&now, &bound_affinity_)) return;
+  (void)sched_setaffinity(tid, sizeof(orig), &orig);
 }
 
 void SoftBtsRun::LiftAll() {
@@ -1896,6 +1962,7 @@ void SoftBtsRun::LetGoUnfollowed(Task* t) {
     }
     t->detach_plants.reset();
   }
+  Unbind(t);  // it inherited its creator's one CPU
   ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
   ForgetTask(tid);
 }
@@ -1942,6 +2009,8 @@ bool SoftBtsRun::DetachFromStop(Task* t, int sig) {
 }
 
 void SoftBtsRun::DetachAll() {
+  // Every task gets its CPUs back first (bind_cpu), stopped or not.
+  for (auto& [tid, t] : tasks_) Unbind(t.get());
   // Interrupt every running task (a step in flight, possibly inside a
   // blocking syscall), then detach each at whatever stop comes first. A
   // task stopped for job control (LISTEN) is in a stop already.
@@ -2080,8 +2149,12 @@ void SoftBtsRun::DetachAll() {
   // single-step if it had one, of which it would die): take out the int3s
   // before any thread runs untraced.
   LiftAll();
-  for (const auto& [tid, l] : late)
+  for (const auto& [tid, l] : late) {
+    // Created by a bound task: its creator's CPUs, else the root's.
+    const Task* c = l.creator != 0 ? Find(l.creator) : nullptr;
+    Unbind(tid, c != nullptr && c->bound ? c->orig_affinity : orig_affinity_);
     if (l.stopped) ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+  }
   std::vector<Task*> all;
   for (auto& [tid, t] : tasks_) all.push_back(t.get());
   for (Task* t : all) {
@@ -2260,6 +2333,7 @@ bool SoftBtsRun::AttachAll() {
     std::lock_guard<std::mutex> lk(t->mu_);
     t->root_ = root_;
   }
+  SetUpBinding();
   const Task* root = nullptr;
   for (pid_t tid : seized) {
     if (stops[tid] < 0) continue;

@@ -1,6 +1,8 @@
 // Soft BTS of whole programs: every thread, followed children, exec, and the
 // kernel's own switch records. Real processes (testdata/threads.c,
 // testdata/forker.c); needs ptrace (root or same uid).
+#include <sched.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -490,6 +492,72 @@ TEST(SoftBtsTasks, ForkedChildrenLoseTheInt3sLiftedAfterTheirFork) {
     EXPECT_GT(t->stats().planted, 0u);
     EXPECT_EQ(t->stats().tasks, 0u);
   }
+}
+
+// bind_cpu (the default): the traced program runs on one CPU while traced
+// (the tracer's), and a child the trace does not follow gets its parent's
+// CPUs back before it runs; a followed child stays on the one CPU. With
+// bind_cpu off nothing changes. Stop() mid-run gives the CPUs back.
+TEST(SoftBtsTasks, TracedTasksShareOneCpuAndChildrenLetGoGetTheirsBack) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  const int all = CPU_COUNT(&mine);
+  if (all < 2) GTEST_SKIP() << "one CPU: nothing to bind";
+  struct Case {
+    bool bind, inherit;
+    int parent, child;
+  };
+  for (const Case c : {Case{true, false, 1, all}, Case{true, true, 1, 1},
+                       Case{false, false, all, all}}) {
+    SCOPED_TRACE(std::string(c.bind ? "bind" : "free") + (c.inherit ? ", inherit" : ""));
+    const std::string out = TmpPath("affinity.out");
+    unlink(out.c_str());
+    SoftBtsOptions opt;
+    opt.bind_cpu = c.bind;
+    opt.inherit = c.inherit;
+    opt.branch_step = true;
+    std::unique_ptr<GroupSink> sink;
+    pid_t root = 0;
+    std::unique_ptr<SoftBtsTracer> t =
+        TraceGroup({TestProgram("testdata_affinity_bin"), out}, opt, &sink, &root);
+    ASSERT_NE(t, nullptr);
+    const int64_t status = sink->exits_[root];
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    std::ifstream in(out);
+    std::map<std::string, int> said;
+    std::string who;
+    int n = 0;
+    while (in >> who >> n) said[who] = n;
+    EXPECT_EQ(said["parent"], c.parent);
+    EXPECT_EQ(said["child"], c.child);
+  }
+  // Stopped mid-run: the program's CPUs are back when Stop() returns.
+  pid_t pid = 0;
+  ErrorDetail d;
+  ASSERT_EQ(SpawnStopped({TestProgram("testdata_loop_bin"), "4000000000",
+                          TmpPath("affinity_loop")},
+                         &pid, &d),
+            0)
+      << d.message;
+  GroupSink sink(pid);
+  SoftBtsOptions opt;
+  opt.branch_step = true;
+  std::unique_ptr<SoftBtsTracer> t;
+  ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
+  ASSERT_EQ(Release(pid, &d), 0);
+  usleep(300 * 1000);
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  ASSERT_EQ(sched_getaffinity(pid, sizeof(s), &s), 0);
+  EXPECT_EQ(CPU_COUNT(&s), 1);
+  t->Stop();
+  CPU_ZERO(&s);
+  ASSERT_EQ(sched_getaffinity(pid, sizeof(s), &s), 0);
+  EXPECT_TRUE(CPU_EQUAL(&s, &mine)) << CPU_COUNT(&s) << " CPUs";
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
 }
 
 }  // namespace

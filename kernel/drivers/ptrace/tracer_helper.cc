@@ -303,8 +303,9 @@ bool ParseGroups(const char* s, std::vector<gid_t>* out) {
 
 int RunHelper(int argc, char** argv) {
   // argv: exe FLAG FD PID OPTIONS [UID GID GROUPS]; OPTIONS "-" or a comma
-  // list of "inherit", "branch", "range:LO:HI", "file:HEXPATH", "start:ADDR"
-  // (hex numbers; TracerProcess::Start writes them).
+  // list of "inherit", "branch", "free" (not bind_cpu), "range:LO:HI",
+  // "file:HEXPATH", "start:ADDR" (hex numbers; TracerProcess::Start writes
+  // them).
   if (argc != 5 && argc != 8) return 2;
   const int fd = std::atoi(argv[2]);
   const pid_t pid = static_cast<pid_t>(std::atol(argv[3]));
@@ -318,6 +319,8 @@ int RunHelper(int argc, char** argv) {
       opt.inherit = true;
     } else if (item == "branch") {
       opt.branch_step = true;
+    } else if (item == "free") {
+      opt.bind_cpu = false;
     } else if (item.rfind("range:", 0) == 0) {
       SoftBtsOptions::AddrRange r;
       char* end = nullptr;

@@ -75,6 +75,7 @@ int TracerProcess::Start(pid_t pid, const std::optional<Credentials>& creds,
   auto add = [&opts](const std::string& o) { opts += (opts.empty() ? "" : ",") + o; };
   if (options.inherit) add("inherit");
   if (options.branch_step) add("branch");
+  if (!options.bind_cpu) add("free");
   char buf[64];
   for (const SoftBtsOptions::AddrRange& r : options.filter_ranges) {
     std::snprintf(buf, sizeof buf, "range:%llx:%llx", static_cast<unsigned long long>(r.lo),

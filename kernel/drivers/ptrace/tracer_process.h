@@ -78,6 +78,8 @@ struct TracerProcessOptions {
   bool inherit = false;
   // Branch stepping (SoftBtsOptions::branch_step).
   bool branch_step = false;
+  // The tracer and its tasks on one CPU (SoftBtsOptions::bind_cpu).
+  bool bind_cpu = true;
   // Address filters (SoftBtsOptions::filter_ranges, filter_files,
   // start_at), with branch_step.
   std::vector<SoftBtsOptions::AddrRange> filter_ranges;
