@@ -341,10 +341,6 @@ class SoftBtsRun {
     std::shared_ptr<Plants> detach_plants;
     bool detach_shared_mm = false;
     uint64_t detach_since = 0;
-    // bind_cpu: put on the tracer's CPU; the affinity it had (or, created
-    // by a bound task, would have had) before, to give back.
-    bool bound = false;
-    cpu_set_t orig_affinity;
     // Where it runs.
     int cpu = -1;
     int stat_fd = -1;
@@ -684,22 +680,26 @@ class SoftBtsRun {
   std::map<pid_t, std::unique_ptr<Task>> tasks_;  // by tid
   int held_ = 0;                  // tasks held (not resumed)
   uint64_t lift_gen_ = 0;         // LiftPlants calls that lifted something
-  // SoftBtsOptions::bind_cpu: the CPU (-1: not binding), the traced root's
-  // affinity before it, and the one-CPU mask.
+  // SoftBtsOptions::bind_cpu (docs/host_drivers.md, "One CPU"): the CPU
+  // (-1: binding off), the tracer thread's own affinity, the one-CPU mask;
+  // whether the one live task and this thread are on it now (only while
+  // exactly one task is traced: two runnable tasks on one CPU with the
+  // tracer starve each other), and the affinity that task had before.
   int bind_cpu_ = -1;
-  cpu_set_t orig_affinity_;
+  bool state_attaching_ = false;  // AttachAll adopting the threads it seized
+  bool detaching_ = false;
+  bool bound_now_ = false;
+  cpu_set_t tracer_affinity_;
   cpu_set_t bound_affinity_;
-  // Chooses the CPU and moves this thread there (AttachAll).
+  cpu_set_t orig_affinity_;
+  // Chooses the CPU (AttachAll); binds nothing yet.
   void SetUpBinding();
-  // Puts `t` on the CPU, remembering its affinity: its own, or its
-  // creator's original one when `creator` is bound (it inherited the CPU).
-  void Bind(Task* t, const Task* creator);
-  // Gives `tid` back `orig` unless the program changed its affinity since.
+  // Binds while exactly one task is traced, and gives every task its
+  // affinity back (and this thread its own) as soon as there are more.
+  void UpdateBinding();
+  // Gives `tid` back `orig` if it still has just the one CPU (else the
+  // program chose its affinity since, and that stands).
   void Unbind(pid_t tid, const cpu_set_t& orig);
-  void Unbind(Task* t) {
-    if (t->bound) Unbind(t->id.tid, t->orig_affinity);
-    t->bound = false;
-  }
   int64_t root_status_ = -1;
   DsArea* last_area_ = nullptr;   // Record's last area, and whose records it holds
   TaskId last_writer_;
@@ -1120,15 +1120,10 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
       t->detach_shared_mm = shared_mm;
       t->detach_since = ForkSince(at_event ? parent : nullptr, parent->id.pid);
     }
-    // It inherited the CPU of a bound creator: given back when let go.
-    if (parent != nullptr && parent->bound) {
-      t->bound = true;
-      t->orig_affinity = parent->orig_affinity;
-    }
     return t;
   }
   t_->tasks_seen_.fetch_add(1, std::memory_order_relaxed);
-  Bind(t, parent);
+  UpdateBinding();  // a second task: nothing bound any more
   // Threads share their process's address space; a new process gets its
   // own (a copy of the parent's code until it execs).
   for (auto& [otid, o] : tasks_)
@@ -1191,6 +1186,7 @@ void SoftBtsRun::ForgetTask(pid_t tid) {
   if (last_writer_ == t->id) last_area_ = nullptr;
   tasks_.erase(it);
   UpdateTaskCount();
+  UpdateBinding();  // one task left: bound again
 }
 
 void SoftBtsRun::Gone(Task* t, int64_t status) {
@@ -1476,34 +1472,51 @@ uint64_t SoftBtsRun::ForkSince(const Task* creator, pid_t pid) const {
 }
 
 void SoftBtsRun::SetUpBinding() {
-  if (!t_->opt_.bind_cpu) return;
-  CPU_ZERO(&orig_affinity_);
-  if (sched_getaffinity(root_, sizeof(orig_affinity_), &orig_affinity_) != 0) return;
-  if (CPU_COUNT(&orig_affinity_) < 2) return;  // nothing to gain
+  // With address filters a thread runs outside them at full speed, stopped
+  // only at syscalls: no ping-pong there to save, parallelism to lose.
+  if (!t_->opt_.bind_cpu || filtering_) return;
+  cpu_set_t root;
+  CPU_ZERO(&root);
+  if (sched_getaffinity(root_, sizeof(root), &root) != 0) return;
+  if (CPU_COUNT(&root) < 2) return;  // nothing to gain
+  CPU_ZERO(&tracer_affinity_);
+  if (sched_getaffinity(0, sizeof(tracer_affinity_), &tracer_affinity_) != 0) return;
   int cpu = sched_getcpu();
-  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &orig_affinity_)) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &root)) {
     cpu = -1;
     for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c)
-      if (CPU_ISSET(c, &orig_affinity_)) cpu = c;
+      if (CPU_ISSET(c, &root)) cpu = c;
   }
   if (cpu < 0) return;
   CPU_ZERO(&bound_affinity_);
   CPU_SET(cpu, &bound_affinity_);
-  // This thread only (a cpuset that forbids the CPU: no binding).
-  if (sched_setaffinity(0, sizeof(bound_affinity_), &bound_affinity_) != 0) return;
   bind_cpu_ = cpu;
 }
 
-void SoftBtsRun::Bind(Task* t, const Task* creator) {
-  if (bind_cpu_ < 0) return;
-  if (creator != nullptr && creator->bound) {
-    t->orig_affinity = creator->orig_affinity;
-  } else {
-    CPU_ZERO(&t->orig_affinity);
-    if (sched_getaffinity(t->id.tid, sizeof(t->orig_affinity), &t->orig_affinity) != 0) return;
+void SoftBtsRun::UpdateBinding() {
+  if (bind_cpu_ < 0 || detaching_ || state_attaching_) return;
+  Task* only = nullptr;
+  size_t live = 0;
+  for (auto& [tid, t] : tasks_)
+    if (t->state != Task::kDetach && ++live == 1) only = t.get();
+  if (live == 1 && !bound_now_) {
+    // This thread first (a cpuset that forbids the CPU: no binding), then
+    // the task, whose affinity now is its own.
+    if (sched_setaffinity(0, sizeof(bound_affinity_), &bound_affinity_) != 0) return;
+    CPU_ZERO(&orig_affinity_);
+    if (sched_getaffinity(only->id.tid, sizeof(orig_affinity_), &orig_affinity_) != 0 ||
+        sched_setaffinity(only->id.tid, sizeof(bound_affinity_), &bound_affinity_) != 0) {
+      (void)sched_setaffinity(0, sizeof(tracer_affinity_), &tracer_affinity_);
+      return;
+    }
+    bound_now_ = true;
+  } else if (live != 1 && bound_now_) {
+    // A second task: created by the bound one, it has the one CPU too.
+    // Both (all) get the affinity the bound one had before.
+    for (auto& [tid, t] : tasks_) Unbind(tid, orig_affinity_);
+    (void)sched_setaffinity(0, sizeof(tracer_affinity_), &tracer_affinity_);
+    bound_now_ = false;
   }
-  t->bound = true;
-  (void)sched_setaffinity(t->id.tid, sizeof(bound_affinity_), &bound_affinity_);
 }
 
 void SoftBtsRun::Unbind(pid_t tid, const cpu_set_t& orig) {
@@ -1962,7 +1975,9 @@ void SoftBtsRun::LetGoUnfollowed(Task* t) {
     }
     t->detach_plants.reset();
   }
-  Unbind(t);  // it inherited its creator's one CPU
+  // Created by the one bound task, it inherited the one CPU: the affinity
+  // it would have had untraced.
+  if (bound_now_) Unbind(tid, orig_affinity_);
   ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
   ForgetTask(tid);
 }
@@ -2009,8 +2024,11 @@ bool SoftBtsRun::DetachFromStop(Task* t, int sig) {
 }
 
 void SoftBtsRun::DetachAll() {
-  // Every task gets its CPUs back first (bind_cpu), stopped or not.
-  for (auto& [tid, t] : tasks_) Unbind(t.get());
+  // Every task gets its CPUs back first (bind_cpu), stopped or not; tasks
+  // created meanwhile by the bound one are given them below (`late`).
+  detaching_ = true;
+  if (bound_now_)
+    for (auto& [tid, t] : tasks_) Unbind(tid, orig_affinity_);
   // Interrupt every running task (a step in flight, possibly inside a
   // blocking syscall), then detach each at whatever stop comes first. A
   // task stopped for job control (LISTEN) is in a stop already.
@@ -2151,8 +2169,7 @@ void SoftBtsRun::DetachAll() {
   LiftAll();
   for (const auto& [tid, l] : late) {
     // Created by a bound task: its creator's CPUs, else the root's.
-    const Task* c = l.creator != 0 ? Find(l.creator) : nullptr;
-    Unbind(tid, c != nullptr && c->bound ? c->orig_affinity : orig_affinity_);
+    if (bound_now_) Unbind(tid, orig_affinity_);
     if (l.stopped) ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
   }
   std::vector<Task*> all;
@@ -2335,6 +2352,7 @@ bool SoftBtsRun::AttachAll() {
   }
   SetUpBinding();
   const Task* root = nullptr;
+  state_attaching_ = true;  // their own affinities, whoever created them
   for (pid_t tid : seized) {
     if (stops[tid] < 0) continue;
     Task* task = Adopt(root_, tid, tid == root_ ? nullptr : root, false, false);
@@ -2343,6 +2361,8 @@ bool SoftBtsRun::AttachAll() {
     task->status = stops[tid];
     task->pending_sig = pending_sig.count(tid) ? pending_sig[tid] : 0;
   }
+  state_attaching_ = false;
+  UpdateBinding();  // one thread: bound
   t->ReportStarted(0);
   for (auto& [tid, task] : tasks_) Resume(task.get());
   for (auto& [r, st] : deferred) Handle(r, st);

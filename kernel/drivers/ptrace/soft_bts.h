@@ -111,15 +111,16 @@ struct SoftBtsOptions {
   // them from CPU changes.
   bool kernel_switches = true;
   uint32_t switch_ring_pages = 8;  // per task, a power of two
-  // Run the tracer thread and every traced task on one CPU (as rr binds
-  // its tracees): a stop and its resume then wake a task on the CPU they
-  // run on. On a VM, where waking a task on the other CPU goes through the
-  // hypervisor, branch stepping made 5x the stops per second bound
-  // (docs/host_drivers.md, "One CPU"). The CPU is the tracer's, if the
-  // tracee may run there, else the first the tracee may use. Each task's
-  // affinity is put back when it is let go (detach, a child not followed),
-  // unless the program changed it meanwhile; the program sees one CPU in
-  // its affinity while traced. False: the scheduler places both.
+  // While exactly one task is traced, run it and the tracer thread on one
+  // CPU (as rr binds its tracees): a stop and its resume then wake a task
+  // on the CPU they run on. On a VM, where waking a task on the other CPU
+  // goes through the hypervisor, branch stepping made 5x the stops per
+  // second bound (docs/host_drivers.md, "One CPU"). The CPU is the
+  // tracer's, if the tracee may run there, else the first it may use. A
+  // second task (thread or followed child) unbinds everything (bound
+  // together they starve each other); the affinity is given back then and
+  // when a task is let go, unless the program changed it meanwhile. Not
+  // with address filters. False: the scheduler places both.
   bool bind_cpu = true;
   // Branch stepping (docs/host_drivers.md, "Branch stepping"): a thread is
   // stopped only at the branch that ends each basic block, by an int3 the
