@@ -5,7 +5,10 @@
 // scheduler's placement is what is measured. Branch stepping, the lossless
 // consumer pfmd gives a profiler. Program: a dash loop of N iterations
 // (--iterations, default 100: about 265,000 int3 stops), no syscalls in
-// the loop. Needs ptrace (root) and at least 2 CPUs.
+// the loop; with --tasks=N (N > 1), N such loops at once, each in a dash
+// process the first one forks (followed: inherit), so that N tasks share
+// the tracer, bound to one CPU together or free. Needs ptrace (root) and
+// at least 2 CPUs.
 #include <sched.h>
 #include <unistd.h>
 
@@ -23,18 +26,21 @@ int main(int argc, char** argv) {
   using namespace pfm;
   using namespace pfm::bench;
   long iterations = 100;
+  long tasks = 1;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (i > 0 && std::strncmp(argv[i], "--iterations=", 13) == 0) {
       iterations = std::atol(argv[i] + 13);
+    } else if (i > 0 && std::strncmp(argv[i], "--tasks=", 8) == 0) {
+      tasks = std::atol(argv[i] + 8);
     } else {
       args.push_back(argv[i]);
     }
   }
   const Options opt = ParseOptions(static_cast<int>(args.size()), args.data(),
-                                   "soft-BTS tracer bound to one CPU vs free [--iterations=N]");
-  if (iterations <= 0) {
-    std::fprintf(stderr, "cpubind: --iterations must be positive\n");
+                                   "soft-BTS tracer bound to one CPU vs free [--iterations=N] [--tasks=N]");
+  if (iterations <= 0 || tasks < 1 || tasks > 16) {
+    std::fprintf(stderr, "cpubind: --iterations must be positive, --tasks 1..16\n");
     return 2;
   }
   cpu_set_t mine;
@@ -43,9 +49,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cpubind: needs at least 2 CPUs\n");
     return 1;
   }
-  const std::vector<std::string> prog = {
-      "/bin/dash", "-c",
-      "i=0; while [ $i -lt " + std::to_string(iterations) + " ]; do i=$((i+1)); done"};
+  const std::string loop =
+      "i=0; while [ $i -lt " + std::to_string(iterations) + " ]; do i=$((i+1)); done";
+  std::string script = loop;
+  if (tasks > 1) {
+    script.clear();
+    for (long k = 0; k < tasks; ++k) script += "(" + loop + ") & ";
+    script += "wait";
+  }
+  const std::vector<std::string> prog = {"/bin/dash", "-c", script};
   const int reps = opt.quick ? 1 : 3;
   std::vector<double> bound_s, free_s, bound_rate, free_rate;
   uint64_t stops[2] = {0, 0};
@@ -54,6 +66,7 @@ int main(int argc, char** argv) {
       SoftBtsOptions o;
       o.branch_step = true;
       o.bind_cpu = bind;
+      o.inherit = tasks > 1;
       SoftBtsRunResult res;
       uint64_t ring_records = 0, lost = 0;
       if (int rc = TraceLossless(prog, o, "cpubind", &res, &ring_records, &lost); rc != 0) {
@@ -72,6 +85,7 @@ int main(int argc, char** argv) {
   }
   boost::json::object doc = Envelope("cpubind", opt);
   doc["program"] = prog[2];
+  doc["tasks"] = tasks;
   doc["repetitions"] = reps;
   doc["cpus"] = CPU_COUNT(&mine);
   doc["free"] = boost::json::object{

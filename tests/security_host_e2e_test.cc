@@ -709,6 +709,49 @@ TEST_F(SecurityHostE2e, SigkillOfPfmdLeavesTheTraceeRunning) {
   }
 }
 
+// A tracer helper killed outright cannot give the tasks it ran on its CPU
+// their affinity back (SoftBtsOptions::bind_cpu), but it told pfmd what
+// each one's is (kBound), and pfmd gives it back when the helper's channel
+// ends. Before, the program stayed on one CPU for good.
+TEST_F(SecurityHostE2e, ASigkilledTracerHelpersTaskGetsItsCpusBack) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(mine), &mine), 0);
+  if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "one CPU: nothing is bound";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sleep", "sleep", "30", nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  children_.push_back(pid);
+  for (int i = 0; i < 500 && ReadFile(absl::StrCat("/proc/", pid, "/comm")) != "sleep\n"; ++i)
+    ::usleep(10000);
+  auto cpus = [pid] {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    EXPECT_EQ(::sched_getaffinity(pid, sizeof(s), &s), 0);
+    return s;
+  };
+  PfmctlJson(socket(), {"session", "create", "--role", "profiler", "--pid", std::to_string(pid),
+                        "--bts", "lossless"});
+  cpu_set_t now = cpus();
+  for (int i = 0; i < 500 && CPU_COUNT(&now) != 1; ++i) {
+    ::usleep(10000);
+    now = cpus();
+  }
+  ASSERT_EQ(CPU_COUNT(&now), 1) << "never bound";
+  const std::vector<pid_t> helpers = TracerHelpersOf(pid);
+  ASSERT_EQ(helpers.size(), 1u);
+  ASSERT_EQ(::kill(helpers[0], SIGKILL), 0);
+  for (int i = 0; i < 500 && !CPU_EQUAL(&now, &mine); ++i) {
+    ::usleep(10000);
+    now = cpus();
+  }
+  EXPECT_TRUE(CPU_EQUAL(&now, &mine)) << "still on " << CPU_COUNT(&now) << " CPU(s)";
+  EXPECT_EQ(::kill(pid, 0), 0) << "the tracee is gone";
+}
+
 // pfmctl gdbserver is a session like any other: uid 65534 cannot attach
 // to root's process (the refusal names the reason, nothing is left in
 // pfmd, the process is not traced), while a program it launches itself is

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <linux/kcmp.h>
 #include <sys/user.h>
@@ -341,6 +342,18 @@ class SoftBtsRun {
     std::shared_ptr<Plants> detach_plants;
     bool detach_shared_mm = false;
     uint64_t detach_since = 0;
+    // bind_cpu: on the one CPU (bound), and the affinity to give it back
+    // at detach (its own when bound, its creator's for a task created on
+    // the one CPU, or what it set itself since: FinishAffinityCall). A
+    // task created by a bound one and let go (kDetach) has `orig_cpus` too.
+    bool bound = false;
+    bool has_orig = false;
+    bool orig_inherited = false;  // orig_cpus is a creator's (maybe guessed)
+    cpu_set_t orig_cpus;
+    // A sched_getaffinity/sched_setaffinity it was stepped into (aff_rip:
+    // the syscall instruction, 0: none), finished at its next stop.
+    uint64_t aff_rip = 0;
+    uint64_t aff_nr = 0;
     // Where it runs.
     int cpu = -1;
     int stat_fd = -1;
@@ -397,6 +410,9 @@ class SoftBtsRun {
   // blocks in waitpid (measured here: a few microseconds; a real
   // preemption lasts a time slice of another task).
   static constexpr uint64_t kTracerWakePreemptNs = 100000;
+  // Record: the records a bound task holds when another one takes the CPU
+  // from which they are drained.
+  static constexpr size_t kHandOverRecords = 256;
 
   Task* Find(pid_t tid) {
     auto it = tasks_.find(tid);
@@ -435,6 +451,20 @@ class SoftBtsRun {
     if (area == nullptr) return;
     if (area == last_area_ && last_writer_ != t->id && area->bts_count() != 0) {
       if (Task* w = Find(last_writer_.tid)) Drain(w, NowNs());
+    } else if (t->bound && last_writer_ != t->id && tasks_.size() > 1) {
+      // Tasks bound to one CPU take turns at every stop (bind_cpu), and
+      // never change CPU, where an area is drained: the one that ran before
+      // hands over what it holds once that is kHandOverRecords or more, as
+      // at a context switch on hardware; else a history ring would get one
+      // task's whole area (8192) at a time
+      // (HostTasksE2e.HistorySnapshotsOfARunningThreadedProcessAreUnbrokenPerThread).
+      // Not at every turn: through pfmd a drain is a message (a drain per
+      // turn cut three spinning threads from 21,380 records in 300 ms to
+      // 8,232).
+      if (Task* w = Find(last_writer_.tid)) {
+        const DsArea* wa = t_->core_->TaskArea(w->id);
+        if (wa != nullptr && wa->bts_count() >= kHandOverRecords) Drain(w, NowNs());
+      }
     }
     last_area_ = area;
     last_writer_ = t->id;
@@ -679,27 +709,43 @@ class SoftBtsRun {
   const pid_t root_;
   std::map<pid_t, std::unique_ptr<Task>> tasks_;  // by tid
   int held_ = 0;                  // tasks held (not resumed)
+  // Run's round: the stops collected before any is handled.
+  struct Waited {
+    pid_t tid;
+    int st;
+    bool known;  // traced when its status was collected
+  };
+  std::vector<Waited> round_;
   uint64_t lift_gen_ = 0;         // LiftPlants calls that lifted something
   // SoftBtsOptions::bind_cpu (docs/host_drivers.md, "One CPU"): the CPU
-  // (-1: binding off), the tracer thread's own affinity, the one-CPU mask;
-  // whether the one live task and this thread are on it now (only while
-  // exactly one task is traced: two runnable tasks on one CPU with the
-  // tracer starve each other), and the affinity that task had before.
+  // (-1: binding off), the tracer thread's own affinity, the one-CPU mask,
+  // whether this thread is on it now; each task's own is in Task.
   int bind_cpu_ = -1;
   bool state_attaching_ = false;  // AttachAll adopting the threads it seized
   bool detaching_ = false;
-  bool bound_now_ = false;
+  bool tracer_bound_ = false;
+  bool same_pid_ns_ = false;  // the root's pid namespace is this thread's
   cpu_set_t tracer_affinity_;
   cpu_set_t bound_affinity_;
-  cpu_set_t orig_affinity_;
   // Chooses the CPU (AttachAll); binds nothing yet.
   void SetUpBinding();
-  // Binds while exactly one task is traced, and gives every task its
-  // affinity back (and this thread its own) as soon as there are more.
-  void UpdateBinding();
-  // Gives `tid` back `orig` if it still has just the one CPU (else the
-  // program chose its affinity since, and that stands).
+  // Puts `t` (and this thread, the first time) on the one CPU, keeping the
+  // affinity to give it back; `creator`: the task whose clone, fork or
+  // vfork created it (it inherited the creator's affinity).
+  void BindTask(Task* t, const Task* creator);
+  // SoftBtsOptions::on_bound for a bound task (pfmd must know the task:
+  // after its TaskCreated).
+  void ReportBound(const Task* t);
+  // This thread's own affinity back (DetachAll, the end of Run).
+  void UnbindTracer();
+  // Gives `tid` back `orig` if it still has just the one CPU (else someone
+  // outside the trace chose its affinity since, and that stands).
   void Unbind(pid_t tid, const cpu_set_t& orig);
+  // A sched_getaffinity the program made sees the affinity it would have
+  // untraced; a sched_setaffinity it made is what it gets back at detach,
+  // and it stays on the one CPU meanwhile (docs/host_drivers.md).
+  void NoteAffinityCall(Task* t, const user_regs_struct& regs);
+  void FinishAffinityCall(Task* t);
   int64_t root_status_ = -1;
   DsArea* last_area_ = nullptr;   // Record's last area, and whose records it holds
   TaskId last_writer_;
@@ -1111,6 +1157,12 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
     const long same = syscall(SYS_kcmp, parent->id.tid, tid, KCMP_VM, 0, 0);
     shared_mm = same == 0;
   }
+  if (parent != nullptr && parent->has_orig) {
+    // Created on the one CPU: its own affinity is its creator's.
+    t->orig_cpus = parent->orig_cpus;
+    t->has_orig = true;
+    t->orig_inherited = true;
+  }
   if (detach) {
     t->state = Task::kDetach;
     // (Even with none planted now: some may have been lifted since the
@@ -1123,7 +1175,7 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
     return t;
   }
   t_->tasks_seen_.fetch_add(1, std::memory_order_relaxed);
-  UpdateBinding();  // a second task: nothing bound any more
+  BindTask(t, parent);
   // Threads share their process's address space; a new process gets its
   // own (a copy of the parent's code until it execs).
   for (auto& [otid, o] : tasks_)
@@ -1170,6 +1222,7 @@ SoftBtsRun::Task* SoftBtsRun::Adopt(pid_t tgid, pid_t tid, const Task* parent,
   const uint64_t now = NowNs();
   if (parent != nullptr) t_->core_->TaskCreated(parent->id, t->id, now);
   t_->core_->ContextSwitch(t->cpu, now, TaskId{}, t->id, false);
+  ReportBound(t);  // after TaskCreated: pfmd knows no task before that
   return t;
 }
 
@@ -1186,7 +1239,6 @@ void SoftBtsRun::ForgetTask(pid_t tid) {
   if (last_writer_ == t->id) last_area_ = nullptr;
   tasks_.erase(it);
   UpdateTaskCount();
-  UpdateBinding();  // one task left: bound again
 }
 
 void SoftBtsRun::Gone(Task* t, int64_t status) {
@@ -1320,6 +1372,7 @@ void SoftBtsRun::OnStepStop(Task* t, const user_regs_struct* pre) {
           nr == SYS_munmap)
         as->maps_dirty = true;  // refreshed at the stop after the syscall
       if (t->mode == kBranch) BeforeMapSyscall(t, regs);
+      NoteAffinityCall(t, regs);
     }
   }
   t->prev_insn = *insn;
@@ -1491,32 +1544,92 @@ void SoftBtsRun::SetUpBinding() {
   CPU_ZERO(&bound_affinity_);
   CPU_SET(cpu, &bound_affinity_);
   bind_cpu_ = cpu;
+  struct stat mine {}, theirs {};
+  same_pid_ns_ = stat("/proc/thread-self/ns/pid", &mine) == 0 &&
+                 stat(("/proc/" + std::to_string(root_) + "/ns/pid").c_str(), &theirs) == 0 &&
+                 mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
 }
 
-void SoftBtsRun::UpdateBinding() {
-  if (bind_cpu_ < 0 || detaching_ || state_attaching_) return;
-  Task* only = nullptr;
-  size_t live = 0;
-  for (auto& [tid, t] : tasks_)
-    if (t->state != Task::kDetach && ++live == 1) only = t.get();
-  if (live == 1 && !bound_now_) {
-    // This thread first (a cpuset that forbids the CPU: no binding), then
-    // the task, whose affinity now is its own.
+void SoftBtsRun::BindTask(Task* t, const Task* creator) {
+  if (bind_cpu_ < 0 || detaching_ || state_attaching_ || t->bound ||
+      t->state == Task::kDetach)
+    return;
+  if (!tracer_bound_) {
+    // This thread first (a cpuset that forbids the CPU: no binding).
     if (sched_setaffinity(0, sizeof(bound_affinity_), &bound_affinity_) != 0) return;
-    CPU_ZERO(&orig_affinity_);
-    if (sched_getaffinity(only->id.tid, sizeof(orig_affinity_), &orig_affinity_) != 0 ||
-        sched_setaffinity(only->id.tid, sizeof(bound_affinity_), &bound_affinity_) != 0) {
-      (void)sched_setaffinity(0, sizeof(tracer_affinity_), &tracer_affinity_);
-      return;
-    }
-    bound_now_ = true;
-  } else if (live != 1 && bound_now_) {
-    // A second task: created by the bound one, it has the one CPU too.
-    // Both (all) get the affinity the bound one had before.
-    for (auto& [tid, t] : tasks_) Unbind(tid, orig_affinity_);
-    (void)sched_setaffinity(0, sizeof(tracer_affinity_), &tracer_affinity_);
-    bound_now_ = false;
+    tracer_bound_ = true;
   }
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  if (sched_getaffinity(t->id.tid, sizeof(now), &now) != 0) return;
+  const bool inherited = creator != nullptr && creator->has_orig && CPU_EQUAL(&now, &bound_affinity_);
+  if (!inherited) {
+    if (sched_setaffinity(t->id.tid, sizeof(bound_affinity_), &bound_affinity_) != 0) return;
+    t->orig_cpus = now;
+  }
+  t->has_orig = true;  // (inherited: set by Adopt from the creator)
+  t->orig_inherited = inherited;
+  t->bound = true;
+}
+
+void SoftBtsRun::ReportBound(const Task* t) {
+  if (t->bound && t_->opt_.on_bound) t_->opt_.on_bound(t->id, bind_cpu_, t->orig_cpus);
+}
+
+void SoftBtsRun::NoteAffinityCall(Task* t, const user_regs_struct& regs) {
+  if (bind_cpu_ < 0 || (regs.rax != SYS_sched_getaffinity && regs.rax != SYS_sched_setaffinity))
+    return;
+  // x86-64's `syscall` (0F 05) only: `int 0x80` and `sysenter` take the
+  // i386 numbers, where these two are other calls.
+  bool ok = false;
+  const uint8_t* bytes = nullptr;
+  const DecodedInsn& d = t->as->cache.Get(t->id.tid, regs.rip, &ok, &bytes);
+  if (!ok || bytes == nullptr || d.length != 2 || bytes[0] != 0x0f || bytes[1] != 0x05) return;
+  t->aff_rip = regs.rip;
+  t->aff_nr = regs.rax;
+}
+
+void SoftBtsRun::FinishAffinityCall(Task* t) {
+  user_regs_struct regs;
+  if (ptrace(PTRACE_GETREGS, t->id.tid, nullptr, &regs) != 0) return;
+  if (regs.rip == t->aff_rip) return;  // not run yet (a signal came first)
+  const uint64_t at = t->aff_rip, nr = t->aff_nr;
+  t->aff_rip = 0;
+  if (regs.rip != at + 2) return;  // `syscall` is 2 bytes; elsewhere: not run
+  const int64_t ret = static_cast<int64_t>(regs.rax);
+  const pid_t who = static_cast<pid_t>(regs.rdi);
+  // Another task named by its pid as the program sees it: the same as ours
+  // only in this thread's pid namespace.
+  Task* target = who == 0 ? t : same_pid_ns_ ? Find(who) : nullptr;
+  if (ret < 0 || target == nullptr || !target->bound) return;
+  if (nr == SYS_sched_getaffinity) {
+    // The kernel copied `ret` bytes of the one-CPU mask: the task's own
+    // instead (glibc zeroes the rest of the caller's buffer).
+    const size_t n = std::min(static_cast<size_t>(ret), sizeof(target->orig_cpus));
+    iovec local{&target->orig_cpus, n};
+    iovec remote{reinterpret_cast<void*>(regs.rdx), n};
+    (void)process_vm_writev(t->id.tid, &local, 1, &remote, 1, 0);
+    return;
+  }
+  // sched_setaffinity succeeded: what it set (as the kernel applied it) is
+  // the task's own now, and it goes back on the one CPU.
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  if (sched_getaffinity(target->id.tid, sizeof(now), &now) != 0) return;
+  target->orig_cpus = now;
+  if (!CPU_EQUAL(&now, &bound_affinity_) &&
+      sched_setaffinity(target->id.tid, sizeof(bound_affinity_), &bound_affinity_) != 0) {
+    target->bound = false;  // (its cpuset forbids the CPU now) it runs where it chose
+    return;
+  }
+  target->orig_inherited = false;
+  ReportBound(target);
+}
+
+void SoftBtsRun::UnbindTracer() {
+  if (!tracer_bound_) return;
+  (void)sched_setaffinity(0, sizeof(tracer_affinity_), &tracer_affinity_);
+  tracer_bound_ = false;
 }
 
 void SoftBtsRun::Unbind(pid_t tid, const cpu_set_t& orig) {
@@ -1794,10 +1907,14 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
     // event: who it is comes from /proc.
     pid_t tgid = 0, ppid = 0;
     if (!ReadTaskIds(tid, &tgid, &ppid)) return;
+    // (Its process's main thread if traced, as the likeliest creator: its
+    // event, when it comes, names the creator, and the affinity it
+    // inherited is corrected then.)
     const Task* parent = nullptr;
     for (auto& [otid, o] : tasks_)
       if (o->state != Task::kDetach &&
-          (o->id.pid == tgid || (parent == nullptr && o->id.pid == ppid)))
+          (o->id.pid == tgid || (parent == nullptr && o->id.pid == ppid)) &&
+          !(parent != nullptr && parent->id.pid == tgid && parent->id.tid == tgid))
         parent = o.get();
     const bool thread = parent != nullptr && parent->id.pid == tgid;
     t = Adopt(tgid, tid, parent, !thread && !t_->opt_.inherit, false);
@@ -1816,6 +1933,7 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
   const bool first = t->state == Task::kNew;
   t->state = Task::kStopped;
   t->status = st;
+  if (t->aff_rip != 0) FinishAffinityCall(t);
   t->vfork_child = 0;
   t->bs_cont = false;  // single-step on unless Plan finds a block to run
   ReadSwitches(t);
@@ -1843,6 +1961,13 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
       // Not adopted again when its own first stop came first and it is
       // gone or let go since (a task that would never stop, which
       // DetachAll would wait for): only a task this thread traces.
+      if (Task* ct = c > 0 ? Find(c) : nullptr;
+          ct != nullptr && ct->orig_inherited && t->has_orig) {
+        // Adopted at its own first stop, before this event, from a guessed
+        // creator (Handle): the affinity it inherited is this task's.
+        ct->orig_cpus = t->orig_cpus;
+        ReportBound(ct);
+      }
       if (c > 0 && Find(c) == nullptr && TracerOf(c) == static_cast<pid_t>(::gettid())) {
         pid_t tgid = 0, ppid = 0;
         const bool thread = event == PTRACE_EVENT_CLONE &&
@@ -1865,7 +1990,15 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
       if (static_cast<pid_t>(former) != tid) {
         // Another thread exec'd: it now has the leader's tid. The old
         // leader's task is this one; the exec'ing thread's is gone.
-        if (Task* f = Find(static_cast<pid_t>(former))) Gone(f, 0);
+        if (Task* f = Find(static_cast<pid_t>(former))) {
+          if (f->has_orig) {  // its affinity, not the old leader's
+            t->orig_cpus = f->orig_cpus;
+            t->has_orig = true;
+            t->orig_inherited = f->orig_inherited;
+            ReportBound(t);
+          }
+          Gone(f, 0);
+        }
       }
       OnExec(t);
       user_regs_struct regs;
@@ -1975,9 +2108,9 @@ void SoftBtsRun::LetGoUnfollowed(Task* t) {
     }
     t->detach_plants.reset();
   }
-  // Created by the one bound task, it inherited the one CPU: the affinity
-  // it would have had untraced.
-  if (bound_now_) Unbind(tid, orig_affinity_);
+  // Created by a bound task, it inherited the one CPU: the affinity it
+  // would have had untraced.
+  if (t->has_orig) Unbind(tid, t->orig_cpus);
   ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
   ForgetTask(tid);
 }
@@ -2027,8 +2160,9 @@ void SoftBtsRun::DetachAll() {
   // Every task gets its CPUs back first (bind_cpu), stopped or not; tasks
   // created meanwhile by the bound one are given them below (`late`).
   detaching_ = true;
-  if (bound_now_)
-    for (auto& [tid, t] : tasks_) Unbind(tid, orig_affinity_);
+  for (auto& [tid, t] : tasks_)
+    if (t->has_orig) Unbind(tid, t->orig_cpus);
+  UnbindTracer();
   // Interrupt every running task (a step in flight, possibly inside a
   // blocking syscall), then detach each at whatever stop comes first. A
   // task stopped for job control (LISTEN) is in a stop already.
@@ -2168,8 +2302,18 @@ void SoftBtsRun::DetachAll() {
   // before any thread runs untraced.
   LiftAll();
   for (const auto& [tid, l] : late) {
-    // Created by a bound task: its creator's CPUs, else the root's.
-    if (bound_now_) Unbind(tid, orig_affinity_);
+    // Created by a bound task: its creator's CPUs, else those of a task
+    // of its process or its parent (which /proc names).
+    const Task* from = l.creator != 0 ? Find(l.creator) : nullptr;
+    if (from == nullptr || !from->has_orig) {
+      pid_t tgid = 0, ppid = 0;
+      from = nullptr;
+      if (ReadTaskIds(tid, &tgid, &ppid))
+        for (auto& [otid, o] : tasks_)
+          if (o->has_orig && (o->id.pid == tgid || (from == nullptr && o->id.pid == ppid)))
+            from = o.get();
+    }
+    if (from != nullptr && from->has_orig) Unbind(tid, from->orig_cpus);
     if (l.stopped) ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
   }
   std::vector<Task*> all;
@@ -2362,7 +2506,10 @@ bool SoftBtsRun::AttachAll() {
     task->pending_sig = pending_sig.count(tid) ? pending_sig[tid] : 0;
   }
   state_attaching_ = false;
-  UpdateBinding();  // one thread: bound
+  for (auto& [tid, task] : tasks_) {
+    BindTask(task.get(), nullptr);
+    ReportBound(task.get());
+  }
   t->ReportStarted(0);
   for (auto& [tid, task] : tasks_) Resume(task.get());
   for (auto& [r, st] : deferred) Handle(r, st);
@@ -2399,9 +2546,49 @@ void SoftBtsRun::Run() {
       for (Task* task : left) Gone(task, -1);
       break;
     }
-    Handle(r, st);
-    DebugMaybeReport();
+    if (tasks_.size() == 1) {
+      Handle(r, st);
+      DebugMaybeReport();
+      continue;
+    }
+    // Several tasks: every one stopped now is handled once before any is
+    // handled again. waitpid(-1) scans the tracees in one order, and a task
+    // resumed on the tracer's CPU (bind_cpu) runs at once and is often
+    // stopped again before the next call: taking one stop at a time, three
+    // spinning threads kept their main thread waiting (a 300 ms sleep took
+    // 1.1-1.3 s through pfmd; 0.08 s in rounds:
+    // HostTasksE2e.ThreadsOnTheTracersCpuAllGetTheirTurns). A status taken
+    // here stays the task's until the tracer resumes it, as it would in
+    // the kernel; one of a task forgotten meanwhile is dropped.
+    round_.clear();
+    round_.push_back(Waited{r, st, Find(r) != nullptr});
+    for (;;) {
+      int st2 = 0;
+      const pid_t r2 = waitpid(-1, &st2, __WALL | __WNOTHREAD | WNOHANG);
+      if (r2 <= 0) break;  // EINTR: the wake is seen at the top
+      round_.push_back(Waited{r2, st2, Find(r2) != nullptr});
+    }
+    for (size_t i = 0; i < round_.size(); ++i) {
+      const Waited& w = round_[i];
+      // A task let go or forgotten while an earlier one was handled: its
+      // status is stale, and it is not ours any more.
+      if (w.known && Find(w.tid) == nullptr) continue;
+      if (i > 0 && WIFSTOPPED(w.st)) {
+        // Stopped and not resumed, a task has nothing more to report; if
+        // its tid has (killed meanwhile; an exec of another thread of its
+        // process, which took the tid), the stop taken is no more: the new
+        // status comes at the next wait.
+        siginfo_t si{};
+        if (waitid(P_PID, static_cast<id_t>(w.tid), &si,
+                   WEXITED | WSTOPPED | WNOHANG | WNOWAIT | __WALL) == 0 &&
+            si.si_pid == w.tid)
+          continue;
+      }
+      Handle(w.tid, w.st);
+      DebugMaybeReport();
+    }
   }
+  UnbindTracer();
   ServeDebugCalls();  // answered (-ESRCH for what needs a task) before the thread ends
 }
 

@@ -61,6 +61,7 @@
 #ifndef PFM_KERNEL_DRIVERS_PTRACE_SOFT_BTS_H_
 #define PFM_KERNEL_DRIVERS_PTRACE_SOFT_BTS_H_
 
+#include <sched.h>
 #include <sys/types.h>
 #include <sys/user.h>
 
@@ -111,17 +112,22 @@ struct SoftBtsOptions {
   // them from CPU changes.
   bool kernel_switches = true;
   uint32_t switch_ring_pages = 8;  // per task, a power of two
-  // While exactly one task is traced, run it and the tracer thread on one
-  // CPU (as rr binds its tracees): a stop and its resume then wake a task
-  // on the CPU they run on. On a VM, where waking a task on the other CPU
-  // goes through the hypervisor, branch stepping made 5x the stops per
-  // second bound (docs/host_drivers.md, "One CPU"). The CPU is the
-  // tracer's, if the tracee may run there, else the first it may use. A
-  // second task (thread or followed child) unbinds everything (bound
-  // together they starve each other); the affinity is given back then and
-  // when a task is let go, unless the program changed it meanwhile. Not
-  // with address filters. False: the scheduler places both.
+  // Run every traced task and the tracer thread on one CPU (as rr binds
+  // its tracees): a stop and its resume then wake a task on the CPU they
+  // run on. On a VM, where waking a task on the other CPU goes through the
+  // hypervisor, branch stepping made 4-5x the stops per second bound for
+  // one or two tasks, 2x for three (docs/host_drivers.md, "One CPU"). The
+  // CPU is the tracer's, if the tracee may run there, else the first it
+  // may use. Each task gets its own affinity back at detach and when let
+  // go, unless it was changed from outside meanwhile; the program's own
+  // sched_getaffinity reports it, and its sched_setaffinity changes it.
+  // Not with address filters. False: the scheduler places them.
   bool bind_cpu = true;
+  // Called (on the tracer thread) when a task is bound, and when the
+  // affinity it is to get back changes (its own sched_setaffinity): for a
+  // tracer in another process, so that someone can give it back should the
+  // tracer die without detaching (tracer_helper.cc, kBound).
+  std::function<void(TaskId task, int cpu, const cpu_set_t& own)> on_bound;
   // Branch stepping (docs/host_drivers.md, "Branch stepping"): a thread is
   // stopped only at the branch that ends each basic block, by an int3 the
   // tracer plants there (in the tracee's private copy of the code; hidden

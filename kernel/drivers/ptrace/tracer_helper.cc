@@ -38,6 +38,8 @@ using tracer_protocol::WireTask;
 using tracer_protocol::kDrainHead;
 using tracer_protocol::kTaskCreated;
 using tracer_protocol::kTaskExec;
+using tracer_protocol::kBound;
+using tracer_protocol::WireBound;
 using tracer_protocol::ReadMsg;
 using tracer_protocol::ToWire;
 using tracer_protocol::WireStats;
@@ -149,6 +151,16 @@ class RemoteCore : public CoreHooks {
     const WireTask m{task.pid, task.tid};
     Send(Frame(kTaskExec, &m, sizeof(m)));
     MaybeSendMaps();  // the new program's, before its records
+  }
+  // SoftBtsOptions::on_bound: what pfmd gives the task back should this
+  // process die without detaching.
+  void TaskBound(TaskId task, int cpu, const cpu_set_t& own) {
+    WireBound m{};
+    m.task = WireTask{task.pid, task.tid};
+    m.cpu = cpu;
+    m.n = sizeof(own);
+    std::memcpy(m.own, &own, sizeof(own));
+    Send(Frame(kBound, &m, sizeof(m)));
   }
   // CoreHooks: the per-CPU part, unused by a task-level driver.
   DsArea* Area(int) override { return nullptr; }
@@ -385,6 +397,9 @@ int RunHelper(int argc, char** argv) {
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
   RemoteCore sink(fd);
+  opt.on_bound = [&sink](TaskId task, int cpu, const cpu_set_t& own) {
+    sink.TaskBound(task, cpu, own);
+  };
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false, gone = false;

@@ -34,6 +34,7 @@ using tracer_protocol::WireTask;
 using tracer_protocol::kDrainHead;
 using tracer_protocol::kTaskCreated;
 using tracer_protocol::kTaskExec;
+using tracer_protocol::kBound;
 using tracer_protocol::ReadMsg;
 using tracer_protocol::ReapHelper;
 using tracer_protocol::WireStats;
@@ -211,6 +212,25 @@ pid_t TracerOf(int32_t tid) {
   return at == nullptr ? -1 : static_cast<pid_t>(std::atol(at + 11));
 }
 
+// When task TID started (field 22 of /proc/TID/stat, clock ticks since
+// boot; 0: gone or unreadable): with its tid, what names one task for good.
+uint64_t StartTimeOf(int32_t tid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", tid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* at = std::strrchr(buf, ')');  // the name may hold anything
+  if (at == nullptr) return 0;
+  // Field N (N >= 3) follows the (N-2)th space after the name.
+  for (int field = 3; field <= 22 && at != nullptr; ++field) at = std::strchr(at + 1, ' ');
+  return at == nullptr ? 0 : std::strtoull(at + 1, nullptr, 10);
+}
+
 }  // namespace
 
 // Validates and carries out what the helper reports (see "Trust" in the
@@ -225,6 +245,14 @@ void TracerProcess::ReadLoop() {
   std::map<int32_t, TaskId> live = {{pid_, root}};
   int64_t root_status = -1;
   bool ended = false;
+  // The live tasks the helper bound to one CPU (kBound): the CPU, and the
+  // affinity to give back should the helper die without detaching.
+  struct Bound {
+    int32_t cpu;
+    cpu_set_t own;
+    uint64_t started;  // StartTimeOf the task, when it was the helper's
+  };
+  std::map<int32_t, Bound> bound;
   // The task a message names, if it is live.
   auto known = [&](const WireTask& w, TaskId* out) {
     auto it = live.find(w.tid);
@@ -359,6 +387,32 @@ void TracerProcess::ReadLoop() {
         core->TaskCreated(parent, child, now);
         break;
       }
+      case kBound: {
+        tracer_protocol::WireBound m;
+        if (!fixed(&m) || !known(m.task, &task) || m.cpu < 0 || m.cpu >= CPU_SETSIZE ||
+            m.n == 0 || m.n > sizeof(cpu_set_t)) {
+          ok = false;
+          break;
+        }
+        Bound b{m.cpu, {}, 0};
+        CPU_ZERO(&b.own);
+        std::memcpy(&b.own, m.own, m.n);
+        if (CPU_COUNT(&b.own) == 0) {
+          ok = false;
+          break;
+        }
+        // Kept only for a task the helper traces now (its TracerPid one of
+        // the helper's threads), with the time it started: pfmd, root,
+        // changes nothing of a task that is not that one (pid reuse).
+        const pid_t tracer = TracerOf(task.tid);
+        char helper_task[64];
+        std::snprintf(helper_task, sizeof(helper_task), "/proc/%d/task/%d", helper_, tracer);
+        if (tracer <= 0 || (tracer != helper_ && ::access(helper_task, F_OK) != 0)) break;
+        b.started = StartTimeOf(task.tid);
+        if (b.started == 0 || TracerOf(task.tid) != tracer) break;
+        bound[task.tid] = b;
+        break;
+      }
       case kTaskExec: {
         WireTask wt{};
         if (!fixed(&wt) || !known(wt, &task)) {
@@ -379,6 +433,7 @@ void TracerProcess::ReadLoop() {
           break;
         }
         live.erase(task.tid);
+        bound.erase(task.tid);
         if (task == root) root_status = m.status;
         {
           KernelLockGuard l(host_.lock);
@@ -501,6 +556,20 @@ void TracerProcess::ReadLoop() {
   // report gone were detached and run on untraced: they are not exits.
   ::shutdown(fd_, SHUT_RDWR);
   if (!ended) {
+    // A helper that detached gave every task its affinity back; one that
+    // died (SIGKILL) could not: a task still on just its one CPU gets its
+    // own back here (not a task that only has its tid now: its start time
+    // is another). When this side ended the conversation, the helper,
+    // still detaching, may do the same after: both give the same mask.
+    for (const auto& [tid, b] : bound) {
+      if (live.count(tid) == 0 || StartTimeOf(tid) != b.started) continue;
+      cpu_set_t now, one;
+      CPU_ZERO(&now);
+      CPU_ZERO(&one);
+      CPU_SET(b.cpu, &one);
+      if (::sched_getaffinity(tid, sizeof(now), &now) == 0 && CPU_EQUAL(&now, &one))
+        (void)::sched_setaffinity(tid, sizeof(b.own), &b.own);
+    }
     KernelLockGuard l(host_.lock);
     for (const auto& [tid, t] : live) core->TaskDetached(t, MonotonicNs());
   }

@@ -5,6 +5,7 @@
 #ifndef PFM_KERNEL_DRIVERS_PTRACE_TRACER_PROTOCOL_H_
 #define PFM_KERNEL_DRIVERS_PTRACE_TRACER_PROTOCOL_H_
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -38,6 +39,10 @@ enum MsgType : uint32_t {
   kTaskExec = 11,     // task
   kDebugEnded = 12,   // (empty): the debug channel served ended (its client
                       // closed it, or kDebugClose)
+  kBound = 13,        // WireBound: the task runs on one CPU for the tracer
+                      // (SoftBtsOptions::bind_cpu) and is to get `own` back;
+                      // pfmd gives it back should the helper die without
+                      // detaching (SIGKILL)
   // pfmd -> helper
   kHeld = 100,        // u8 held
   kRequestDrain = 101,  // u64 ticket
@@ -52,6 +57,14 @@ struct WireTask {
   int32_t pid;
   int32_t tid;
 };
+
+struct WireBound {
+  WireTask task;
+  int32_t cpu;       // the one CPU
+  uint32_t n;        // bytes of `own` that count (a cpu_set_t's, at most)
+  uint8_t own[128];  // the task's own affinity mask
+};
+static_assert(sizeof(cpu_set_t) == 128, "WireBound::own holds a cpu_set_t");
 
 struct MsgHeader {
   uint32_t type;

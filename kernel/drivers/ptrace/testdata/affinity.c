@@ -1,26 +1,63 @@
 /* CPU affinity under a tracer that binds (SoftBtsOptions::bind_cpu;
- * soft_bts_tasks_test TracedTasksShareOneCpuAndChildrenLetGoGetTheirsBack):
- * `affinity OUT` appends "parent N" to OUT, N the CPUs in its affinity,
- * then forks a child that appends "child M" the same way, waits for it
- * and exits 0. `affinity --pinned OUT`: two threads pin themselves, one
- * to the first CPU it may use, one to the second, then all three spin;
- * OUT gets "ready TID0 TID1" once both are pinned (a tracer attaches after
- * that and must give each its own affinity back). Static, -O0. */
+ * soft_bts_tasks_test): `affinity OUT` appends "parent N R" to OUT, N the
+ * CPUs in its affinity as sched_getaffinity says (what the tracer lets it
+ * see) and R as /proc/thread-self/status says (the kernel's, which the
+ * tracer does not touch), then forks a child that appends "child M S" the
+ * same way, waits for it and exits 0. `affinity --pinned OUT`: two threads
+ * pin themselves, one to the first CPU it may use, one to the second, then
+ * all three spin; OUT gets "ready TID0 TID1 C0 N0 C1 N1 NM" once both are
+ * pinned: each thread's first CPU and CPU count by sched_getaffinity after
+ * pinning, and the main thread's count. `affinity --spin-ms MS OUT`:
+ * three threads spin until the main thread, after sleeping MS milliseconds,
+ * tells them to stop, and joins them; OUT gets "late L", L the
+ * milliseconds from main's start to the last join beyond MS (bound with the
+ * tracer, the main thread's stops, creating the threads, waking from the
+ * sleep and joining, must be handled among the spinners'); exits 0.
+ * `affinity --nested OUT`: a thread pins itself to the second CPU it may
+ * use and creates a thread that writes "nested N C" to OUT, N the CPUs in
+ * its affinity and C the first, by sched_getaffinity (it inherited its
+ * creator's: 1 and that CPU); exits 0 once both are joined. Static, -O0. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* The CPUs in Cpus_allowed_list of /proc/thread-self/status ("0-3,6"). */
+static int RealCount(void) {
+  const int fd = open("/proc/thread-self/status", O_RDONLY);
+  if (fd < 0) return -1;
+  char buf[4096];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char* p = strstr(buf, "Cpus_allowed_list:");
+  if (p == NULL) return -1;
+  p += strlen("Cpus_allowed_list:");
+  int count = 0;
+  while (*p != 0 && *p != '\n') {
+    while (*p == ' ' || *p == '\t' || *p == ',') ++p;
+    if (*p < '0' || *p > '9') break;
+    const long a = strtol(p, (char**)&p, 10);
+    long b = a;
+    if (*p == '-') b = strtol(p + 1, (char**)&p, 10);
+    count += (int)(b - a + 1);
+  }
+  return count;
+}
 
 static int Say(const char* path, const char* who) {
   cpu_set_t s;
   CPU_ZERO(&s);
   if (sched_getaffinity(0, sizeof(s), &s) != 0) return -1;
   char buf[64];
-  const int len = snprintf(buf, sizeof(buf), "%s %d\n", who, CPU_COUNT(&s));
+  const int len = snprintf(buf, sizeof(buf), "%s %d %d\n", who, CPU_COUNT(&s), RealCount());
   const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd < 0) return -1;
   const int ok = write(fd, buf, (size_t)len) == len ? 0 : -1;
@@ -30,6 +67,7 @@ static int Say(const char* path, const char* who) {
 
 static volatile int pinned_;
 static volatile pid_t tids_[2];
+static volatile int first_[2], count_[2];
 
 static void* Pinned(void* arg) {
   const int which = (int)(long)arg;
@@ -41,21 +79,100 @@ static void* Pinned(void* arg) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &all) && seen++ == which) CPU_SET(c, &one);
   if (sched_setaffinity(0, sizeof(one), &one) != 0) return NULL;
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  if (sched_getaffinity(0, sizeof(now), &now) != 0) return NULL;
+  first_[which] = -1;
+  for (int c = CPU_SETSIZE - 1; c >= 0; --c)
+    if (CPU_ISSET(c, &now)) first_[which] = c;
+  count_[which] = CPU_COUNT(&now);
   tids_[which] = gettid();
   __sync_fetch_and_add(&pinned_, 1);
   for (;;) {
   }
 }
 
+static volatile int stop_;
+
+static void* NestedChild(void* arg) {
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  if (sched_getaffinity(0, sizeof(s), &s) != 0) return (void*)1;
+  int first = -1;
+  for (int c = CPU_SETSIZE - 1; c >= 0; --c)
+    if (CPU_ISSET(c, &s)) first = c;
+  char buf[64];
+  const int len = snprintf(buf, sizeof(buf), "nested %d %d\n", CPU_COUNT(&s), first);
+  const int fd = open((const char*)arg, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0 || write(fd, buf, (size_t)len) != len) return (void*)1;
+  close(fd);
+  return NULL;
+}
+
+static void* NestedParent(void* arg) {
+  cpu_set_t all, one;
+  CPU_ZERO(&all);
+  if (sched_getaffinity(0, sizeof(all), &all) != 0) return (void*)1;
+  int seen = 0;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all) && seen++ == 1) CPU_SET(c, &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) return (void*)1;
+  pthread_t t;
+  void* rc = (void*)1;
+  if (pthread_create(&t, NULL, NestedChild, arg) != 0 || pthread_join(t, &rc) != 0) return (void*)1;
+  return rc;
+}
+
+static void* Spin(void* arg) {
+  (void)arg;
+  while (!stop_) {
+  }
+  return NULL;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "--nested") == 0) {
+    pthread_t t;
+    void* rc = (void*)1;
+    if (pthread_create(&t, NULL, NestedParent, argv[2]) != 0 || pthread_join(t, &rc) != 0)
+      return 2;
+    return rc == NULL ? 0 : 3;
+  }
+  if (argc == 4 && strcmp(argv[1], "--spin-ms") == 0) {
+    const long ms = atol(argv[2]);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_t t[3];
+    for (int i = 0; i < 3; ++i)
+      if (pthread_create(&t[i], NULL, Spin, NULL) != 0) return 2;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    stop_ = 1;
+    for (int i = 0; i < 3; ++i) pthread_join(t[i], NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const long late = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 - ms;
+    char buf[64];
+    const int len = snprintf(buf, sizeof(buf), "late %ld\n", late);
+    const int fd = open(argv[3], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, buf, (size_t)len) != len) return 3;
+    close(fd);
+    return 0;
+  }
   if (argc == 3 && strcmp(argv[1], "--pinned") == 0) {
     pthread_t t[2];
     for (long i = 0; i < 2; ++i)
       if (pthread_create(&t[i], NULL, Pinned, (void*)i) != 0) return 2;
     while (pinned_ < 2) {
     }
-    char buf[64];
-    const int len = snprintf(buf, sizeof(buf), "ready %d %d\n", (int)tids_[0], (int)tids_[1]);
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof(mine), &mine) != 0) return 2;
+    char buf[128];
+    const int len = snprintf(buf, sizeof(buf), "ready %d %d %d %d %d %d %d\n", (int)tids_[0],
+                             (int)tids_[1], first_[0], count_[0], first_[1], count_[1],
+                             CPU_COUNT(&mine));
     const int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0 || write(fd, buf, (size_t)len) != len) return 3;
     close(fd);
