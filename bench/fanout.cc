@@ -410,12 +410,18 @@ double ToPredictedShare(const RingView& v) {
 
 // The decode measurement's report, both streams: rates against memcpy of
 // the fixed ring's records and the issue-16 target.
+// `dec` and `copy` are medians over the repetitions; `dec_best` the fastest
+// one (this VM's rates vary by a fifth between repetitions of the same
+// work: the median is what a reader gets, the best what the code does when
+// nothing disturbs it; the target is held to the median).
 boost::json::object DecodeJson(uint64_t records, double bytes_per_record, double dec,
-                               CodecFastPath fast, double port, double copy) {
+                               double dec_best, CodecFastPath fast, double port,
+                               double copy) {
   return boost::json::object{
       {"records", records},
       {"compact_bytes_per_record", bytes_per_record},
       {"decode_records_per_s", dec},
+      {"decode_best_records_per_s", dec_best},
       {"decode_fast_path", CodecFastPathName(fast)},
       {"decode_portable_records_per_s", port},
       {"memcpy_fixed_records_per_s", copy},
@@ -461,15 +467,17 @@ int MeasureLoopDecode(size_t drecs, int reps, boost::json::object* out) {
   }
   const double dec = nd / Median(dec_s), port = np / Median(port_s);
   const double copy = nc / Median(copy_s), cdec = nd / Median(cdec_s);
+  const double dec_best = nd / *std::min_element(dec_s.begin(), dec_s.end());
   const double share = ToPredictedShare(cv);
   std::fprintf(stderr,
-               "decode  loops: compact %.1f Mrec/s (%s; portable %.1f; memcpy "
+               "decode  loops: compact %.1f Mrec/s (best %.1f; %s; portable %.1f; memcpy "
                "of fixed %.1f Mrec/s, ratio %.2f); codec alone %.1f Mrec/s; "
                "%.2f B/record, to predicted %.0f%%\n",
-               dec / 1e6, CodecFastPathName(fast), port / 1e6, copy / 1e6,
-               dec / copy, cdec / 1e6, double(cv.hdr()->head) / nd,
+               dec / 1e6, dec_best / 1e6, CodecFastPathName(fast), port / 1e6,
+               copy / 1e6, dec / copy, cdec / 1e6, double(cv.hdr()->head) / nd,
                100 * share);
-  *out = DecodeJson(nd, double(cv.hdr()->head) / nd, dec, fast, port, copy);
+  *out = DecodeJson(nd, double(cv.hdr()->head) / nd, dec, dec_best, fast, port,
+                    copy);
   (*out)["stream"] = "loops";
   (*out)["to_predicted_share"] = share;
   (*out)["codec_decode_records_per_s"] = cdec;
@@ -620,14 +628,16 @@ int main(int argc, char** argv) {
       return 1;
     }
     const double dec = nd / Median(dec_s), copy = nc / Median(copy_s);
+    const double dec_best =
+        nd / *std::min_element(dec_s.begin(), dec_s.end());
     const double port = np / Median(port_s);
     const double cons_c = ncc / Median(cons_c_s), cons_f = ncf / Median(cons_f_s);
     std::fprintf(stderr,
-                 "decode  compact %.1f Mrec/s (%s; portable %.1f; memcpy of "
+                 "decode  compact %.1f Mrec/s (best %.1f; %s; portable %.1f; memcpy of "
                  "fixed %.1f Mrec/s, ratio %.2f); RingReader::Consume compact "
                  "%.1f vs fixed %.1f Mrec/s; %.2f B/record\n",
-                 dec / 1e6, CodecFastPathName(fast), port / 1e6, copy / 1e6,
-                 dec / copy, cons_c / 1e6, cons_f / 1e6,
+                 dec / 1e6, dec_best / 1e6, CodecFastPathName(fast), port / 1e6,
+                 copy / 1e6, dec / copy, cons_c / 1e6, cons_f / 1e6,
                  double(cv.hdr()->head) / nd);
     // The codec alone, per fast path (section "codec" of the JSON): the
     // same records, read back from the fixed ring.
@@ -670,7 +680,7 @@ int main(int argc, char** argv) {
     SetCodecFastPath(fast);
     doc["codec"] = codec;
     boost::json::object decode =
-        DecodeJson(nd, double(cv.hdr()->head) / nd, dec, fast, port, copy);
+        DecodeJson(nd, double(cv.hdr()->head) / nd, dec, dec_best, fast, port, copy);
     decode["consume_compact_records_per_s"] = cons_c;
     decode["consume_fixed_records_per_s"] = cons_f;
     decode["consume_compact_vs_fixed"] = cons_c / cons_f;

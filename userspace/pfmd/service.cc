@@ -133,6 +133,10 @@ json::object SessionToJson(const SessionInfo& s, bool detail) {
         {"tasks", t.tasks},
         {"tasks_seen", t.tasks_seen},
         {"processes_seen", t.processes_seen},
+        // Tasks whose first stop came before their creator's event.
+        {"children_first", t.children_first},
+        // Stops that were no more when their turn in a round came.
+        {"stale_stops", t.stale_stops},
         {"switches", t.switches},
         {"switch_artifacts_dropped", t.switch_artifacts},
         // Where switch records come from: the kernel's own, or inferred

@@ -1918,6 +1918,7 @@ void SoftBtsRun::Handle(pid_t tid, int st) {
         parent = o.get();
     const bool thread = parent != nullptr && parent->id.pid == tgid;
     t = Adopt(tgid, tid, parent, !thread && !t_->opt_.inherit, false);
+    t_->children_first_.fetch_add(1, std::memory_order_relaxed);
   }
   if (gone) {
     Gone(t, st);
@@ -2581,8 +2582,10 @@ void SoftBtsRun::Run() {
         siginfo_t si{};
         if (waitid(P_PID, static_cast<id_t>(w.tid), &si,
                    WEXITED | WSTOPPED | WNOHANG | WNOWAIT | __WALL) == 0 &&
-            si.si_pid == w.tid)
+            si.si_pid == w.tid) {
+          t->stale_stops_.fetch_add(1, std::memory_order_relaxed);
           continue;
+        }
       }
       Handle(w.tid, w.st);
       DebugMaybeReport();
@@ -3179,6 +3182,8 @@ SoftBtsTracer::Stats SoftBtsTracer::stats() const {
   s.branch_stops = branch_stops_.load(std::memory_order_relaxed);
   s.emulated = emulated_.load(std::memory_order_relaxed);
   s.planted = planted_.load(std::memory_order_relaxed);
+  s.children_first = children_first_.load(std::memory_order_relaxed);
+  s.stale_stops = stale_stops_.load(std::memory_order_relaxed);
   s.gaps = gaps_.load(std::memory_order_relaxed);
   return s;
 }

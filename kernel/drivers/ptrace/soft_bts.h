@@ -263,6 +263,14 @@ class SoftBtsTracer {
     uint64_t tasks = 0;
     uint64_t tasks_seen = 0;
     uint64_t processes_seen = 0;
+    // Tasks met at their own first stop before their creator's clone or
+    // fork event: adopted with a guessed creator (the main thread of their
+    // process), corrected when the event comes.
+    uint64_t children_first = 0;
+    // Stops taken in a round of several tasks that were no more when their
+    // turn came (the task was killed, or another thread's exec took its
+    // tid, while an earlier stop was handled): dropped.
+    uint64_t stale_stops = 0;
     // Switch records: 0 when they come from the kernel, else the negative
     // errno of the perf_event_open that was refused (inferred instead).
     int64_t switch_errno = 0;
@@ -370,6 +378,8 @@ class SoftBtsTracer {
   std::atomic<uint64_t> tasks_{0};
   std::atomic<uint64_t> tasks_seen_{0};
   std::atomic<uint64_t> processes_seen_{0};
+  std::atomic<uint64_t> children_first_{0};
+  std::atomic<uint64_t> stale_stops_{0};
   std::atomic<int64_t> switch_errno_{0};
   std::atomic<uint64_t> switches_{0};
   std::atomic<uint64_t> switch_artifacts_{0};

@@ -116,7 +116,7 @@ WireStats ToWire(const SoftBtsTracer::Stats& s) {
                    s.processes_seen, s.switches,   s.switch_artifacts,
                    s.switch_errno,
                    s.branch_stops,  s.emulated,   s.planted,
-                   s.gaps};
+                   s.gaps,       s.children_first, s.stale_stops};
 }
 
 SoftBtsTracer::Stats FromWire(const WireStats& w) {
@@ -138,6 +138,8 @@ SoftBtsTracer::Stats FromWire(const WireStats& w) {
   s.emulated = w.emulated;
   s.planted = w.planted;
   s.gaps = w.gaps;
+  s.children_first = w.children_first;
+  s.stale_stops = w.stale_stops;
   return s;
 }
 

@@ -75,7 +75,7 @@ struct WireStats {
   uint64_t steps, branches, singleblock, reg_reads, computed, mispredictions,
       resyncs, tasks, tasks_seen, processes_seen, switches, switch_artifacts;
   int64_t switch_errno;
-  uint64_t branch_stops, emulated, planted, gaps;
+  uint64_t branch_stops, emulated, planted, gaps, children_first, stale_stops;
 };
 
 // Bytes of a kDrain before its records.

@@ -16,7 +16,17 @@
  * `affinity --nested OUT`: a thread pins itself to the second CPU it may
  * use and creates a thread that writes "nested N C" to OUT, N the CPUs in
  * its affinity and C the first, by sched_getaffinity (it inherited its
- * creator's: 1 and that CPU); exits 0 once both are joined. Static, -O0. */
+ * creator's: 1 and that CPU); exits 0 once both are joined.
+ * `affinity --nested-spin K OUT`: the same with K threads created one
+ * after the other by the pinned thread, each appending its line, while the
+ * main thread spins until they are all joined.
+ * `affinity --exec-thread OUT`: a thread pins itself to the second CPU it
+ * may use and execs this program as `affinity --report OUT` (the kernel
+ * makes it the leader; the old main thread goes), which writes "exec N C R"
+ * to OUT: N and C as for --nested (the exec'ing thread's: 1 and that CPU),
+ * R as /proc says; exits 0. `affinity --exec-thread-spin OUT`: the same
+ * while the main thread spins, and two other threads that start spinning
+ * when the exec'ing thread has pinned itself. Static, -O0. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -94,7 +104,24 @@ static void* Pinned(void* arg) {
 
 static volatile int stop_;
 
+/* Pins the calling thread to the second CPU it may use. */
+static int PinToSecond(void) {
+  cpu_set_t all, one;
+  CPU_ZERO(&all);
+  if (sched_getaffinity(0, sizeof(all), &all) != 0) return -1;
+  int seen = 0;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all) && seen++ == 1) CPU_SET(c, &one);
+  return sched_setaffinity(0, sizeof(one), &one);
+}
+
+static const char* nested_out_;
+static int nested_count_ = 1;
+static volatile int nested_done_;
+
 static void* NestedChild(void* arg) {
+  (void)arg;
   cpu_set_t s;
   CPU_ZERO(&s);
   if (sched_getaffinity(0, sizeof(s), &s) != 0) return (void*)1;
@@ -103,40 +130,87 @@ static void* NestedChild(void* arg) {
     if (CPU_ISSET(c, &s)) first = c;
   char buf[64];
   const int len = snprintf(buf, sizeof(buf), "nested %d %d\n", CPU_COUNT(&s), first);
-  const int fd = open((const char*)arg, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int fd = open(nested_out_, O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd < 0 || write(fd, buf, (size_t)len) != len) return (void*)1;
   close(fd);
   return NULL;
 }
 
 static void* NestedParent(void* arg) {
-  cpu_set_t all, one;
-  CPU_ZERO(&all);
-  if (sched_getaffinity(0, sizeof(all), &all) != 0) return (void*)1;
-  int seen = 0;
-  CPU_ZERO(&one);
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &all) && seen++ == 1) CPU_SET(c, &one);
-  if (sched_setaffinity(0, sizeof(one), &one) != 0) return (void*)1;
-  pthread_t t;
+  (void)arg;
   void* rc = (void*)1;
-  if (pthread_create(&t, NULL, NestedChild, arg) != 0 || pthread_join(t, &rc) != 0) return (void*)1;
+  if (PinToSecond() != 0) goto out;
+  for (int i = 0; i < nested_count_; ++i) {
+    pthread_t t;
+    rc = (void*)1;
+    if (pthread_create(&t, NULL, NestedChild, NULL) != 0 || pthread_join(t, &rc) != 0 ||
+        rc != NULL)
+      goto out;
+  }
+out:
+  nested_done_ = 1;
   return rc;
 }
 
+static int go_[2] = {-1, -1};  /* --exec-thread-spin: spinners start at a byte */
+
+static void* ExecThread(void* arg) {
+  if (PinToSecond() != 0) return (void*)1;
+  if (go_[1] >= 0 && write(go_[1], "gg", 2) != 2) return (void*)1;
+  execl("/proc/self/exe", "affinity", "--report", (const char*)arg, (char*)NULL);
+  return (void*)1;
+}
+
 static void* Spin(void* arg) {
-  (void)arg;
+  char b;
+  if (arg != NULL && read(*(int*)arg, &b, 1) != 1) return NULL;
   while (!stop_) {
   }
   return NULL;
 }
 
 int main(int argc, char** argv) {
-  if (argc == 3 && strcmp(argv[1], "--nested") == 0) {
+  if (argc == 3 && (strcmp(argv[1], "--exec-thread") == 0 ||
+                    strcmp(argv[1], "--exec-thread-spin") == 0)) {
     pthread_t t;
     void* rc = (void*)1;
-    if (pthread_create(&t, NULL, NestedParent, argv[2]) != 0 || pthread_join(t, &rc) != 0)
-      return 2;
+    if (strcmp(argv[1], "--exec-thread-spin") == 0) {
+      if (pipe(go_) != 0) return 2;
+      for (int i = 0; i < 2; ++i)
+        if (pthread_create(&t, NULL, Spin, &go_[0]) != 0) return 2;
+      if (pthread_create(&t, NULL, ExecThread, argv[2]) != 0) return 2;
+      for (;;) {  /* until the exec ends this thread */
+      }
+    }
+    if (pthread_create(&t, NULL, ExecThread, argv[2]) != 0) return 2;
+    pthread_join(t, &rc);  /* returns only if the exec failed */
+    return 3;
+  }
+  if (argc == 3 && strcmp(argv[1], "--report") == 0) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    if (sched_getaffinity(0, sizeof(s), &s) != 0) return 2;
+    int first = -1;
+    for (int c = CPU_SETSIZE - 1; c >= 0; --c)
+      if (CPU_ISSET(c, &s)) first = c;
+    char buf[64];
+    const int len = snprintf(buf, sizeof(buf), "exec %d %d %d\n", CPU_COUNT(&s), first, RealCount());
+    const int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, buf, (size_t)len) != len) return 3;
+    close(fd);
+    return 0;
+  }
+  if ((argc == 3 && strcmp(argv[1], "--nested") == 0) ||
+      (argc == 4 && strcmp(argv[1], "--nested-spin") == 0)) {
+    const int spin = argc == 4;
+    nested_out_ = argv[argc - 1];
+    if (spin) nested_count_ = atoi(argv[2]);
+    pthread_t t;
+    void* rc = (void*)1;
+    if (pthread_create(&t, NULL, NestedParent, NULL) != 0) return 2;
+    while (spin && !nested_done_) {
+    }
+    if (pthread_join(t, &rc) != 0) return 2;
     return rc == NULL ? 0 : 3;
   }
   if (argc == 4 && strcmp(argv[1], "--spin-ms") == 0) {
