@@ -424,6 +424,96 @@ TEST_F(HostTasksE2e, TheProgramRunsOnTheTracersCpuUnlessPfmdSaysFree) {
   }
 }
 
+// pfmd spreads the tracers that bind over the CPUs (HostTracers::Start):
+// two programs traced at once are on two CPUs, each with its tracer; when
+// the first session ends, a third program gets the CPU it freed. Before,
+// each tracer took the CPU its helper happened to start on, and two
+// programs shared one CPU about half the time. `session show` names the
+// CPU (soft_bts.bound_cpu).
+TEST_F(HostTasksE2e, TracersOfSeveralProgramsAreSpreadOverTheCpus) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "one CPU: nothing to bind";
+  struct Programs {
+    std::vector<pid_t> pids;
+    ~Programs() {
+      for (pid_t p : pids) {
+        kill(p, SIGKILL);
+        int st = 0;
+        waitpid(p, &st, 0);
+      }
+    }
+  } programs;
+  for (int i = 0; i < 3; ++i) {
+    const pid_t p = fork();
+    ASSERT_GE(p, 0);
+    if (p == 0) {
+      execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    programs.pids.push_back(p);
+  }
+  for (pid_t p : programs.pids) {
+    std::string comm;
+    for (int i = 0; i < 500 && comm != "sleep"; ++i) {
+      std::ifstream in("/proc/" + std::to_string(p) + "/comm");
+      if (!(in >> comm) || comm != "sleep") usleep(10 * 1000);
+    }
+    ASSERT_EQ(comm, "sleep");
+  }
+  // The one CPU `pid` is on once bound, or -1.
+  auto bound_cpu = [](pid_t pid) {
+    for (int i = 0; i < 500; ++i) {
+      cpu_set_t s;
+      CPU_ZERO(&s);
+      if (sched_getaffinity(pid, sizeof(s), &s) != 0) return -1;
+      if (CPU_COUNT(&s) == 1)
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+          if (CPU_ISSET(c, &s)) return c;
+      usleep(10 * 1000);
+    }
+    return -1;
+  };
+  auto create = [&](pid_t pid) {
+    return testing::PfmctlJson(socket(), {"session", "create", "--role", "profiler", "--pid",
+                                          std::to_string(pid), "--bts", "lossless"})
+        .at("id")
+        .to_number<uint64_t>();
+  };
+  const uint64_t first = create(programs.pids[0]);
+  const int c0 = bound_cpu(programs.pids[0]);
+  ASSERT_GE(c0, 0) << "never bound";
+  const uint64_t second = create(programs.pids[1]);
+  const int c1 = bound_cpu(programs.pids[1]);
+  ASSERT_GE(c1, 0) << "never bound";
+  EXPECT_NE(c0, c1) << "both programs on CPU " << c0;
+  const boost::json::value shown =
+      testing::PfmctlJson(socket(), {"session", "show", std::to_string(second)});
+  EXPECT_EQ(shown.at("soft_bts").at("bound_cpu").to_number<int>(), c1)
+      << boost::json::serialize(shown);
+  ASSERT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(first)}).exit_code, 0);
+  // Its tracer detaches: the program gets its CPUs back.
+  cpu_set_t back;
+  for (int i = 0; i < 500; ++i) {
+    CPU_ZERO(&back);
+    ASSERT_EQ(sched_getaffinity(programs.pids[0], sizeof(back), &back), 0);
+    if (CPU_EQUAL(&back, &mine)) break;
+    usleep(10 * 1000);
+  }
+  EXPECT_TRUE(CPU_EQUAL(&back, &mine)) << CPU_COUNT(&back) << " CPU(s) after its session ended";
+  const uint64_t third = create(programs.pids[2]);
+  const int c2 = bound_cpu(programs.pids[2]);
+  ASSERT_GE(c2, 0) << "never bound";
+  if (CPU_COUNT(&mine) == 2) {
+    EXPECT_EQ(c2, c0) << "the CPU the first session freed";
+  } else {
+    EXPECT_NE(c2, c1);
+  }
+  for (uint64_t id : {second, third})
+    EXPECT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
+}
+
 // Threads bound to one CPU with pfmd's tracer all get their turns: three
 // spinning threads, and a main thread that creates them, sleeps 300 ms,
 // stops them and joins them, recorded; the program says how much longer

@@ -1,5 +1,8 @@
 #include "userspace/pfmd/host_tracers.h"
 
+#include <sched.h>
+
+#include <climits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,9 +25,33 @@ HostTracers::~HostTracers() {
   for (auto& t : all) t->Stop();
 }
 
+int HostTracers::PickCpuLocked(int32_t pid) const {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(pid, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) < 2)
+    return -1;  // not bound (SoftBtsRun::SetUpBinding), or the pid is gone
+  std::map<int, int> load = starting_cpus_;
+  for (const auto& [p, e] : live_) {
+    const TracerProcess::Options& o = e.process->options();
+    if (!e.process->done() && o.bind_cpu && o.cpu >= 0) ++load[o.cpu];
+  }
+  int best = -1, best_load = INT_MAX;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    auto it = load.find(c);
+    const int n = it == load.end() ? 0 : it->second;
+    if (n < best_load) {
+      best = c;
+      best_load = n;
+    }
+  }
+  return best;
+}
+
 absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
-                                const TracerProcess::Options& options, bool as_is,
+                                const TracerProcess::Options& asked, bool as_is,
                                 std::shared_ptr<TracerProcess>* out) {
+  TracerProcess::Options options = asked;
   const bool inherit = options.inherit;
   {
     KernelLockGuard l(&kernel_->lock());
@@ -62,7 +89,18 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
             "uid ", peer.uid, " has ", mine, " soft-BTS tracer processes (limit ",
             max_per_uid, ", --max-tracers-per-uid)"));
     }
+    if (options.bind_cpu && options.cpu < 0 && options.filter_ranges.empty() &&
+        options.filter_files.empty() && options.start_at == 0) {
+      options.cpu = PickCpuLocked(pid);
+      if (options.cpu >= 0) ++starting_cpus_[options.cpu];
+    }
   }
+  // The CPU picked is counted in live_ once the tracer is there.
+  auto unreserve = [this, cpu = options.cpu] {
+    kernel_->lock().AssertHeld();
+    auto it = starting_cpus_.find(cpu);
+    if (it != starting_cpus_.end() && --it->second == 0) starting_cpus_.erase(it);
+  };
   // The tracer reports into the core through its CoreHooks, under the
   // kernel lock; its task's end is passed on to the owner.
   TracerProcess::Host host;
@@ -78,8 +116,9 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
   ErrorDetail d;
   const int err = TracerProcess::Start(pid, peer.TracerCredentials(), std::move(host), &t,
                                        &d, "/proc/self/exe", options);
-  if (err < 0) return ErrnoToStatus(err, d);
   KernelLockGuard l(&kernel_->lock());
+  unreserve();
+  if (err < 0) return ErrnoToStatus(err, d);
   Entry& e = live_[pid];
   e = Entry{std::move(t), peer.uid};
   if (out != nullptr) *out = e.process;

@@ -50,6 +50,12 @@ class HostTracers {
   // process: the sessions on a pid share it), unless `as_is` (a debugger
   // takes the tracer as it is).
   // On success *out (if not null) is that tracer.
+  //
+  // A tracer that binds its tasks to one CPU (options.bind_cpu, no address
+  // filters, no options.cpu) gets the CPU the pid may run on with the
+  // fewest live bound tracers (the lowest of those tied), so that several
+  // traced programs do not share one CPU while another has none
+  // (docs/host_drivers.md, "One CPU").
   absl::Status Start(int32_t pid, const Peer& peer, int max_per_uid,
                      const TracerProcess::Options& options, bool as_is = false,
                      std::shared_ptr<TracerProcess>* out = nullptr);
@@ -74,6 +80,9 @@ class HostTracers {
   Totals TotalsLocked() const;
 
  private:
+  // The CPU for a new bound tracer of `pid` (see Start), or -1.
+  int PickCpuLocked(int32_t pid) const;
+
   struct Entry {
     std::shared_ptr<TracerProcess> process;
     uid_t uid = 0;
@@ -84,6 +93,8 @@ class HostTracers {
   const Callbacks callbacks_;
   std::map<int32_t, Entry> live_;  // guarded by the kernel lock
   std::vector<std::shared_ptr<TracerProcess>> retired_;  // likewise
+  // CPUs picked for tracers still starting (not in live_ yet): likewise.
+  std::map<int, int> starting_cpus_;
   // Steps and branches of the tracers Reap() took out of retired_: counted
   // at the swap, and what they added while stopping once they stopped.
   static uint64_t Stops(const SoftBtsTracer::Stats& s);

@@ -137,6 +137,9 @@ json::object SessionToJson(const SessionInfo& s, bool detail) {
         {"children_first", t.children_first},
         // Stops that were no more when their turn in a round came.
         {"stale_stops", t.stale_stops},
+        // The CPU its tasks are bound to (docs/host_drivers.md, "One
+        // CPU"), null when they are not.
+        {"bound_cpu", t.bound_cpu >= 0 ? json::value(t.bound_cpu) : json::value(nullptr)},
         {"switches", t.switches},
         {"switch_artifacts_dropped", t.switch_artifacts},
         // Where switch records come from: the kernel's own, or inferred

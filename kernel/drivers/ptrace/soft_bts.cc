@@ -1534,7 +1534,8 @@ void SoftBtsRun::SetUpBinding() {
   if (CPU_COUNT(&root) < 2) return;  // nothing to gain
   CPU_ZERO(&tracer_affinity_);
   if (sched_getaffinity(0, sizeof(tracer_affinity_), &tracer_affinity_) != 0) return;
-  int cpu = sched_getcpu();
+  int cpu = t_->opt_.cpu;
+  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &root)) cpu = sched_getcpu();
   if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &root)) {
     cpu = -1;
     for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c)
@@ -1558,6 +1559,7 @@ void SoftBtsRun::BindTask(Task* t, const Task* creator) {
     // This thread first (a cpuset that forbids the CPU: no binding).
     if (sched_setaffinity(0, sizeof(bound_affinity_), &bound_affinity_) != 0) return;
     tracer_bound_ = true;
+    t_->bound_cpu_.store(bind_cpu_, std::memory_order_relaxed);
   }
   cpu_set_t now;
   CPU_ZERO(&now);
@@ -1630,6 +1632,7 @@ void SoftBtsRun::UnbindTracer() {
   if (!tracer_bound_) return;
   (void)sched_setaffinity(0, sizeof(tracer_affinity_), &tracer_affinity_);
   tracer_bound_ = false;
+  t_->bound_cpu_.store(-1, std::memory_order_relaxed);
 }
 
 void SoftBtsRun::Unbind(pid_t tid, const cpu_set_t& orig) {
@@ -3184,6 +3187,7 @@ SoftBtsTracer::Stats SoftBtsTracer::stats() const {
   s.planted = planted_.load(std::memory_order_relaxed);
   s.children_first = children_first_.load(std::memory_order_relaxed);
   s.stale_stops = stale_stops_.load(std::memory_order_relaxed);
+  s.bound_cpu = bound_cpu_.load(std::memory_order_relaxed);
   s.gaps = gaps_.load(std::memory_order_relaxed);
   return s;
 }

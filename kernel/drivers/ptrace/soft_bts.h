@@ -117,12 +117,16 @@ struct SoftBtsOptions {
   // run on. On a VM, where waking a task on the other CPU goes through the
   // hypervisor, branch stepping made 4-5x the stops per second bound for
   // one or two tasks, 2x for three (docs/host_drivers.md, "One CPU"). The
-  // CPU is the tracer's, if the tracee may run there, else the first it
-  // may use. Each task gets its own affinity back at detach and when let
+  // CPU is `cpu` below, else the tracer's, if the tracee may run there,
+  // else the first it may use. Each task gets its own affinity back at detach and when let
   // go, unless it was changed from outside meanwhile; the program's own
   // sched_getaffinity reports it, and its sched_setaffinity changes it.
   // Not with address filters. False: the scheduler places them.
   bool bind_cpu = true;
+  // The CPU bind_cpu binds to when the traced program may run there (pfmd
+  // spreads its tracers over the CPUs this way: HostTracers); -1, or one
+  // it may not use: as above.
+  int cpu = -1;
   // Called (on the tracer thread) when a task is bound, and when the
   // affinity it is to get back changes (its own sched_setaffinity): for a
   // tracer in another process, so that someone can give it back should the
@@ -271,6 +275,8 @@ class SoftBtsTracer {
     // turn came (the task was killed, or another thread's exec took its
     // tid, while an earlier stop was handled): dropped.
     uint64_t stale_stops = 0;
+    // The CPU the tasks are bound to (bind_cpu), -1 when they are not.
+    int32_t bound_cpu = -1;
     // Switch records: 0 when they come from the kernel, else the negative
     // errno of the perf_event_open that was refused (inferred instead).
     int64_t switch_errno = 0;
@@ -380,6 +386,7 @@ class SoftBtsTracer {
   std::atomic<uint64_t> processes_seen_{0};
   std::atomic<uint64_t> children_first_{0};
   std::atomic<uint64_t> stale_stops_{0};
+  std::atomic<int32_t> bound_cpu_{-1};
   std::atomic<int64_t> switch_errno_{0};
   std::atomic<uint64_t> switches_{0};
   std::atomic<uint64_t> switch_artifacts_{0};

@@ -517,7 +517,7 @@ TEST(SoftBtsTasks, ForkedChildrenLoseTheInt3sLiftedAfterTheirFork) {
 // CPUs back before it runs; a followed child makes two tasks, and both get
 // their CPUs back (two runnable tasks on one CPU with the tracer starve
 // each other). With bind_cpu off nothing changes. Stop() mid-run gives the
-// CPUs back.
+// CPUs back; that run binds to the CPU asked for (SoftBtsOptions::cpu).
 TEST(SoftBtsTasks, TracedTasksShareOneCpuAndChildrenLetGoGetTheirsBack) {
   cpu_set_t mine;
   CPU_ZERO(&mine);
@@ -566,6 +566,11 @@ TEST(SoftBtsTasks, TracedTasksShareOneCpuAndChildrenLetGoGetTheirsBack) {
   GroupSink sink(pid);
   SoftBtsOptions opt;
   opt.branch_step = true;
+  // On the CPU asked for (SoftBtsOptions::cpu; pfmd's choice): the last.
+  int last = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mine)) last = c;
+  opt.cpu = last;
   std::unique_ptr<SoftBtsTracer> t;
   ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
   ASSERT_EQ(Release(pid, &d), 0);
@@ -574,7 +579,10 @@ TEST(SoftBtsTasks, TracedTasksShareOneCpuAndChildrenLetGoGetTheirsBack) {
   CPU_ZERO(&s);
   ASSERT_EQ(sched_getaffinity(pid, sizeof(s), &s), 0);
   EXPECT_EQ(CPU_COUNT(&s), 1);
+  EXPECT_TRUE(CPU_ISSET(last, &s));
+  EXPECT_EQ(t->stats().bound_cpu, last);
   t->Stop();
+  EXPECT_EQ(t->stats().bound_cpu, -1);
   CPU_ZERO(&s);
   ASSERT_EQ(sched_getaffinity(pid, sizeof(s), &s), 0);
   EXPECT_TRUE(CPU_EQUAL(&s, &mine)) << CPU_COUNT(&s) << " CPUs";

@@ -315,7 +315,8 @@ bool ParseGroups(const char* s, std::vector<gid_t>* out) {
 
 int RunHelper(int argc, char** argv) {
   // argv: exe FLAG FD PID OPTIONS [UID GID GROUPS]; OPTIONS "-" or a comma
-  // list of "inherit", "branch", "free" (not bind_cpu), "range:LO:HI",
+  // list of "inherit", "branch", "free" (not bind_cpu), "cpu:N" (decimal),
+  // "range:LO:HI",
   // "file:HEXPATH", "start:ADDR" (hex numbers; TracerProcess::Start writes
   // them).
   if (argc != 5 && argc != 8) return 2;
@@ -333,6 +334,11 @@ int RunHelper(int argc, char** argv) {
       opt.branch_step = true;
     } else if (item == "free") {
       opt.bind_cpu = false;
+    } else if (item.rfind("cpu:", 0) == 0) {
+      char* end = nullptr;
+      const long cpu = std::strtol(item.c_str() + 4, &end, 10);
+      if (end == item.c_str() + 4 || *end != '\0' || cpu < 0 || cpu >= CPU_SETSIZE) return 2;
+      opt.cpu = static_cast<int>(cpu);
     } else if (item.rfind("range:", 0) == 0) {
       SoftBtsOptions::AddrRange r;
       char* end = nullptr;

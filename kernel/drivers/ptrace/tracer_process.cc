@@ -77,6 +77,7 @@ int TracerProcess::Start(pid_t pid, const std::optional<Credentials>& creds,
   if (options.inherit) add("inherit");
   if (options.branch_step) add("branch");
   if (!options.bind_cpu) add("free");
+  if (options.bind_cpu && options.cpu >= 0) add("cpu:" + std::to_string(options.cpu));
   char buf[64];
   for (const SoftBtsOptions::AddrRange& r : options.filter_ranges) {
     std::snprintf(buf, sizeof buf, "range:%llx:%llx", static_cast<unsigned long long>(r.lo),
@@ -400,6 +401,12 @@ void TracerProcess::ReadLoop() {
         if (CPU_COUNT(&b.own) == 0) {
           ok = false;
           break;
+        }
+        {
+          // Stats come with drains; a task bound may not drain for long
+          // (blocked): status shows its CPU from now on.
+          std::lock_guard<std::mutex> lk(mu_);
+          stats_.bound_cpu = m.cpu;
         }
         // Kept only for a task the helper traces now (its TracerPid one of
         // the helper's threads), with the time it started: pfmd, root,

@@ -78,8 +78,10 @@ struct TracerProcessOptions {
   bool inherit = false;
   // Branch stepping (SoftBtsOptions::branch_step).
   bool branch_step = false;
-  // The tracer and its tasks on one CPU (SoftBtsOptions::bind_cpu).
+  // The tracer and its tasks on one CPU (SoftBtsOptions::bind_cpu), that
+  // one if set (SoftBtsOptions::cpu; HostTracers picks it).
   bool bind_cpu = true;
+  int cpu = -1;
   // Address filters (SoftBtsOptions::filter_ranges, filter_files,
   // start_at), with branch_step.
   std::vector<SoftBtsOptions::AddrRange> filter_ranges;

@@ -116,7 +116,8 @@ WireStats ToWire(const SoftBtsTracer::Stats& s) {
                    s.processes_seen, s.switches,   s.switch_artifacts,
                    s.switch_errno,
                    s.branch_stops,  s.emulated,   s.planted,
-                   s.gaps,       s.children_first, s.stale_stops};
+                   s.gaps,       s.children_first, s.stale_stops,
+                   s.bound_cpu};
 }
 
 SoftBtsTracer::Stats FromWire(const WireStats& w) {
@@ -140,6 +141,7 @@ SoftBtsTracer::Stats FromWire(const WireStats& w) {
   s.gaps = w.gaps;
   s.children_first = w.children_first;
   s.stale_stops = w.stale_stops;
+  s.bound_cpu = w.bound_cpu >= -1 && w.bound_cpu < CPU_SETSIZE ? static_cast<int32_t>(w.bound_cpu) : -1;
   return s;
 }
 

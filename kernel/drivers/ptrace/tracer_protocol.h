@@ -76,6 +76,7 @@ struct WireStats {
       resyncs, tasks, tasks_seen, processes_seen, switches, switch_artifacts;
   int64_t switch_errno;
   uint64_t branch_stops, emulated, planted, gaps, children_first, stale_stops;
+  int64_t bound_cpu;
 };
 
 // Bytes of a kDrain before its records.
