@@ -647,37 +647,44 @@ TEST(SoftBtsTasks, AThreadMetBeforeItsCreatorsEventGetsItsCreatorsCpu) {
   for (int c = 0, k = 0; c < CPU_SETSIZE && second < 0; ++c)
     if (CPU_ISSET(c, &mine) && k++ == 1) second = c;
   constexpr int kChildren = 3;
-  const std::string out = TmpPath("nested_spin.out");
-  unlink(out.c_str());
-  pid_t root = 0;
-  ErrorDetail d;
-  ASSERT_EQ(SpawnStopped({TestProgram("testdata_affinity_bin"), "--nested-spin",
-                          std::to_string(kChildren), out},
-                         &root, &d),
-            0)
-      << d.message;
-  SlowSink sink(root, root, 150);
-  SoftBtsOptions opt;
-  opt.branch_step = true;
-  std::unique_ptr<SoftBtsTracer> t;
-  ASSERT_EQ(SoftBtsTracer::Start(root, opt, &sink, &t, &d), 0) << d.message;
-  ASSERT_EQ(Release(root, &d), 0) << d.message;
-  sink.WaitEnd();
-  t->Stop();
-  const int64_t status = sink.exits_[root];
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  std::ifstream in(out);
-  std::string word;
-  int n = 0, first = -1, lines = 0;
-  while (in >> word >> n >> first) {
-    ++lines;
-    EXPECT_EQ(n, 1) << "child " << lines;
-    EXPECT_EQ(first, second) << "child " << lines;
+  // The order it needs is forced, not certain (other load on the CPU):
+  // up to 4 runs, each checked, until it happens.
+  uint64_t seen = 0;
+  for (int run = 0; run < 4 && seen == 0; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const std::string out = TmpPath("nested_spin.out");
+    unlink(out.c_str());
+    pid_t root = 0;
+    ErrorDetail d;
+    ASSERT_EQ(SpawnStopped({TestProgram("testdata_affinity_bin"), "--nested-spin",
+                            std::to_string(kChildren), out},
+                           &root, &d),
+              0)
+        << d.message;
+    SlowSink sink(root, root, 150);
+    SoftBtsOptions opt;
+    opt.branch_step = true;
+    std::unique_ptr<SoftBtsTracer> t;
+    ASSERT_EQ(SoftBtsTracer::Start(root, opt, &sink, &t, &d), 0) << d.message;
+    ASSERT_EQ(Release(root, &d), 0) << d.message;
+    sink.WaitEnd();
+    t->Stop();
+    const int64_t status = sink.exits_[root];
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    std::ifstream in(out);
+    std::string word;
+    int n = 0, first = -1, lines = 0;
+    while (in >> word >> n >> first) {
+      ++lines;
+      EXPECT_EQ(n, 1) << "child " << lines;
+      EXPECT_EQ(first, second) << "child " << lines;
+    }
+    EXPECT_EQ(lines, kChildren);
+    seen = t->stats().children_first;
   }
-  EXPECT_EQ(lines, kChildren);
-  EXPECT_GT(t->stats().children_first, 0u) << "no child was met first: the case did not happen";
+  EXPECT_GT(seen, 0u) << "no child was met first in 4 runs: the case did not happen";
   std::printf("tasks met before their creator's event: %llu (%d children)\n",
-              static_cast<unsigned long long>(t->stats().children_first), kChildren);
+              static_cast<unsigned long long>(seen), kChildren);
 }
 
 // A thread that pinned itself and then execs becomes the process's leader
@@ -740,37 +747,43 @@ TEST(SoftBtsTasks, StopsMadeStaleByAnotherThreadsExecAreDropped) {
   int second = -1;
   for (int c = 0, k = 0; c < CPU_SETSIZE && second < 0; ++c)
     if (CPU_ISSET(c, &mine) && k++ == 1) second = c;
-  const std::string out = TmpPath("exec_spin.out");
-  unlink(out.c_str());
-  pid_t root = 0;
-  ErrorDetail d;
-  ASSERT_EQ(SpawnStopped({TestProgram("testdata_affinity_bin"), "--exec-thread-spin", out},
-                         &root, &d),
-            0)
-      << d.message;
-  SlowSink sink(root, -root, 300);
-  SoftBtsOptions opt;
-  opt.branch_step = true;
-  std::unique_ptr<SoftBtsTracer> t;
-  ASSERT_EQ(SoftBtsTracer::Start(root, opt, &sink, &t, &d), 0) << d.message;
-  ASSERT_EQ(Release(root, &d), 0) << d.message;
-  sink.WaitEnd();
-  t->Stop();
-  const int64_t status = sink.exits_[root];
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  // The program's own exec at the start, and the thread's.
-  ASSERT_EQ(sink.execs_.size(), 2u);
-  EXPECT_EQ(sink.execs_[1].tid, root);
-  std::ifstream in(out);
-  std::string word;
-  int n = 0, first = -1, real = 0;
-  ASSERT_TRUE(in >> word >> n >> first >> real) << "the new program wrote nothing";
-  EXPECT_EQ(n, 1);
-  EXPECT_EQ(first, second);
-  EXPECT_EQ(real, 1);
-  EXPECT_GT(t->stats().stale_stops, 0u) << "no stop went stale: the case did not happen";
-  std::printf("stale stops dropped: %llu\n",
-              static_cast<unsigned long long>(t->stats().stale_stops));
+  // The order it needs is forced, not certain (other load on the CPU):
+  // up to 4 runs, each checked, until it happens.
+  uint64_t seen = 0;
+  for (int run = 0; run < 4 && seen == 0; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const std::string out = TmpPath("exec_spin.out");
+    unlink(out.c_str());
+    pid_t root = 0;
+    ErrorDetail d;
+    ASSERT_EQ(SpawnStopped({TestProgram("testdata_affinity_bin"), "--exec-thread-spin", out},
+                           &root, &d),
+              0)
+        << d.message;
+    SlowSink sink(root, -root, 300);
+    SoftBtsOptions opt;
+    opt.branch_step = true;
+    std::unique_ptr<SoftBtsTracer> t;
+    ASSERT_EQ(SoftBtsTracer::Start(root, opt, &sink, &t, &d), 0) << d.message;
+    ASSERT_EQ(Release(root, &d), 0) << d.message;
+    sink.WaitEnd();
+    t->Stop();
+    const int64_t status = sink.exits_[root];
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    // The program's own exec at the start, and the thread's.
+    ASSERT_EQ(sink.execs_.size(), 2u);
+    EXPECT_EQ(sink.execs_[1].tid, root);
+    std::ifstream in(out);
+    std::string word;
+    int n = 0, first = -1, real = 0;
+    ASSERT_TRUE(in >> word >> n >> first >> real) << "the new program wrote nothing";
+    EXPECT_EQ(n, 1);
+    EXPECT_EQ(first, second);
+    EXPECT_EQ(real, 1);
+    seen = t->stats().stale_stops;
+  }
+  EXPECT_GT(seen, 0u) << "no stop went stale in 4 runs: the case did not happen";
+  std::printf("stale stops dropped: %llu\n", static_cast<unsigned long long>(seen));
 }
 
 // A program of several threads: all of them run on the tracer's CPU while
