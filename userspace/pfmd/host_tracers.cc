@@ -26,10 +26,17 @@ HostTracers::~HostTracers() {
 }
 
 int HostTracers::PickCpuLocked(int32_t pid) const {
-  cpu_set_t allowed;
+  kernel_->lock().AssertHeld();
+  cpu_set_t allowed, ours;
   CPU_ZERO(&allowed);
+  CPU_ZERO(&ours);
   if (::sched_getaffinity(pid, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) < 2)
     return -1;  // not bound (SoftBtsRun::SetUpBinding), or the pid is gone
+  // The helper (forked from this thread) must be able to go there too: a
+  // CPU pfmd may not use (its cgroup's cpuset) would leave the tracer
+  // unbound.
+  if (::sched_getaffinity(0, sizeof(ours), &ours) != 0) return -1;
+  CPU_AND(&allowed, &allowed, &ours);
   std::map<int, int> load = starting_cpus_;
   for (const auto& [p, e] : live_) {
     const TracerProcess::Options& o = e.process->options();
@@ -53,6 +60,7 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
                                 std::shared_ptr<TracerProcess>* out) {
   TracerProcess::Options options = asked;
   const bool inherit = options.inherit;
+  int reserved = -1;  // the CPU this call picked, counted in starting_cpus_
   {
     KernelLockGuard l(&kernel_->lock());
     auto it = live_.find(pid);
@@ -92,13 +100,13 @@ absl::Status HostTracers::Start(int32_t pid, const Peer& peer, int max_per_uid,
     if (options.bind_cpu && options.cpu < 0 && options.filter_ranges.empty() &&
         options.filter_files.empty() && options.start_at == 0) {
       options.cpu = PickCpuLocked(pid);
-      if (options.cpu >= 0) ++starting_cpus_[options.cpu];
+      if (options.cpu >= 0) ++starting_cpus_[reserved = options.cpu];
     }
   }
   // The CPU picked is counted in live_ once the tracer is there.
-  auto unreserve = [this, cpu = options.cpu] {
+  auto unreserve = [this, reserved] {
     kernel_->lock().AssertHeld();
-    auto it = starting_cpus_.find(cpu);
+    auto it = starting_cpus_.find(reserved);
     if (it != starting_cpus_.end() && --it->second == 0) starting_cpus_.erase(it);
   };
   // The tracer reports into the core through its CoreHooks, under the

@@ -53,7 +53,8 @@ class HostTracers {
   //
   // A tracer that binds its tasks to one CPU (options.bind_cpu, no address
   // filters, no options.cpu) gets the CPU the pid may run on with the
-  // fewest live bound tracers (the lowest of those tied), so that several
+  // fewest live bound tracers (the lowest of those tied; only CPUs pfmd
+  // may use too), so that several
   // traced programs do not share one CPU while another has none
   // (docs/host_drivers.md, "One CPU").
   absl::Status Start(int32_t pid, const Peer& peer, int max_per_uid,

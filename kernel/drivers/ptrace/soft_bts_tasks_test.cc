@@ -648,9 +648,11 @@ TEST(SoftBtsTasks, AThreadMetBeforeItsCreatorsEventGetsItsCreatorsCpu) {
     if (CPU_ISSET(c, &mine) && k++ == 1) second = c;
   constexpr int kChildren = 3;
   // The order it needs is forced, not certain (other load on the CPU):
-  // up to 4 runs, each checked, until it happens.
+  // up to 4 runs, each checked, until it happens. The pinned thread may be
+  // met first too (its guessed creator is its real one): 2 or more means a
+  // child was.
   uint64_t seen = 0;
-  for (int run = 0; run < 4 && seen == 0; ++run) {
+  for (int run = 0; run < 4 && seen < 2; ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
     const std::string out = TmpPath("nested_spin.out");
     unlink(out.c_str());
@@ -682,7 +684,7 @@ TEST(SoftBtsTasks, AThreadMetBeforeItsCreatorsEventGetsItsCreatorsCpu) {
     EXPECT_EQ(lines, kChildren);
     seen = t->stats().children_first;
   }
-  EXPECT_GT(seen, 0u) << "no child was met first in 4 runs: the case did not happen";
+  EXPECT_GE(seen, 2u) << "no child was met first in 4 runs: the case did not happen";
   std::printf("tasks met before their creator's event: %llu (%d children)\n",
               static_cast<unsigned long long>(seen), kChildren);
 }

@@ -582,6 +582,7 @@ void TracerProcess::ReadLoop() {
   }
   MarkDone();
   std::lock_guard<std::mutex> lk(mu_);
+  stats_.bound_cpu = -1;  // nothing is bound by this tracer any more
   stopped_ = true;  // the reader is finished
   cv_.notify_all();
 }

@@ -131,9 +131,10 @@ static void* NestedChild(void* arg) {
   char buf[64];
   const int len = snprintf(buf, sizeof(buf), "nested %d %d\n", CPU_COUNT(&s), first);
   const int fd = open(nested_out_, O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0 || write(fd, buf, (size_t)len) != len) return (void*)1;
+  if (fd < 0) return (void*)1;
+  const int ok = write(fd, buf, (size_t)len) == len;
   close(fd);
-  return NULL;
+  return ok ? NULL : (void*)1;
 }
 
 static void* NestedParent(void* arg) {
@@ -158,7 +159,7 @@ static void* ExecThread(void* arg) {
   if (PinToSecond() != 0) return (void*)1;
   if (go_[1] >= 0 && write(go_[1], "gg", 2) != 2) return (void*)1;
   execl("/proc/self/exe", "affinity", "--report", (const char*)arg, (char*)NULL);
-  return (void*)1;
+  _exit(4);  /* the exec failed: the spinners would spin on */
 }
 
 static void* Spin(void* arg) {
@@ -175,7 +176,7 @@ int main(int argc, char** argv) {
     pthread_t t;
     void* rc = (void*)1;
     if (strcmp(argv[1], "--exec-thread-spin") == 0) {
-      if (pipe(go_) != 0) return 2;
+      if (pipe2(go_, O_CLOEXEC) != 0) return 2;
       for (int i = 0; i < 2; ++i)
         if (pthread_create(&t, NULL, Spin, &go_[0]) != 0) return 2;
       if (pthread_create(&t, NULL, ExecThread, argv[2]) != 0) return 2;
