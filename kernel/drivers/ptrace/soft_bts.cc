@@ -2299,6 +2299,13 @@ void SoftBtsRun::DetachAll() {
             ChildPlants(tid, *from->plants, ForkSince(creator, creator != nullptr ? 0 : ppid)))
       LiftPlants(own.get(), 0, 0);
   }
+  // A sched_getaffinity run since the stop at its `syscall` was handled
+  // answered the one CPU: the task's own instead, as at any stop after it
+  // (a sched_setaffinity needs nothing: the mask it set stays, Unbind
+  // above leaves a mask that is not the one CPU alone).
+  for (auto& [tid, t] : tasks_)
+    if (t->state == Task::kStopped && t->aff_rip != 0 && t->aff_nr == SYS_sched_getaffinity)
+      FinishAffinityCall(t.get());
   // Everything still tracked is stopped now (but a task past the deadline
   // that /proc does not show stopped, which PTRACE_DETACH refuses: the
   // kernel lets it go when this thread exits, with the trap flag of a

@@ -26,7 +26,10 @@
  * to OUT: N and C as for --nested (the exec'ing thread's: 1 and that CPU),
  * R as /proc says; exits 0. `affinity --exec-thread-spin OUT`: the same
  * while the main thread spins, and two other threads that start spinning
- * when the exec'ing thread has pinned itself. Static, -O0. */
+ * when the exec'ing thread has pinned itself. `affinity --watch OUT`:
+ * asks sched_getaffinity over and over; the first answer that differs from
+ * its first one is written to OUT as "saw N" (N CPUs) and it exits 1.
+ * Static, -O0. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -171,6 +174,23 @@ static void* Spin(void* arg) {
 }
 
 int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "--watch") == 0) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    if (sched_getaffinity(0, sizeof(s), &s) != 0) return 2;
+    const int first = CPU_COUNT(&s);
+    for (;;) {
+      CPU_ZERO(&s);
+      if (sched_getaffinity(0, sizeof(s), &s) != 0) return 2;
+      if (CPU_COUNT(&s) != first) break;
+    }
+    char buf[32];
+    const int len = snprintf(buf, sizeof(buf), "saw %d\n", CPU_COUNT(&s));
+    const int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, buf, (size_t)len) != len) return 3;
+    close(fd);
+    return 1;
+  }
   if (argc == 3 && (strcmp(argv[1], "--exec-thread") == 0 ||
                     strcmp(argv[1], "--exec-thread-spin") == 0)) {
     pthread_t t;
