@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -536,9 +537,25 @@ TEST_F(MetricsE2e, TracerStepsOnTheHost) {
   EXPECT_EQ(s["pfm_tracer_processes"], 1);
   EXPECT_GT(s["pfm_tracer_steps_total"], 1000);
   EXPECT_GT(s["pfm_tracer_branches_total"], 0);
+  // Bound to one CPU (pfmd's default on a machine of several), the one
+  // session show names.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(mine), &mine), 0);
+  if (CPU_COUNT(&mine) >= 2) {
+    const boost::json::value shown =
+        testing::PfmctlJson(socket(), {"session", "show", std::to_string(id)});
+    const boost::json::value& cpu = shown.at("soft_bts").at("bound_cpu");
+    ASSERT_TRUE(cpu.is_int64()) << boost::json::serialize(shown);
+    EXPECT_EQ(SumOf(s, "pfm_tracer_processes_bound"), 1);
+    EXPECT_EQ(s.count("pfm_tracer_processes_bound{cpu=\"" + std::to_string(cpu.as_int64()) +
+                      "\"}"),
+              1u);
+  }
   ASSERT_EQ(Pfmctl(socket(), {"session", "kill", std::to_string(id)}).exit_code, 0);
   const std::map<std::string, double> after = Samples(Scrape());
   EXPECT_EQ(after.at("pfm_tracer_processes"), 0);
+  EXPECT_LE(SumOf(after, "pfm_tracer_processes_bound"), 0) << "a bound tracer left";
   EXPECT_GE(after.at("pfm_tracer_steps_total"), s["pfm_tracer_steps_total"])
       << "a counter never goes down";
 }

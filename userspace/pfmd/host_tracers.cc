@@ -190,7 +190,12 @@ uint64_t HostTracers::Stops(const SoftBtsTracer::Stats& s) { return s.steps + s.
 HostTracers::Totals HostTracers::TotalsLocked() const {
   kernel_->lock().AssertHeld();
   Totals t;
-  for (const auto& [pid, e] : live_) t.processes += !e.process->done();
+  for (const auto& [pid, e] : live_) {
+    if (e.process->done()) continue;
+    ++t.processes;
+    const int cpu = e.process->stats().bound_cpu;
+    if (cpu >= 0) ++t.bound_by_cpu[cpu];
+  }
   t.steps = gone_steps_;
   t.branches = gone_branches_;
   auto add = [&t](const TracerProcess& p) {

@@ -75,6 +75,9 @@ class HostTracers {
   // last reported, plus the final stats of those stopped.
   struct Totals {
     size_t processes = 0;  // live (started, not retired, not done)
+    // Live tracers with their tasks bound to one CPU, by that CPU (the one
+    // they report: SoftBtsTracer::Stats::bound_cpu).
+    std::map<int, size_t> bound_by_cpu;
     uint64_t steps = 0;
     uint64_t branches = 0;
   };

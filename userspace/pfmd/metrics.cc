@@ -202,6 +202,12 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInfo& info,
       "Soft-BTS tracer processes running (one per traced pid; host driver).", kGauge);
   Add(&tracers, {}, info.tracers);
   out.push_back(std::move(tracers));
+  MetricFamily bound = Family(
+      "pfm_tracer_processes_bound",
+      "Soft-BTS tracer processes whose tasks are bound to one CPU, by that CPU "
+      "(pfmd spreads them: docs/host_drivers.md, \"One CPU\").", kGauge);
+  for (const auto& [cpu, n] : info.tracers_bound) Add(&bound, {{"cpu", Str(cpu)}}, n);
+  out.push_back(std::move(bound));
   MetricFamily steps = Family(
       "pfm_tracer_steps_total",
       "Stops soft-BTS tracers made their threads take since pfmd started: single "

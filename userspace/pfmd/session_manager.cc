@@ -461,6 +461,7 @@ MetricsInfo SessionManager::Metrics() {
   if (tracers_) {
     const HostTracers::Totals t = tracers_->TotalsLocked();
     m.tracers = t.processes;
+    m.tracers_bound = t.bound_by_cpu;
     m.tracer_steps = t.steps;
     m.tracer_branches = t.branches;
   }

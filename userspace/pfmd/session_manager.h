@@ -175,6 +175,8 @@ struct MetricsInfo {
   // Soft-BTS tracers (host driver; zero on the sim).
   size_t tracers = 0;
   uint64_t tracer_steps = 0, tracer_branches = 0;
+  // Live tracers whose tasks are bound to one CPU, by that CPU.
+  std::map<int, size_t> tracers_bound;
 };
 
 // A session's ring, passed to its client (the fd is a dup).
