@@ -39,8 +39,13 @@ int HostTracers::PickCpuLocked(int32_t pid) const {
   CPU_AND(&allowed, &allowed, &ours);
   std::map<int, int> load = starting_cpus_;
   for (const auto& [p, e] : live_) {
+    if (e.process->done()) continue;
+    // Where it bound, once it says (the helper falls back to its own CPU
+    // when the program may not run on the one picked); until then the pick.
     const TracerProcess::Options& o = e.process->options();
-    if (!e.process->done() && o.bind_cpu && o.cpu >= 0) ++load[o.cpu];
+    const int bound = e.process->stats().bound_cpu;
+    const int cpu = bound >= 0 ? bound : o.bind_cpu ? o.cpu : -1;
+    if (cpu >= 0) ++load[cpu];
   }
   int best = -1, best_load = INT_MAX;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
