@@ -114,6 +114,13 @@ class GroupSink : public CoreHooks {
   std::map<int32_t, int64_t> exits_;
 };
 
+// The n-th CPU (from 0) of `set`, or -1.
+int NthCpu(const cpu_set_t& set, int n) {
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set) && n-- == 0) return c;
+  return -1;
+}
+
 // A core that takes `us` microseconds to answer whether a task is held
 // (`only`'s tid; every task's but -only's when negative; every task's when
 // 0): the tracer asks before it resumes
@@ -567,9 +574,7 @@ TEST(SoftBtsTasks, TracedTasksShareOneCpuAndChildrenLetGoGetTheirsBack) {
   SoftBtsOptions opt;
   opt.branch_step = true;
   // On the CPU asked for (SoftBtsOptions::cpu; pfmd's choice): the last.
-  int last = -1;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &mine)) last = c;
+  const int last = NthCpu(mine, CPU_COUNT(&mine) - 1);
   opt.cpu = last;
   std::unique_ptr<SoftBtsTracer> t;
   ASSERT_EQ(SoftBtsTracer::Start(pid, opt, &sink, &t, &d), 0) << d.message;
@@ -603,9 +608,7 @@ TEST(SoftBtsTasks, AThreadCreatedByAPinnedThreadSeesItsCreatorsCpu) {
   CPU_ZERO(&mine);
   ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
   if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "one CPU: nothing to bind";
-  int second = -1;
-  for (int c = 0, k = 0; c < CPU_SETSIZE && second < 0; ++c)
-    if (CPU_ISSET(c, &mine) && k++ == 1) second = c;
+  const int second = NthCpu(mine, 1);
   for (const bool bind : {true, false}) {
     for (int round = 0; round < 2; ++round) {
       SCOPED_TRACE(std::string(bind ? "bind" : "free") + ", round " + std::to_string(round));
@@ -643,9 +646,7 @@ TEST(SoftBtsTasks, AThreadMetBeforeItsCreatorsEventGetsItsCreatorsCpu) {
   CPU_ZERO(&mine);
   ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
   if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "one CPU: nothing to bind";
-  int second = -1;
-  for (int c = 0, k = 0; c < CPU_SETSIZE && second < 0; ++c)
-    if (CPU_ISSET(c, &mine) && k++ == 1) second = c;
+  const int second = NthCpu(mine, 1);
   constexpr int kChildren = 3;
   // The order it needs is forced, not certain (other load on the CPU):
   // up to 4 runs, each checked, until it happens. The pinned thread may be
@@ -700,9 +701,7 @@ TEST(SoftBtsTasks, AThreadThatExecsKeepsItsOwnAffinity) {
   CPU_ZERO(&mine);
   ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
   if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "one CPU: nothing to bind";
-  int second = -1;
-  for (int c = 0, k = 0; c < CPU_SETSIZE && second < 0; ++c)
-    if (CPU_ISSET(c, &mine) && k++ == 1) second = c;
+  const int second = NthCpu(mine, 1);
   for (const bool bind : {true, false}) {
     SCOPED_TRACE(bind ? "bind" : "free");
     const std::string out = TmpPath("exec_thread.out");
@@ -746,9 +745,7 @@ TEST(SoftBtsTasks, StopsMadeStaleByAnotherThreadsExecAreDropped) {
   CPU_ZERO(&mine);
   ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
   if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "one CPU: nothing to bind";
-  int second = -1;
-  for (int c = 0, k = 0; c < CPU_SETSIZE && second < 0; ++c)
-    if (CPU_ISSET(c, &mine) && k++ == 1) second = c;
+  const int second = NthCpu(mine, 1);
   // The order it needs is forced, not certain (other load on the CPU):
   // up to 4 runs, each checked, until it happens.
   uint64_t seen = 0;
@@ -850,9 +847,7 @@ TEST(SoftBtsTasks, AProgramOfSeveralThreadsRunsOnOneCpuAndGetsItsAffinitiesBack)
   CPU_ZERO(&mine);
   ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
   if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "one CPU: nothing to bind";
-  int cpus[2] = {-1, -1};
-  for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; ++c)
-    if (CPU_ISSET(c, &mine)) cpus[k++] = c;
+  const int cpus[2] = {NthCpu(mine, 0), NthCpu(mine, 1)};
   auto affinity = [](pid_t tid) {
     cpu_set_t s;
     CPU_ZERO(&s);
