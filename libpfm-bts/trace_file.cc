@@ -17,8 +17,10 @@ namespace {
 
 enum BlockKind : uint32_t { kHeader = 1, kRecords = 2, kTrailer = 3, kMaps = 4 };
 
-// A MAPS block's fixed part: u64 time_ns, i32 pid, u32 reserved.
+// A MAPS block's fixed part: u64 time_ns, i32 pid, u32 flags.
 constexpr size_t kMapsPrefix = 16;
+// Its flags: the list is cut (ProcessMaps::cut). No other bit is defined.
+constexpr uint32_t kMapsBlockCut = 1;
 
 void PutLe(char* p, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) p[i] = static_cast<char>(v >> (8 * i));
@@ -35,10 +37,12 @@ bool DecodeMapsBlock(const char* p, size_t len, ProcessMaps* out, std::string* w
     *why = absl::StrCat(len, " bytes, shorter than its fixed part");
     return false;
   }
-  if (GetLe(p + 12, 4) != 0) {
-    *why = "reserved field is not 0";
+  const uint64_t flags = GetLe(p + 12, 4);
+  if ((flags & ~uint64_t{kMapsBlockCut}) != 0) {
+    *why = absl::StrCat("unknown flags 0x", absl::Hex(flags));
     return false;
   }
+  out->cut = (flags & kMapsBlockCut) != 0;
   ErrorDetail d;
   if (DecodeMappings(std::string_view(p + kMapsPrefix, len - kMapsPrefix),
                      &out->mappings, &d) != 0) {
@@ -137,6 +141,7 @@ absl::Status TraceWriter::AppendMaps(const ProcessMaps& maps) {
   std::string block(kMapsPrefix, '\0');
   PutLe(block.data(), maps.time_ns, 8);
   PutLe(block.data() + 8, static_cast<uint32_t>(maps.pid), 4);
+  PutLe(block.data() + 12, maps.cut ? kMapsBlockCut : 0, 4);
   std::string encoded;
   const size_t n = EncodeMappings(maps.mappings, kMaxTraceBlock - kMapsPrefix, &encoded);
   if (n != maps.mappings.size()) {

@@ -113,7 +113,9 @@ std::string WriteWithMaps(const char* name) {
   EXPECT_TRUE(w->Append(recs.data(), recs.size()).ok());
   EXPECT_TRUE(w->AppendMaps(Maps(5, "/bin/first")).ok());
   EXPECT_TRUE(w->Append(recs.data(), recs.size()).ok());
-  EXPECT_TRUE(w->AppendMaps(Maps(9, "/bin/second")).ok());
+  ProcessMaps second = Maps(9, "/bin/second");
+  second.cut = true;  // a list over what one carries (ProcessMaps::cut)
+  EXPECT_TRUE(w->AppendMaps(second).ok());
   EXPECT_TRUE(w->Finish({{"records", 6}}).ok());
   return path;
 }
@@ -127,8 +129,10 @@ TEST(TraceFile, MapsBlocksRoundTripInOrder) {
   EXPECT_EQ(t->maps[0].time_ns, 5u);
   EXPECT_EQ(t->maps[0].pid, 4321);
   EXPECT_EQ(t->maps[0].mappings, Maps(5, "/bin/first").mappings);
+  EXPECT_FALSE(t->maps[0].cut);
   EXPECT_EQ(t->maps[1].time_ns, 9u);
   EXPECT_EQ(t->maps[1].mappings, Maps(9, "/bin/second").mappings);
+  EXPECT_TRUE(t->maps[1].cut);
   EXPECT_FALSE(t->trailer.contains("maps"));
 }
 
@@ -170,13 +174,14 @@ TEST(TraceFile, DamagedMapsBlockCutsTheTraceKeepingWhatCameBefore) {
   EXPECT_EQ(t->records.size(), 6u);
   ASSERT_EQ(t->maps.size(), 1u);
   EXPECT_EQ(t->maps[0].mappings[0].path, "/bin/first");
-  // A nonzero reserved field is damage too.
+  // A flag other than bit 0 (cut) is damage too.
   data = ReadAll(WriteWithMaps("reserved_maps.pfm"));
+  ASSERT_EQ(data[count_at - 4], 1);  // the second block's flags: cut
   data[count_at - 1] = 1;
   WriteAll(path, data);
   t = ReadTrace(path);
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_NE(t->cut_reason.find("reserved"), std::string::npos) << t->cut_reason;
+  EXPECT_NE(t->cut_reason.find("unknown flags 0x1000001"), std::string::npos) << t->cut_reason;
   EXPECT_EQ(t->maps.size(), 1u);
 }
 

@@ -711,6 +711,80 @@ TEST_F(HostTasksE2e, AMappingListOverOneHelperMessageReachesTheFileWhole) {
                       << " lists; most mappings of the file per pid:" << lists;
 }
 
+// A list over what one carries (kMaxMapsListBytes, 16 MiB of encoding:
+// here 4,400 mappings of a file with a path of about 3,900 bytes, some
+// 17.5 MB) is recorded cut and said so: the process's MAPS block is marked
+// cut (ProcessMaps::cut) and holds its lowest mappings in address order,
+// and `report` warns, naming what was kept. Before, the highest mappings
+// were left out without a word. The process makes its mappings before
+// pfmd's tracer attaches (`record -p`): the tracer reads them once, not
+// after each mmap.
+TEST_F(HostTasksE2e, AListOverWhatOneCarriesIsRecordedCutAndSaidSo) {
+  std::string file = dir_;
+  while (file.size() + 201 < 3880) {
+    file += "/" + std::string(200, 'c');
+    ASSERT_EQ(::mkdir(file.c_str(), 0700), 0) << file.size();
+  }
+  file += "/" + std::string(3900 - file.size() - 1, 'p');
+  {
+    std::ofstream f(file);
+    f << std::string(4096, '\xc3');  // ret
+  }
+  ASSERT_EQ(file.size(), 3900u);
+  constexpr size_t kMaps = 4400;
+  int out[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  const std::string prog = testing::Runfile("tests/many_maps");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::execl(prog.c_str(), prog.c_str(), file.c_str(), std::to_string(kMaps).c_str(), "0",
+            "attach", nullptr);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  char ready[6] = {};
+  const bool mapped = ::read(out[0], ready, sizeof(ready)) == 6;
+  ::close(out[0]);
+  Trace t;
+  if (mapped) t = Record({"-p", std::to_string(pid)});
+  const std::string trace = dir_ + "/t" + std::to_string(n_) + ".trace";
+  if (!mapped) ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(mapped) << "many_maps did not get its mappings made, status " << status;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(t.complete) << t.cut_reason;
+  const ProcessMaps* list = nullptr;
+  size_t lists = 0;
+  for (const ProcessMaps& m : t.maps) {
+    if (m.pid != pid || m.mappings.empty()) continue;
+    ++lists;
+    if (list == nullptr || m.mappings.size() > list->mappings.size()) list = &m;
+  }
+  ASSERT_NE(list, nullptr) << t.maps.size() << " lists, none of pid " << pid;
+  EXPECT_TRUE(list->cut) << lists << " lists of the pid, the longest " << list->mappings.size();
+  size_t of_file = 0;
+  for (size_t i = 0; i < list->mappings.size(); ++i) {
+    of_file += list->mappings[i].path == file;
+    if (i > 0) {
+      EXPECT_LT(list->mappings[i - 1].start, list->mappings[i].start) << i;
+    }
+  }
+  // 16 MiB of about 3,930-byte entries, less up to one helper message's.
+  EXPECT_GT(of_file, 4100u);
+  EXPECT_LT(of_file, kMaps);
+  const testing::Result rep = Pfmctl(socket(), {"report", trace});
+  EXPECT_EQ(rep.exit_code, 0) << rep.err;
+  EXPECT_NE(rep.out.find(absl::StrCat("warning: pid ", pid,
+                                      " had more executable mappings than a mapping list "
+                                      "carries: only its ",
+                                      list->mappings.size(), " lowest")),
+            std::string::npos)
+      << rep.out.substr(0, 2000);
+}
+
 TEST_F(HostTasksE2e, ShellChildrenAreFollowedAcrossForkAndExecUnlessNoInherit) {
   // dash forks for /bin/true (and, in bookworm's dash, for /bin/echo too).
   Trace t = Record({"--", "/bin/sh", "-c", "/bin/true; /bin/echo followed"});

@@ -306,8 +306,9 @@ json::value MapsList(uint64_t seq, int pid, uint64_t total, uint64_t first, size
     m.as_object()["end"] = 4198400 + 8192 * (first + i);
     mappings.push_back(std::move(m));
   }
-  return json::object{{"seq", seq},   {"pid", pid},     {"time_ns", 1000 + seq},
-                      {"total", total}, {"first", first}, {"mappings", std::move(mappings)}};
+  return json::object{{"seq", seq},     {"pid", pid},     {"time_ns", 1000 + seq},
+                      {"total", total}, {"first", first}, {"cut", false},
+                      {"mappings", std::move(mappings)}};
 }
 
 json::value MapsPage() {
@@ -787,6 +788,7 @@ TEST_F(PfmctlRepliesE2e, SessionMaps) {
                        {"/lists/0/time_ns", Kind::kUint, true},
                        {"/lists/0/total", Kind::kUint, true},
                        {"/lists/0/first", Kind::kUint, true},
+                       {"/lists/0/cut", Kind::kBool},  // absent from an older pfmd
                        {"/lists/0/mappings", Kind::kArray, true},
                        {"/lists/0/mappings/0/start", Kind::kUint, true},
                        {"/lists/0/mappings/0/path", Kind::kString, true}});
@@ -920,11 +922,16 @@ TEST_F(PfmctlRepliesE2e, SessionMapsPagesMakeWholeLists) {
     if (next) o["next"] = json::object{{"seq", next->first}, {"mapping", next->second}};
     return Ok(o);
   };
+  // List 3 is a cut one (ProcessMaps::cut), which each of its pages says.
+  auto cut = [](json::value l) {
+    l.as_object()["cut"] = true;
+    return l;
+  };
   fake_.Script({});
   fake_.Queue("session_maps",
               {// every list: 3 (split), 4 (dropped after its first part), 5
-               page(json::array{MapsList(3, 42, 3, 0, 2)}, 5, std::make_pair(3, 2)),
-               page(json::array{MapsList(3, 42, 3, 2, 1), MapsList(4, 43, 2, 0, 1)}, 5,
+               page(json::array{cut(MapsList(3, 42, 3, 0, 2))}, 5, std::make_pair(3, 2)),
+               page(json::array{cut(MapsList(3, 42, 3, 2, 1)), MapsList(4, 43, 2, 0, 1)}, 5,
                     std::make_pair(4, 1)),
                page(json::array{MapsList(5, 44, 1, 0, 1)}, 6, std::make_pair(6, 0)),
                // the current list
@@ -945,6 +952,9 @@ TEST_F(PfmctlRepliesE2e, SessionMapsPagesMakeWholeLists) {
   EXPECT_EQ(blocks, (std::vector<std::pair<int32_t, size_t>>{{42, 3}, {44, 1}, {44, 1}}));
   ASSERT_EQ(t->maps[0].mappings.size(), 3u);
   EXPECT_EQ(t->maps[0].mappings[2].start, 4194304u + 2 * 8192);
+  EXPECT_TRUE(t->maps[0].cut);
+  EXPECT_FALSE(t->maps[1].cut);
+  EXPECT_FALSE(t->maps[2].cut);
 }
 
 // record --output-format keeps both existing outputs as .old or neither:

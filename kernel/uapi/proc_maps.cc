@@ -97,8 +97,9 @@ uint64_t GetU64(const char* p) {
 }  // namespace
 
 int ParseProcMaps(std::string_view text, MalformedLine malformed,
-                  std::vector<Mapping>* out, ErrorDetail* d) {
+                  std::vector<Mapping>* out, ErrorDetail* d, bool* cut) {
   out->clear();
+  if (cut != nullptr) *cut = false;
   int lineno = 0;
   while (!text.empty()) {
     const size_t nl = std::min(text.find('\n'), text.size());
@@ -117,7 +118,10 @@ int ParseProcMaps(std::string_view text, MalformedLine malformed,
     }
     if (!executable) continue;
     if (out->size() == kMaxMappings) {
-      if (malformed == MalformedLine::kSkip) break;  // keep the first ones
+      if (malformed == MalformedLine::kSkip) {  // keep the first ones
+        if (cut != nullptr) *cut = true;
+        break;
+      }
       out->clear();
       return SetError(d, -E2BIG, "more than %u executable mappings (maps line %d)",
                       kMaxMappings, lineno);

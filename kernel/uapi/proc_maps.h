@@ -102,6 +102,11 @@ struct ProcessMaps {
   uint64_t time_ns = 0;
   int32_t pid = 0;
   std::vector<Mapping> mappings;
+  // The process had more executable mappings than one list carries (over
+  // kMaxMappings, or over the tracer's 16 MiB of encoding:
+  // tracer_protocol.h kMaxMapsListBytes): `mappings` are its lowest ones,
+  // in address order, and addresses above the last are not named.
+  bool cut = false;
 };
 
 // What ParseProcMaps does with a line that does not have the shape
@@ -116,12 +121,15 @@ enum class MalformedLine {
 // Replaces *out with the executable mappings of `text` (the contents of
 // /proc/PID/maps), in the order of the text (address order), paths with the
 // kernel's padding removed but otherwise as printed. Empty lines are
-// ignored. At most kMaxMappings are kept. Returns 0; with kRefuse, -EINVAL
-// "maps line N is malformed: '...'" for the first malformed line, and
-// -E2BIG when there are more than kMaxMappings executable mappings, *out
-// then empty. Every mapping it yields is IsEncodableMapping.
+// ignored. At most kMaxMappings are kept: with kSkip the first ones, and
+// *cut (when given) says whether any was left out for that; with kRefuse
+// more is an error. Returns 0; with kRefuse, -EINVAL "maps line N is
+// malformed: '...'" for the first malformed line, and -E2BIG when there
+// are more than kMaxMappings executable mappings, *out then empty. Every
+// mapping it yields is IsEncodableMapping.
 int ParseProcMaps(std::string_view text, MalformedLine malformed,
-                  std::vector<Mapping>* out, ErrorDetail* d);
+                  std::vector<Mapping>* out, ErrorDetail* d,
+                  bool* cut = nullptr);
 
 // Keeps the mappings of files only, for a symbolizer that opens them:
 // drops anonymous and pseudo-mappings (paths not starting with '/') and

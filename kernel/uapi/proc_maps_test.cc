@@ -133,6 +133,17 @@ TEST(ParseProcMaps, KeepsAtMostTheLimitOfMappings) {
   int rc = 1;
   EXPECT_EQ(Parse(text, MalformedLine::kSkip, &rc).size(), kMaxMappings);
   EXPECT_EQ(rc, 0);
+  // The cut is said: one mapping over the limit, and none at the limit.
+  std::vector<Mapping> kept;
+  bool cut = false;
+  EXPECT_EQ(ParseProcMaps(text, MalformedLine::kSkip, &kept, nullptr, &cut), 0);
+  EXPECT_TRUE(cut);
+  ASSERT_EQ(kept.size(), kMaxMappings);
+  EXPECT_EQ(kept.back().start, uint64_t{kMaxMappings - 1} * 2);  // the lowest ones
+  const std::string whole = text.substr(0, text.rfind('\n', text.size() - 2) + 1);
+  EXPECT_EQ(ParseProcMaps(whole, MalformedLine::kSkip, &kept, nullptr, &cut), 0);
+  EXPECT_FALSE(cut);
+  EXPECT_EQ(kept.size(), kMaxMappings);
   ErrorDetail d;
   EXPECT_TRUE(Parse(text, MalformedLine::kRefuse, &rc, &d).empty());
   EXPECT_EQ(rc, -E2BIG);

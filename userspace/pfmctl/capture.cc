@@ -60,6 +60,8 @@ ProcessMaps ReadMaps(const ReplyNode& maps) {
   if (p < INT32_MIN || p > INT32_MAX) pid.Invalid("is not a pid");
   out.pid = static_cast<int32_t>(p);
   out.time_ns = maps.Member("time_ns").Uint();
+  // Optional: a pfmd from before it (every list whole up to 16 MiB).
+  if (const ReplyNode cut = maps.Member("cut"); cut.present()) out.cut = cut.Bool();
   const ReplyNode list = maps.Member("mappings");
   const std::vector<ReplyNode> elements = list.Elements();
   if (elements.size() > kMaxMappings)
@@ -120,12 +122,12 @@ absl::StatusOr<std::vector<ProcessMaps>> ReadMapsLists(Client& c, uint64_t id,
           gave_up = true;
           break;
         }
-        out.push_back(ProcessMaps{page.time_ns, page.pid, {}});
+        out.push_back(ProcessMaps{page.time_ns, page.pid, {}, page.cut});
         seqs.push_back(s);
         totals.push_back(total);
       } else if (seqs.empty() || seqs.back() != s || totals.back() != total ||
                  out.back().mappings.size() != from || out.back().pid != page.pid ||
-                 out.back().time_ns != page.time_ns) {
+                 out.back().time_ns != page.time_ns || out.back().cut != page.cut) {
         first.Invalid(absl::StrCat("is ", from, ": it continues no list the pages before had"));
         break;
       }

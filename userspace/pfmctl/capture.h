@@ -83,10 +83,11 @@ absl::StatusOr<std::vector<ProcessMaps>> ReadMapsLists(Client& c, uint64_t id,
                                                        bool current);
 
 // One mapping list of a session_maps reply, read through `maps`' reader:
-//   {"pid": int32, "time_ns": uint,
+//   {"pid": int32, "time_ns": uint, "cut": bool,
 //    "mappings": [{"start": uint, "end": uint, "offset": uint, "path": string,
 //                  "writable": bool, "shared": bool}, ...]}
-// Every field is required. What a MAPS block could not carry is the
+// Every field is required but "cut" (ProcessMaps::cut; absent from a pfmd
+// before it: false). What a MAPS block could not carry is the
 // reader's error too: a mapping that ends before it starts or whose path is
 // over kMaxMappingPath bytes, more than kMaxMappings mappings, a pid outside
 // int32.

@@ -76,13 +76,17 @@ absl::StatusOr<json::object> ExportPerf(const ExportRequest& request, uint64_t* 
                       {"skipped", std::move(skipped)},
                       {"peak_held_records", s->peak_held},
                       {"sort_runs", s->sort_runs}};
-  // Binaries changed since the recording (recorded build-id != the file's).
-  if (!s->warnings.empty()) {
+  // Processes whose mapping lists were cut (their higher mappings have no
+  // MMAP event), and binaries changed since the recording (recorded
+  // build-id != the file's).
+  std::vector<std::string> said = CutMapsWarnings(meta->maps);
+  said.insert(said.end(), s->warnings.begin(), s->warnings.end());
+  if (!said.empty()) {
     json::array lines;
-    for (const std::string& w : s->warnings) lines.push_back(json::value(w));
+    for (const std::string& w : said) lines.push_back(json::value(w));
     detail["warnings"] = std::move(lines);
   }
-  warnings->insert(warnings->end(), s->warnings.begin(), s->warnings.end());
+  warnings->insert(warnings->end(), said.begin(), said.end());
   return detail;
 }
 

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <iterator>
+#include <set>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "pfm/record_json.h"
 #include "userspace/pfmctl/reply.h"
@@ -76,8 +78,21 @@ class LastRecords {
 
 }  // namespace
 
+std::vector<std::string> CutMapsWarnings(const std::vector<ProcessMaps>& maps) {
+  std::vector<std::string> out;
+  std::set<int32_t> said;
+  for (const ProcessMaps& m : maps)
+    if (m.cut && !m.mappings.empty() && said.insert(m.pid).second)
+      out.push_back(absl::StrCat(
+          "pid ", m.pid, " had more executable mappings than a mapping list carries: only its ",
+          m.mappings.size(), " lowest (up to 0x", absl::Hex(m.mappings.back().end),
+          ") were recorded, addresses above are not named"));
+  return out;
+}
+
 TraceSymbols::TraceSymbols(const std::vector<ProcessMaps>& maps)
     : files_(std::make_shared<SymbolFiles>()) {
+  cut_warnings_ = CutMapsWarnings(maps);
   for (const ProcessMaps& m : maps) {
     if (m.mappings.empty()) continue;
     const int index = static_cast<int>(spaces_.size());
@@ -97,7 +112,7 @@ TraceSymbols::TraceSymbols(const std::vector<ProcessMaps>& maps)
 TraceSymbols::~TraceSymbols() = default;
 
 std::vector<std::string> TraceSymbols::warnings() const {
-  std::vector<std::string> out;
+  std::vector<std::string> out = cut_warnings_;
   for (const auto& s : spaces_)
     for (const std::string& w : s->warnings())
       if (std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
@@ -405,6 +420,7 @@ json::object RenderReportJson(const TraceReport& rep) {
                                       {"shared", e.shared}});
     maps = json::object{{"pid", rep.maps->pid},
                         {"time_ns", rep.maps->time_ns},
+                        {"cut", rep.maps->cut},
                         {"mappings", std::move(mappings)}};
   }
   return json::object{{"complete", rep.complete},

@@ -56,6 +56,11 @@ namespace pfm {
 // blocks share their files (SymbolFiles): a file mapped in every block (a
 // trace of 300 processes, each with libc) is read and held open once, not
 // once per block. Not thread-safe.
+// One warning per process whose list in `maps` is cut (ProcessMaps::cut,
+// the first such list of the pid): how many of its mappings were kept, up
+// to which address.
+std::vector<std::string> CutMapsWarnings(const std::vector<ProcessMaps>& maps);
+
 class TraceSymbols {
  public:
   // At most this many (block, address) names are cached, all blocks
@@ -92,13 +97,15 @@ class TraceSymbols {
   }
   // The maps blocks with mappings: MapsAt answers below this.
   size_t spaces() const { return spaces_.size(); }
-  // The symbolizers' warnings so far (a file whose build-id is not the
+  // The processes whose mapping lists were cut (ProcessMaps::cut), then
+  // the symbolizers' warnings so far (a file whose build-id is not the
   // recorded one: its addresses stay unnamed), each once, in the order
   // they came.
   std::vector<std::string> warnings() const;
 
  private:
   std::shared_ptr<SymbolFiles> files_;               // shared by the blocks
+  std::vector<std::string> cut_warnings_;            // one per process with a cut list
   std::vector<std::unique_ptr<Symbolizer>> spaces_;  // the blocks with mappings
   std::vector<uint64_t> times_;                      // their time_ns, in file order
   // Block indices by (time, file order): all of them, and per pid.

@@ -175,8 +175,41 @@ TEST(ReportTest, NamesEachRecordWithTheMapsInEffectAtItsTime) {
   EXPECT_EQ(rep->hot[1].function, "[/nonexistent/first]");
   const json::object j = RenderReportJson(*rep);
   EXPECT_EQ(json::serialize(j.at("maps")),
-            R"({"pid":42,"time_ns":4,"mappings":[{"start":"0x1000","end":"0x2000",)"
+            R"({"pid":42,"time_ns":4,"cut":false,"mappings":[{"start":"0x1000","end":"0x2000",)"
             R"("offset":"0x4000","path":"/nonexistent/last","writable":false,"shared":false}]})");
+  EXPECT_TRUE(rep->warnings.empty());
+}
+
+// A cut mapping list (ProcessMaps::cut: the tracer had more mappings than
+// a list carries) is said once per process, in the text and the JSON,
+// naming what was kept; the names it has are used as before.
+TEST(ReportTest, ACutMappingListIsSaidOncePerProcess) {
+  const std::string path = TempPath("cut_maps.trace");
+  auto w = TraceWriter::Create(path, {{"command", "prog"}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<pfm_record> recs = {Branch(0x1010, 0x1020, 5)};
+  ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  ProcessMaps cut{2, 42, {Mapping{0x1000, 0x2000, 0, "/nonexistent/a"},
+                          Mapping{0x3000, 0x4000, 0, "/nonexistent/b"}}};
+  cut.cut = true;
+  ASSERT_TRUE(w->AppendMaps(cut).ok());
+  cut.time_ns = 3;
+  ASSERT_TRUE(w->AppendMaps(cut).ok());  // the same process again: said once
+  ASSERT_TRUE(w->AppendMaps(ProcessMaps{4, 43, {Mapping{0x1000, 0x2000, 0, "/c"}}}).ok());
+  ASSERT_TRUE(w->Finish({}).ok());
+  absl::StatusOr<TraceReport> rep = BuildReport(path, Limit(20));
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  ASSERT_EQ(rep->warnings.size(), 1u);
+  EXPECT_EQ(rep->warnings[0],
+            "pid 42 had more executable mappings than a mapping list carries: only its 2 "
+            "lowest (up to 0x4000) were recorded, addresses above are not named");
+  std::ostringstream text;
+  RenderReportText(*rep, text);
+  EXPECT_NE(text.str().find("warning: pid 42 had more executable mappings"), std::string::npos)
+      << text.str();
+  ASSERT_EQ(rep->last_branches.size(), 1u);
+  EXPECT_EQ(rep->last_branches[0].from_sym, "[/nonexistent/a+0x10]");
+  EXPECT_EQ(RenderReportJson(*rep).at("warnings").as_array().size(), 1u);
 }
 
 TEST(ReportTest, HotFunctionsNameARealFunctionAndItsFile) {

@@ -338,6 +338,7 @@ ServiceReply Service::SessionMaps(ConnectionId, const Peer& peer, const json::ob
                                  {"time_ns", l.maps->time_ns},
                                  {"total", total},
                                  {"first", start},
+                                 {"cut", l.maps->cut},
                                  {"mappings", std::move(mappings)}});
     if (i < total) {
       next = json::object{{"seq", l.seq}, {"mapping", i}};

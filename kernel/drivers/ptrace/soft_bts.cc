@@ -853,8 +853,9 @@ void SoftBtsRun::RefreshMaps(AddressSpace* as) {
   // Best effort: the maps change under the reader, and a tracer that
   // lost a line still steps correctly (it reads the registers there).
   std::vector<Mapping> m;
+  bool cut = false;
   ParseProcMaps(ReadFile("/proc/" + std::to_string(as->pid) + "/maps"),
-                MalformedLine::kSkip, &m, nullptr);
+                MalformedLine::kSkip, &m, nullptr, &cut);
   as->regions.clear();
   as->blocks.clear();
   for (const Mapping& e : m) {
@@ -874,6 +875,11 @@ void SoftBtsRun::RefreshMaps(AddressSpace* as) {
   if (filtering_) ComputeFilter(as, m);
   std::lock_guard<std::mutex> lk(t_->mu_);
   t_->maps_[as->pid].swap(m);
+  if (cut) {
+    t_->maps_cut_.insert(as->pid);
+  } else {
+    t_->maps_cut_.erase(as->pid);
+  }
 }
 
 void SoftBtsRun::ComputeFilter(AddressSpace* as, const std::vector<Mapping>& maps) {
@@ -1234,7 +1240,10 @@ void SoftBtsRun::ForgetTask(pid_t tid) {
   if (t->stat_fd >= 0) close(t->stat_fd);
   if (t->as != nullptr && --t->as->tasks == 0) {
     std::lock_guard<std::mutex> lk(t_->mu_);
-    if (t->as->pid != root_) t_->maps_.erase(t->as->pid);
+    if (t->as->pid != root_) {
+      t_->maps_.erase(t->as->pid);
+      t_->maps_cut_.erase(t->as->pid);
+    }
   }
   if (last_writer_ == t->id) last_area_ = nullptr;
   tasks_.erase(it);
@@ -3205,8 +3214,10 @@ std::vector<Mapping> SoftBtsTracer::maps() const {
   return it == maps_.end() ? std::vector<Mapping>() : it->second;
 }
 
-std::map<pid_t, std::vector<Mapping>> SoftBtsTracer::process_maps() const {
+std::map<pid_t, std::vector<Mapping>> SoftBtsTracer::process_maps(
+    std::set<pid_t>* cut) const {
   std::lock_guard<std::mutex> lk(mu_);
+  if (cut != nullptr) *cut = maps_cut_;
   return maps_;
 }
 

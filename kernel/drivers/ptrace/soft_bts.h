@@ -72,6 +72,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -357,8 +358,10 @@ class SoftBtsTracer {
   // decode cache is flushed at the same moments.
   std::vector<Mapping> maps() const;
   // The same for every traced process (the root's included), by pid; a
-  // process leaves the map when its last task is gone.
-  std::map<pid_t, std::vector<Mapping>> process_maps() const;
+  // process leaves the map when its last task is gone. *cut (when given):
+  // the pids whose list was cut at kMaxMappings (ParseProcMaps).
+  std::map<pid_t, std::vector<Mapping>> process_maps(
+      std::set<pid_t>* cut = nullptr) const;
 
  private:
   SoftBtsTracer(pid_t pid, const SoftBtsOptions& opt, CoreHooks* core);
@@ -402,6 +405,7 @@ class SoftBtsTracer {
   ErrorDetail start_detail_;
   bool thread_exited_ = false;
   std::map<pid_t, std::vector<Mapping>> maps_;  // by process
+  std::set<pid_t> maps_cut_;  // processes of maps_ whose list was cut
   pid_t root_ = 0;  // the process whose maps maps() returns
 
   std::mutex stop_mu_;  // serializes Stop()

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
@@ -55,8 +56,7 @@ using tracer_protocol::kHeld;
 using tracer_protocol::kHeldQuery;
 using tracer_protocol::kHelperDsRecords;
 using tracer_protocol::kMaps;
-using tracer_protocol::kMapsMore;
-using tracer_protocol::kMaxMapsListBytes;
+using tracer_protocol::MapsPayloads;
 using tracer_protocol::kMaxMsgBytes;
 using tracer_protocol::kRequestDrain;
 using tracer_protocol::kSignaled;
@@ -215,35 +215,19 @@ class RemoteCore : public CoreHooks {
   void MaybeSendMaps() {
     SoftBtsTracer* t = tracer_.load(std::memory_order_acquire);
     if (t == nullptr) return;
-    std::map<pid_t, std::vector<Mapping>> now = t->process_maps();
+    std::set<pid_t> cut;
+    std::map<pid_t, std::vector<Mapping>> now = t->process_maps(&cut);
     std::lock_guard<std::mutex> lk(maps_mu_);
     for (auto& [pid, m] : now) {
       auto it = sent_maps_.find(pid);
       if (it != sent_maps_.end() && it->second == m) continue;
       // In address order, in parts of at most one message each (pfmd
       // puts them together), up to kMaxMapsListBytes in all: only a list
-      // longer than that (tens of thousands of mappings with long paths)
-      // loses its highest mappings.
-      size_t at = 0, total = 0;
-      do {
-        std::string p(8, '\0');
-        const int32_t pid32 = pid;
-        std::memcpy(p.data(), &pid32, 4);
-        std::string enc;
-        const size_t k = EncodeMappings(m, at, kMaxMsgBytes - 8, &enc);
-        at += k;
-        total += enc.size();
-        // The last part: everything sent, less than a whole part of the
-        // budget left (a list is cut up to one part short of it), or a
-        // mapping that cannot be encoded (none from ParseProcMaps) or fit.
-        const bool more = k != 0 && at < m.size() &&
-                          kMaxMapsListBytes - total >= kMaxMsgBytes - 8;
-        const uint32_t flags = more ? kMapsMore : 0;
-        std::memcpy(p.data() + 4, &flags, 4);
-        p += enc;
+      // longer than that (thousands of mappings with long paths) loses its
+      // highest mappings, and says so (kMapsCut).
+      MapsPayloads(pid, m, cut.count(pid) != 0, [this](const std::string& p) {
         Send(Frame(kMaps, p.data(), static_cast<uint32_t>(p.size())));
-        if (!more) break;
-      } while (true);
+      });
       sent_maps_[pid] = std::move(m);
     }
     for (auto it = sent_maps_.begin(); it != sent_maps_.end();)

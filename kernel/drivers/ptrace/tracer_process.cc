@@ -46,6 +46,7 @@ using tracer_protocol::kHeld;
 using tracer_protocol::kHeldQuery;
 using tracer_protocol::kHelperDsRecords;
 using tracer_protocol::kMaps;
+using tracer_protocol::kMapsCut;
 using tracer_protocol::kMapsMore;
 using tracer_protocol::kMaxMapsListBytes;
 using tracer_protocol::kRequestDrain;
@@ -268,6 +269,7 @@ void TracerProcess::ReadLoop() {
     int32_t pid = 0;  // 0: none
     std::vector<Mapping> mappings;
     size_t bytes = 0;  // encoded, in the parts so far
+    bool cut = false;  // a part said kMapsCut
   };
   PartialMaps part;
   MsgHeader h;
@@ -477,7 +479,7 @@ void TracerProcess::ReadLoop() {
           std::memcpy(&pid, p.data(), 4);
           std::memcpy(&flags, p.data() + 4, 4);
         }
-        if (p.size() < 8 || (flags & ~kMapsMore) != 0 ||
+        if (p.size() < 8 || (flags & ~(kMapsMore | kMapsCut)) != 0 ||
             DecodeMappings(std::string_view(p).substr(8), &m, nullptr) != 0) {
           ok = false;
           break;
@@ -513,11 +515,13 @@ void TracerProcess::ReadLoop() {
           part.mappings.insert(part.mappings.end(), std::make_move_iterator(m.begin()),
                                std::make_move_iterator(m.end()));
         }
+        part.cut |= (flags & kMapsCut) != 0;
         if (flags & kMapsMore) break;
         ProcessMaps pm;
         pm.pid = pid;
         pm.time_ns = now;  // pfmd's clock, as for the records
         pm.mappings = std::move(part.mappings);
+        pm.cut = part.cut;
         const size_t bytes = part.bytes;
         part = PartialMaps();
         std::lock_guard<std::mutex> lk(mu_);

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -30,7 +31,9 @@ namespace {
 
 using tracer_protocol::Frame;
 using tracer_protocol::kMaps;
+using tracer_protocol::kMapsCut;
 using tracer_protocol::kMapsMore;
+using tracer_protocol::MapsPayloads;
 using tracer_protocol::kMaxMapsListBytes;
 using tracer_protocol::kMaxMsgBytes;
 using tracer_protocol::kStarted;
@@ -84,7 +87,17 @@ int RunFakeHelper(pid_t pid, const std::string& scenario) {
     frames.push_back(MapsFrame(pid, kMapsMore, Mappings(0, 3, 20)));
     frames.push_back(MapsFrame(pid + 1, 0, Mappings(0, 1, 20)));
   } else if (scenario == "bad_flags") {
-    frames.push_back(MapsFrame(pid, 2, Mappings(0, 1, 20)));
+    frames.push_back(MapsFrame(pid, 4, Mappings(0, 1, 20)));
+  } else if (scenario == "cut") {
+    // What the real helper sends for a list over kMaxMapsListBytes (about
+    // 17 MiB: 4200 mappings with 4000-byte paths), then for one the tracer
+    // read cut (ParseProcMaps over kMaxMappings), then a whole one.
+    auto add = [&](const std::string& p) {
+      frames.push_back(Frame(kMaps, p.data(), static_cast<uint32_t>(p.size())));
+    };
+    MapsPayloads(pid, Mappings(0, 4200, 4000), false, add);
+    MapsPayloads(pid, Mappings(0, 2, 20), true, add);
+    MapsPayloads(pid, Mappings(0, 3, 20), false, add);
   } else if (scenario == "over_list_budget") {
     // Parts of about 128 KiB each, never the last, past 16 MiB.
     const std::string part = MapsFrame(pid, kMapsMore, Mappings(0, 32, 4000));
@@ -191,6 +204,91 @@ TEST_F(TracerProcessMaps, AMalformedListClosesTheChannel) {
     EXPECT_EQ(newest, 0u);
     t->Stop();
   }
+}
+
+// A cut list is kept, marked cut (ProcessMaps::cut), with the mappings
+// that fit: the helper's own cut of a list over kMaxMapsListBytes is never
+// one pfmd refuses; a list the tracer read cut stays marked; a whole list
+// is not.
+TEST_F(TracerProcessMaps, ACutListIsKeptMarkedCut) {
+  std::unique_ptr<TracerProcess> t = Start("cut");
+  ASSERT_NE(t, nullptr);
+  WaitForLists(*t, 3);
+  uint64_t newest = 0;
+  const std::vector<TracerProcess::NumberedMaps> lists = t->maps_since(0, 10, &newest);
+  EXPECT_FALSE(t->done()) << "pfmd refused the helper's cut list";
+  EXPECT_EQ(newest, 3u);
+  ASSERT_EQ(lists.size(), 3u);
+  const std::vector<Mapping>& big = lists[0].maps->mappings;
+  EXPECT_TRUE(lists[0].maps->cut);
+  EXPECT_LT(big.size(), 4200u);
+  EXPECT_GT(big.size(), 4000u);  // 16 MiB of 4032-byte entries, less a part
+  const std::vector<Mapping> want = Mappings(0, big.size(), 4000);
+  EXPECT_TRUE(big == want) << "not the lowest mappings, in address order";
+  EXPECT_TRUE(lists[1].maps->cut);
+  EXPECT_EQ(lists[1].maps->mappings.size(), 2u);
+  EXPECT_FALSE(lists[2].maps->cut);
+  EXPECT_EQ(lists[2].maps->mappings.size(), 3u);
+  t->Stop();
+}
+
+// The helper's parts of one list (MapsPayloads): each at most a part's
+// bytes, kMapsMore on all but the last, the mappings in order; kMapsCut on
+// the last exactly when mappings were left out (over the list's bytes) or
+// the list came cut.
+TEST(MapsPayloads, SplitsAndCutsAList) {
+  const std::vector<Mapping> maps = Mappings(0, 40, 20);  // 52 bytes encoded each
+  struct Part {
+    int32_t pid;
+    uint32_t flags;
+    std::vector<Mapping> m;
+  };
+  auto split = [](const std::vector<Mapping>& m, bool cut, size_t part, size_t list) {
+    std::vector<Part> out;
+    MapsPayloads(7, m, cut, [&](const std::string& p) {
+      Part x{};
+      std::memcpy(&x.pid, p.data(), 4);
+      std::memcpy(&x.flags, p.data() + 4, 4);
+      EXPECT_LE(p.size() - 8, part);
+      EXPECT_EQ(DecodeMappings(std::string_view(p).substr(8), &x.m, nullptr), 0);
+      out.push_back(std::move(x));
+    }, part, list);
+    return out;
+  };
+  auto joined = [](const std::vector<Part>& parts) {
+    std::vector<Mapping> all;
+    for (const Part& p : parts) all.insert(all.end(), p.m.begin(), p.m.end());
+    return all;
+  };
+  // Whole, in one part and in parts of 10 mappings (4 + 10 * 52 bytes).
+  std::vector<Part> one = split(maps, false, 1 << 20, 1 << 20);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].pid, 7);
+  EXPECT_EQ(one[0].flags, 0u);
+  EXPECT_TRUE(joined(one) == maps);
+  std::vector<Part> parts = split(maps, false, 4 + 10 * 52, 1 << 20);
+  ASSERT_EQ(parts.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(parts[i].flags, kMapsMore) << i;
+  EXPECT_EQ(parts[3].flags, 0u);
+  EXPECT_TRUE(joined(parts) == maps);
+  // Over 2 parts' worth of list: two parts, the last cut.
+  std::vector<Part> cut = split(maps, false, 4 + 10 * 52, 2 * (4 + 10 * 52));
+  ASSERT_EQ(cut.size(), 2u);
+  EXPECT_EQ(cut[0].flags, kMapsMore);
+  EXPECT_EQ(cut[1].flags, kMapsCut);
+  const std::vector<Mapping> first20(maps.begin(), maps.begin() + 20);
+  EXPECT_TRUE(joined(cut) == first20);
+  // Came cut: said on the last part, whole or not.
+  std::vector<Part> came = split(maps, true, 4 + 10 * 52, 1 << 20);
+  ASSERT_EQ(came.size(), 4u);
+  EXPECT_EQ(came[2].flags, kMapsMore);
+  EXPECT_EQ(came[3].flags, kMapsCut);
+  EXPECT_TRUE(joined(came) == maps);
+  // An empty list: one part, no mappings.
+  std::vector<Part> none = split({}, false, 4 + 10 * 52, 1 << 20);
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_EQ(none[0].flags, 0u);
+  EXPECT_TRUE(none[0].m.empty());
 }
 
 // Twelve lists of about 4 MiB: the history keeps at most 32 MiB of them,

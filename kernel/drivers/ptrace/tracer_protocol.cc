@@ -101,6 +101,29 @@ bool SendWithFd(int fd, const std::string& frame, int pass) {
          WriteAll(fd, frame.data() + sent, frame.size() - sent, true);
 }
 
+void MapsPayloads(int32_t pid, const std::vector<Mapping>& maps, bool cut,
+                  const std::function<void(const std::string&)>& send,
+                  size_t part_bytes, size_t list_bytes) {
+  size_t at = 0, total = 0;
+  while (true) {
+    std::string p(8, '\0');
+    std::memcpy(p.data(), &pid, 4);
+    std::string enc;
+    const size_t k = EncodeMappings(maps, at, part_bytes, &enc);
+    at += k;
+    total += enc.size();
+    // The last part: everything sent, less than a whole part of the budget
+    // left, or a mapping that cannot be encoded or fit.
+    const bool more = k != 0 && at < maps.size() && total <= list_bytes &&
+                      list_bytes - total >= part_bytes;
+    const uint32_t flags = more ? kMapsMore : (cut || at < maps.size() ? kMapsCut : 0);
+    std::memcpy(p.data() + 4, &flags, 4);
+    p += enc;
+    send(p);
+    if (!more) return;
+  }
+}
+
 std::string Frame(uint32_t type, const void* payload, uint32_t len) {
   std::string out(sizeof(MsgHeader) + len, '\0');
   const MsgHeader h{type, len};

@@ -10,9 +10,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "kernel/drivers/ptrace/soft_bts.h"
+#include "kernel/uapi/proc_maps.h"
 
 namespace pfm::tracer_protocol {
 
@@ -29,10 +32,11 @@ enum MsgType : uint32_t {
   kSwitch = 4,        // i32 cpu, task, u8 in, u8 preempt, u16 pad
   kExited = 5,        // task, i64 wait status (one per task)
   kSignaled = 6,      // task, i32 signo
-  kMaps = 7,          // i32 pid, u32 flags (kMapsMore), mappings in address
-                      // order (kernel/uapi/proc_maps.h's encoding): one
-                      // part of the process's list, the last without
-                      // kMapsMore
+  kMaps = 7,          // i32 pid, u32 flags (kMapsMore, kMapsCut),
+                      // mappings in address order
+                      // (kernel/uapi/proc_maps.h's encoding): one part of
+                      // the process's list, the last without kMapsMore
+                      // (MapsPayloads)
   kStats = 8,         // WireStats
   kDrainServed = 9,   // u64 ticket, WireStats
   kTaskCreated = 10,  // parent task, child task
@@ -93,6 +97,23 @@ inline constexpr uint32_t kMaxMsgBytes =
 // mappings (kMaxMappings) with 200-byte paths.
 inline constexpr uint32_t kMapsMore = 1;
 inline constexpr size_t kMaxMapsListBytes = 16 << 20;
+// kMaps: the list is cut, its highest mappings left out (over
+// kMaxMapsListBytes, or over kMaxMappings when the tracer read it). Set on
+// any part, kept for the whole list (ProcessMaps::cut).
+inline constexpr uint32_t kMapsCut = 2;
+
+// The payloads of the kMaps messages that send `maps` (one process's list,
+// in address order; `cut`: it was cut before, ParseProcMaps') for `pid`,
+// each given to `send` as it is made (one part in memory at a time): parts
+// of at most `part_bytes` of mappings each, kMapsMore on all but the last,
+// up to `list_bytes` of mappings in all (a list is cut up to one part
+// short of that); kMapsCut on the last part when mappings were left out,
+// here or before. At least one payload; a mapping that cannot be encoded
+// (none from ParseProcMaps) or fit a part ends the list there, cut.
+void MapsPayloads(int32_t pid, const std::vector<Mapping>& maps, bool cut,
+                  const std::function<void(const std::string&)>& send,
+                  size_t part_bytes = kMaxMsgBytes - 8,
+                  size_t list_bytes = kMaxMapsListBytes);
 // A helper that has not attached within this long is given up on.
 inline constexpr int kStartTimeoutMs = 15000;
 

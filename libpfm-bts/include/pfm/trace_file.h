@@ -8,8 +8,10 @@
 //     kind 2 RECORDS : n * 64-byte pfm_record (fixed encoding)
 //     kind 3 TRAILER : JSON (counters, exit status, totals); last block
 //     kind 4 MAPS    : the target's executable mappings, for symbols:
-//                      u64 time_ns | i32 pid | u32 reserved (0: a reader
-//                      takes anything else for damage) |
+//                      u64 time_ns | i32 pid | u32 flags (bit 0: the
+//                      list is cut, ProcessMaps::cut; a reader takes any
+//                      other bit for damage, and a reader from before bit
+//                      0 takes it for damage too) |
 //                      mappings in kernel/uapi/proc_maps.h's encoding
 //                      (u32 count, then per mapping u64 start, u64 end,
 //                      u64 offset, u32 flags, u32 path_len, path bytes)
