@@ -305,6 +305,243 @@ absl::StatusOr<std::vector<Mapping>> ReadProcMaps(pid_t pid) {
   return maps;
 }
 
+// libdwfl's symbol for every address of one module, without asking
+// libdwfl at every address. dwfl_module_addrinfo reads the whole symbol
+// table at each call (a linear search, dwfl_module_addrsym.c): on a trace
+// of a large library (a Python recording: some hundred thousand distinct
+// branch addresses in libpython) that was nearly all of `report`'s and
+// `script`'s time. Its choice depends on the address only through
+// comparisons with symbols' starts and ends (which symbols contain it,
+// which lie at or below it, an absolute symbol's exact address) and with
+// sections' bounds (which section holds it and a sizeless symbol:
+// derelocate.c's find_section, whose sections end one byte late), so it
+// is the same for every address of a stretch between two consecutive such
+// bounds. The index keeps those bounds, sorted, and each stretch's answer:
+// where a symbol with a size contains the stretch, libdwfl's rule among
+// those symbols, applied here once for all stretches in one sweep (facts
+// from elfutils 0.188's dwfl_module_addrsym.c: the global symbols are
+// searched first, the locals only if no global contains the address; the
+// closest start wins, a better binding (global 3, weak 2, local 1) wins
+// over a closer start, at the same start the smaller symbol unless its
+// binding is worse, else the first in the table); where none does, no
+// name when no sizeless symbol stands at the highest end of the symbols
+// at or below the stretch (only such a label can name it: libdwfl's
+// min_label); anywhere else (at assembly labels) libdwfl itself, once per
+// stretch. symbolizer_test holds the names to libdwfl's at every bound of
+// real files and of this test binary.
+class SymbolIndex {
+ public:
+  explicit SymbolIndex(Dwfl_Module* mod) : mod_(mod) {
+    bounds_.push_back(0);
+    const int n = dwfl_module_getsymtab(mod);
+    const int first_global = dwfl_module_getsymtab_first_global(mod);
+    // The first symbol of the search's first pass, and whether a second
+    // pass over the locals before it exists (as __libdwfl_addrsym decides).
+    const int pass1 = first_global == 0 ? 1 : first_global;
+    has_locals_pass_ = first_global > 1;
+    for (int i = 1; i < n; ++i) {
+      GElf_Sym sym;
+      GElf_Addr addr = 0;
+      GElf_Word shndx = 0;
+      const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, &shndx, nullptr, nullptr);
+      if (name == nullptr) continue;
+      bounds_.push_back(addr);
+      // Sizeless: an absolute one matches its own address only.
+      bounds_.push_back(addr + (sym.st_size != 0 ? sym.st_size : 1));
+      const int type = GELF_ST_TYPE(sym.st_info);
+      if (*name == '\0' || sym.st_shndx == SHN_UNDEF || type == STT_SECTION || type == STT_FILE ||
+          type == STT_TLS)
+        continue;  // never a candidate
+      const bool global = i >= pass1;
+      starts_.push_back(Start{addr, addr + sym.st_size, global});
+      if (sym.st_size == 0) {
+        sizeless_.push_back(addr);
+        if (global) sizeless_globals_.push_back(addr);
+        continue;
+      }
+      const int bind = GELF_ST_BIND(sym.st_info);
+      syms_.push_back(Sym{addr, sym.st_size, name,
+                          bind == STB_GLOBAL ? 3 : bind == STB_WEAK ? 2 : bind == STB_LOCAL ? 1 : 0,
+                          i, global});
+    }
+    GElf_Addr bias = 0;
+    if (Elf* elf = dwfl_module_getelf(mod, &bias)) {
+      Elf_Scn* scn = nullptr;
+      while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+        GElf_Shdr shdr;
+        if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+        // libdwfl takes a section's end as inside it (derelocate.c,
+        // find_section) unless the next section starts there.
+        const uint64_t start = shdr.sh_addr + bias, end = start + shdr.sh_size;
+        bounds_.insert(bounds_.end(), {start, end, end + 1});
+      }
+    }
+    std::sort(bounds_.begin(), bounds_.end());
+    bounds_.erase(std::unique(bounds_.begin(), bounds_.end()), bounds_.end());
+    std::sort(sizeless_globals_.begin(), sizeless_globals_.end());
+    std::sort(sizeless_.begin(), sizeless_.end());
+    std::sort(starts_.begin(), starts_.end(),
+              [](const Start& a, const Start& b) { return a.value < b.value; });
+    Sweep();
+  }
+
+  // dwfl_module_addrinfo's symbol for `addr` (a module address), demangled,
+  // with *off its offset in it; null when there is none (or no name).
+  const std::string* Lookup(uint64_t addr, uint64_t* off) {
+    const size_t i =
+        static_cast<size_t>(std::upper_bound(bounds_.begin(), bounds_.end(), addr) -
+                            bounds_.begin()) - 1;  // bounds_[0] == 0 <= addr
+    const int32_t c = choice_[i];
+    if (c == kNone) return nullptr;
+    if (c >= 0) {
+      Sym& s = syms_[static_cast<size_t>(c)];
+      if (!s.demangled) s.demangled = std::make_unique<std::string>(Demangle(s.name));
+      *off = addr - s.value;
+      return s.demangled.get();
+    }
+    // No sized symbol decides: libdwfl, once for the stretch.
+    auto [it, first] = asked_.try_emplace(i);
+    Named& n = it->second;
+    if (first) {
+      GElf_Off o = 0;
+      GElf_Sym sym;
+      const char* name = dwfl_module_addrinfo(mod_, addr, &o, &sym, nullptr, nullptr, nullptr);
+      n.known = name != nullptr && *name != '\0';
+      if (n.known) {
+        n.name = Demangle(name);
+        n.value = addr - o;
+      }
+    }
+    if (!n.known) return nullptr;
+    *off = addr - n.value;
+    return &n.name;
+  }
+
+ private:
+  struct Sym {
+    uint64_t value, size;
+    const char* name;  // in the module's string table
+    int binding;       // higher is better
+    int index;         // in the symbol table: the search's order
+    bool global;       // in the first pass
+    std::unique_ptr<std::string> demangled = nullptr;  // made when first named
+  };
+  // A candidate's start and end (its start when sizeless), and its pass.
+  struct Start {
+    uint64_t value, end;
+    bool global;
+  };
+  static constexpr int32_t kAsk = -1;   // choice_: ask libdwfl
+  static constexpr int32_t kNone = -2;  // choice_: no name
+  struct Named {
+    bool known = false;
+    std::string name;
+    uint64_t value = 0;  // the symbol's address: addr - value is the offset
+  };
+
+  // libdwfl's pick among the sized symbols `c` containing an address, in
+  // table order (try_sym_value, for symbols that contain it).
+  int32_t Pick(const std::vector<int32_t>& c) const {
+    int32_t best = kAsk;
+    for (int32_t k : c) {
+      const Sym& s = syms_[static_cast<size_t>(k)];
+      if (best < 0) {
+        best = k;
+        continue;
+      }
+      const Sym& b = syms_[static_cast<size_t>(best)];
+      if (b.value < s.value || b.binding < s.binding) {
+        best = k;
+      } else if (b.value == s.value && ((b.size > s.size && b.binding <= s.binding) ||
+                                        (b.size >= s.size && b.binding < s.binding))) {
+        best = k;
+      }
+    }
+    return best;
+  }
+
+  // choice_ for every stretch: the symbols containing its start, kept as
+  // the stretches go up (added at their start, dropped at their end).
+  void Sweep() {
+    std::vector<int32_t> by_start(syms_.size());
+    for (size_t k = 0; k < syms_.size(); ++k) by_start[k] = static_cast<int32_t>(k);
+    std::sort(by_start.begin(), by_start.end(), [this](int32_t a, int32_t b) {
+      return syms_[static_cast<size_t>(a)].value < syms_[static_cast<size_t>(b)].value;
+    });
+    choice_.assign(bounds_.size(), kAsk);
+    std::vector<int32_t> active, globals, locals;
+    size_t next = 0, next_start = 0;
+    // The highest end (a sizeless symbol's start) of the candidates at or
+    // below the stretch: of the globals, and of all.
+    uint64_t end_globals = 0, end_all = 0;
+    bool any_global = false, any = false;
+    const auto sizeless_at = [this](uint64_t v) {
+      return std::binary_search(sizeless_.begin(), sizeless_.end(), v);
+    };
+    for (size_t i = 0; i < bounds_.size(); ++i) {
+      const uint64_t a = bounds_[i];
+      while (next < by_start.size() && syms_[static_cast<size_t>(by_start[next])].value <= a)
+        active.push_back(by_start[next++]);
+      for (; next_start < starts_.size() && starts_[next_start].value <= a; ++next_start) {
+        const Start& st = starts_[next_start];
+        end_all = any ? std::max(end_all, st.end) : st.end;
+        any = true;
+        if (st.global) {
+          end_globals = any_global ? std::max(end_globals, st.end) : st.end;
+          any_global = true;
+        }
+      }
+      active.erase(std::remove_if(active.begin(), active.end(),
+                                  [&](int32_t k) {
+                                    const Sym& s = syms_[static_cast<size_t>(k)];
+                                    return a - s.value >= s.size;
+                                  }),
+                   active.end());
+      // Where no sized symbol names it, a sizeless one libdwfl could take
+      // stands at the highest end of those it visits (the globals', or
+      // all): without one there, there is no name.
+      const bool no_label =
+          !(any_global && sizeless_at(end_globals)) && !(any && sizeless_at(end_all));
+      if (active.empty()) {
+        if (no_label) choice_[i] = kNone;
+        continue;
+      }
+      globals.clear();
+      locals.clear();
+      for (int32_t k : active) (syms_[static_cast<size_t>(k)].global ? globals : locals).push_back(k);
+      auto by_index = [this](int32_t x, int32_t y) {
+        return syms_[static_cast<size_t>(x)].index < syms_[static_cast<size_t>(y)].index;
+      };
+      if (!globals.empty()) {
+        std::sort(globals.begin(), globals.end(), by_index);
+        choice_[i] = Pick(globals);
+      } else if (has_locals_pass_ &&
+                 !std::binary_search(sizeless_globals_.begin(), sizeless_globals_.end(), a)) {
+        // No global contains it: the locals are searched, unless a
+        // sizeless global at exactly this address might stop that (left
+        // to libdwfl).
+        std::sort(locals.begin(), locals.end(), by_index);
+        choice_[i] = Pick(locals);
+        if (choice_[i] == kAsk && no_label) choice_[i] = kNone;
+      } else if (!has_locals_pass_ && no_label) {
+        choice_[i] = kNone;
+      }
+    }
+  }
+
+  Dwfl_Module* mod_;
+  bool has_locals_pass_ = false;
+  std::vector<Sym> syms_;                  // candidates with a size
+  std::vector<uint64_t> sizeless_globals_;  // sorted addresses
+  std::vector<uint64_t> sizeless_;          // of all sizeless candidates, sorted
+  std::vector<Start> starts_;               // every candidate, by start
+  std::vector<uint64_t> bounds_;           // sorted, distinct, the first 0
+  // Per stretch [bounds_[i], bounds_[i + 1]): the symbol of syms_ that
+  // names it, kNone, or kAsk: ask libdwfl (asked_ keeps the answer).
+  std::vector<int32_t> choice_;
+  std::map<size_t, Named> asked_;
+};
+
 struct SymbolFiles::File {
   enum class State { kUnread, kOpen, kUnreadable };
   State state = State::kUnread;
@@ -312,6 +549,7 @@ struct SymbolFiles::File {
   // of its own (modules of different files would overlap there).
   std::unique_ptr<Dwfl, DwflDelete> dwfl;
   Dwfl_Module* mod = nullptr;
+  std::unique_ptr<SymbolIndex> index;  // of `mod`, made at its first lookup
   std::vector<LoadSegment> segments;
   std::string build_id;  // "" none, or not readable
   std::list<File*>::iterator lru;
@@ -349,6 +587,7 @@ SymbolFiles::File& SymbolFiles::Get(const std::string& path) {
     // again when it is needed.
     File& old = *lru_.back();
     lru_.pop_back();
+    old.index.reset();
     old.mod = nullptr;
     old.dwfl.reset();
     old.state = File::State::kUnread;
@@ -394,12 +633,10 @@ std::string Symbolizer::Symbolize(uint64_t addr) {
   }
   if (usable->second && f.mod != nullptr) {
     if (const std::optional<uint64_t> bias = BiasOf(f.segments, *m)) {
-      GElf_Off off = 0;
-      GElf_Sym sym;
-      const char* name =
-          dwfl_module_addrinfo(f.mod, addr - *bias, &off, &sym, nullptr, nullptr, nullptr);
-      if (name != nullptr && *name != '\0') {
-        std::string out = Demangle(name);
+      if (f.index == nullptr) f.index = std::make_unique<SymbolIndex>(f.mod);
+      uint64_t off = 0;
+      if (const std::string* name = f.index->Lookup(addr - *bias, &off)) {
+        std::string out = *name;
         if (off != 0) absl::StrAppendFormat(&out, "+0x%x", off);
         return out;
       }

@@ -1,6 +1,10 @@
 #include "pfm/symbolizer.h"
 
+#include <cxxabi.h>
 #include <dlfcn.h>
+#include <elfutils/libdwfl.h>
+#include <fcntl.h>
+#include <gelf.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -140,6 +144,125 @@ TEST(Symbolizer, FileThatIsNotElfFallsBack) {
 // Many Symbolizers over the same files (a trace's MAPS blocks) read each
 // file once; at most max_open stay open, the others are read again when
 // needed, and the names do not change.
+// libdwfl's own answer for `addr` in `mod`, formatted as Symbolize does
+// ("" for none): the reference the symbolizer's index is held to.
+std::string LibdwflName(Dwfl_Module* mod, uint64_t addr) {
+  GElf_Off off = 0;
+  GElf_Sym sym;
+  const char* name = dwfl_module_addrinfo(mod, addr, &off, &sym, nullptr, nullptr, nullptr);
+  if (name == nullptr || *name == '\0') return "";
+  int status = 0;
+  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string out = status == 0 && d != nullptr ? d : name;
+  std::free(d);
+  if (off != 0) {
+    char hex[32];
+    std::snprintf(hex, sizeof(hex), "+0x%llx", static_cast<unsigned long long>(off));
+    out += hex;
+  }
+  return out;
+}
+
+// Symbolize asks libdwfl once per stretch of addresses between symbols'
+// and sections' bounds and remembers the answer (symbolizer.cc,
+// SymbolIndex): its names are the ones libdwfl gives when asked at each
+// address, here at every symbol's start and end and one byte either side,
+// every section's bounds, and 4000 addresses spread over the code, in
+// address order (so later ones come from what was remembered), over real
+// files: libc (.dynsym only, aliases and sizeless symbols among them),
+// bash (a stripped executable), names_prog (a PIE with .symtab),
+// overlap_syms.so (testdata/overlap_syms.S: the cases libdwfl's pick
+// among overlapping symbols turns on, in a chosen table order) and this
+// test binary (a .symtab of tens of thousands, static functions, C++
+// names). A
+// bound the index missed would give two addresses with different answers
+// one name: without a section's end + 1 (libdwfl counts the end byte in),
+// the 8 bytes after names_prog's .init were "_init+0x18".
+TEST(Symbolizer, NamesAreLibdwflsAtEveryBoundOfRealFiles) {
+  Dwfl_Callbacks cb{};
+  char* debuginfo_path = nullptr;
+  cb.find_elf = dwfl_build_id_find_elf;
+  cb.find_debuginfo = dwfl_standard_find_debuginfo;
+  cb.section_address = dwfl_offline_section_address;
+  cb.debuginfo_path = &debuginfo_path;
+  const uint64_t kBias = uint64_t{1} << 40;  // where the file is "mapped"
+  char self[PATH_MAX] = {};
+  ASSERT_GT(::readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
+  for (const std::string& path : {std::string("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                                  std::string("/usr/bin/bash"),
+                                  std::string("libpfm-bts/names_prog"),
+                                  std::string("libpfm-bts/overlap_syms.so"), std::string(self)}) {
+    SCOPED_TRACE(path);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    Dwfl* dwfl = dwfl_begin(&cb);
+    ASSERT_NE(dwfl, nullptr);
+    dwfl_report_begin(dwfl);
+    Dwfl_Module* mod = dwfl_report_elf(dwfl, path.c_str(), path.c_str(), fd, 0, true);
+    dwfl_report_end(dwfl, nullptr, nullptr);
+    ASSERT_NE(mod, nullptr) << dwfl_errmsg(-1);
+    GElf_Addr ebias = 0;
+    Elf* elf = dwfl_module_getelf(mod, &ebias);
+    ASSERT_NE(elf, nullptr);
+    // The executable PT_LOAD segment, mapped at kBias + its vaddr.
+    size_t phnum = 0;
+    ASSERT_EQ(elf_getphdrnum(elf, &phnum), 0);
+    GElf_Phdr text{};
+    for (size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD &&
+          (ph.p_flags & PF_X) != 0)
+        text = ph;
+    }
+    ASSERT_NE(text.p_memsz, 0u);
+    const uint64_t lo = text.p_vaddr & ~uint64_t{0xfff};
+    const uint64_t hi = text.p_vaddr + text.p_filesz;
+    Symbolizer sym({Mapping{kBias + lo, kBias + hi, text.p_offset & ~uint64_t{0xfff}, path}});
+    std::vector<uint64_t> at;
+    auto near = [&](uint64_t a) {
+      for (uint64_t x : {a - 1, a, a + 1})
+        if (x >= lo && x < hi) at.push_back(x);
+    };
+    const int n = dwfl_module_getsymtab(mod);
+    ASSERT_GT(n, 10);
+    // Every symbol's bounds, or those of 2000 spread over a larger table
+    // (this binary's: tens of thousands, locals among them).
+    const int stride = std::max(1, n / 2000);
+    for (int i = 1; i < n; i += stride) {
+      GElf_Sym s;
+      GElf_Addr a = 0;
+      GElf_Word shndx = 0;
+      if (dwfl_module_getsym_info(mod, i, &s, &a, &shndx, nullptr, nullptr) == nullptr) continue;
+      near(a);
+      near(a + s.st_size);
+    }
+    Elf_Scn* scn = nullptr;
+    while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+      GElf_Shdr sh;
+      if (gelf_getshdr(scn, &sh) == nullptr) continue;
+      near(sh.sh_addr);
+      near(sh.sh_addr + sh.sh_size);
+    }
+    for (uint64_t k = 0; k < 4000; ++k) at.push_back(lo + (hi - lo) * k / 4000);
+    std::sort(at.begin(), at.end());
+    at.erase(std::unique(at.begin(), at.end()), at.end());
+    size_t named = 0, mismatches = 0;
+    for (uint64_t a : at) {
+      const std::string want = LibdwflName(mod, a);
+      const std::string got = sym.Symbolize(kBias + a);
+      named += !want.empty();
+      // No symbol: the file and offset ("[path+0x...]").
+      const bool same = want.empty() ? got.rfind("[" + path + "+0x", 0) == 0 : got == want;
+      if (!same && ++mismatches <= 5)
+        ADD_FAILURE() << "0x" << std::hex << a << ": libdwfl '" << want << "', Symbolize '"
+                      << got << "'";
+    }
+    EXPECT_EQ(mismatches, 0u) << "of " << at.size() << " addresses";
+    EXPECT_GT(named, at.size() / 2) << "of " << at.size();
+    dwfl_end(dwfl);
+  }
+}
+
 TEST(SymbolFiles, ReadsEachFileOnceForAllSymbolizersAndKeepsAtMostMaxOpen) {
   absl::StatusOr<std::vector<Mapping>> maps = ReadProcMaps(0);
   ASSERT_TRUE(maps.ok()) << maps.status();

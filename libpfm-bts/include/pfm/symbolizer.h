@@ -93,7 +93,10 @@ class Symbolizer {
   // "function+0xoff", or "function" at offset 0, with C++ names demangled
   // (abi::__cxa_demangle: "pfm::Foo(int)+0x1c"; a name that does not demangle
   // is kept as is). The symbol comes from .symtab, else .dynsym (or a
-  // separate debuginfo file libdwfl finds by build-id).
+  // separate debuginfo file libdwfl finds by build-id): the one
+  // dwfl_module_addrinfo gives, found through an index of the file's
+  // symbols made at its first lookup (symbolizer.cc, SymbolIndex) instead
+  // of libdwfl's search of the whole table at every address.
   // "[path+0xoff]" (offset in the file) when the address is mapped but no
   // symbol covers it or the file cannot be read; "[kernel]" for kernel
   // addresses (PFM_ADDR_IS_KERNEL); "" when the address is not mapped.
