@@ -163,21 +163,23 @@ std::string LibdwflName(Dwfl_Module* mod, uint64_t addr) {
   return out;
 }
 
-// Symbolize asks libdwfl once per stretch of addresses between symbols'
-// and sections' bounds and remembers the answer (symbolizer.cc,
-// SymbolIndex): its names are the ones libdwfl gives when asked at each
-// address, here at every symbol's start and end and one byte either side,
-// every section's bounds, and 4000 addresses spread over the code, in
-// address order (so later ones come from what was remembered), over real
-// files: libc (.dynsym only, aliases and sizeless symbols among them),
-// bash (a stripped executable), names_prog (a PIE with .symtab),
-// overlap_syms.so (testdata/overlap_syms.S: the cases libdwfl's pick
-// among overlapping symbols turns on, in a chosen table order) and this
-// test binary (a .symtab of tens of thousands, static functions, C++
-// names). A
+// Symbolize names an address through an index of the file's symbols
+// (symbolizer.cc, SymbolIndex: libdwfl's pick made once per stretch of
+// addresses between symbols' and sections' bounds), and its names must be
+// the ones libdwfl gives when asked at each address: here at every
+// symbol's start and end and one byte either side, every section's
+// bounds, and 4000 addresses spread over the code, in address order, over
+// real files: libc (.dynsym only, aliases and sizeless symbols among
+// them), bash (a stripped PIE), names_prog (a PIE with .symtab) and its
+// stripped non-PIE build (ET_EXEC), overlap_syms.so
+// (testdata/overlap_syms.S: the cases libdwfl's pick among overlapping
+// symbols turns on, in a known table order) and this test binary (a
+// .symtab of tens of thousands: static functions, C++ names; sampled). A
 // bound the index missed would give two addresses with different answers
 // one name: without a section's end + 1 (libdwfl counts the end byte in),
-// the 8 bytes after names_prog's .init were "_init+0x18".
+// the 8 bytes after names_prog's .init were "_init+0x18"; without the
+// binding or same-start rule, overlap_syms' inner_weak_first and
+// pair_b_small were misnamed.
 TEST(Symbolizer, NamesAreLibdwflsAtEveryBoundOfRealFiles) {
   Dwfl_Callbacks cb{};
   char* debuginfo_path = nullptr;
@@ -191,6 +193,7 @@ TEST(Symbolizer, NamesAreLibdwflsAtEveryBoundOfRealFiles) {
   for (const std::string& path : {std::string("/usr/lib/x86_64-linux-gnu/libc.so.6"),
                                   std::string("/usr/bin/bash"),
                                   std::string("libpfm-bts/names_prog"),
+                                  std::string("libpfm-bts/names_prog_nopie_stripped"),
                                   std::string("libpfm-bts/overlap_syms.so"), std::string(self)}) {
     SCOPED_TRACE(path);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -224,7 +227,7 @@ TEST(Symbolizer, NamesAreLibdwflsAtEveryBoundOfRealFiles) {
         if (x >= lo && x < hi) at.push_back(x);
     };
     const int n = dwfl_module_getsymtab(mod);
-    ASSERT_GT(n, 10);
+    ASSERT_GT(n, 5);  // the stripped ET_EXEC: its 9 .dynsym entries
     // Every symbol's bounds, or those of 2000 spread over a larger table
     // (this binary's: tens of thousands, locals among them).
     const int stride = std::max(1, n / 2000);
@@ -258,7 +261,11 @@ TEST(Symbolizer, NamesAreLibdwflsAtEveryBoundOfRealFiles) {
                       << got << "'";
     }
     EXPECT_EQ(mismatches, 0u) << "of " << at.size() << " addresses";
-    EXPECT_GT(named, at.size() / 2) << "of " << at.size();
+    // Names to compare, but where there are none to give (the stripped
+    // ET_EXEC's code: its .dynsym names only imports): the fallback there.
+    if (path.find("stripped") == std::string::npos) {
+      EXPECT_GT(named, at.size() / 2) << "of " << at.size();
+    }
     dwfl_end(dwfl);
   }
 }

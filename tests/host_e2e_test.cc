@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -263,6 +264,65 @@ TEST_F(HostE2e, StatCountsACommandAndAProcessLikePerfStat) {
   if (!HasCpuPmu()) {
     EXPECT_TRUE(testing::Contains(r.err, "<not supported>      cycles")) << r.err;
   }
+  // The layout of Debian's perf stat itself (linux-perf), line by line: the
+  // event's column, the '#' column, the metric's unit, and the time lines
+  // (user and sys too, for a command).
+  {
+    const std::vector<std::string> evs = {"task-clock", "context-switches", "page-faults",
+                                          "cpu-migrations"};
+    std::vector<std::string> mine = {"stat"}, perf = {"/usr/bin/perf", "stat", "-e",
+                                                      "task-clock,context-switches,page-faults,"
+                                                      "cpu-migrations"};
+    for (const std::string& e : evs) mine.insert(mine.end(), {"-e", e});
+    mine.insert(mine.end(), {"--", "/bin/sh", "-c", "for i in 1 2 3; do /bin/true; done"});
+    perf.insert(perf.end(), {"--", "/bin/sh", "-c", "for i in 1 2 3; do /bin/true; done"});
+    const testing::Result m = Pfmctl(socket(), mine);
+    const testing::Result p = testing::Run(perf);
+    ASSERT_EQ(p.exit_code, 0) << p.err;
+    ASSERT_EQ(m.exit_code, 0) << m.err;
+    // The line of `what`, and where its event name and '#' stand; the unit
+    // after the metric's number.
+    struct Shape {
+      size_t event = std::string::npos, hash = std::string::npos;
+      std::string unit;
+    };
+    auto shape = [](const std::string& text, const std::string& what) {
+      Shape sh;
+      std::istringstream in(text);
+      for (std::string line; std::getline(in, line);) {
+        const size_t at = line.find(" " + what + " ");
+        if (at == std::string::npos) continue;
+        sh.event = at + 1;
+        sh.hash = line.find('#');
+        if (sh.hash != std::string::npos) {
+          std::istringstream rest(line.substr(sh.hash + 1));
+          std::string number;
+          rest >> number;
+          std::getline(rest, sh.unit);
+          sh.unit.erase(0, sh.unit.find_first_not_of(' '));
+          sh.unit.erase(sh.unit.find_last_not_of(' ') + 1);
+        }
+        break;
+      }
+      return sh;
+    };
+    for (const std::string& e : evs) {
+      const Shape a = shape(m.err, e), b = shape(p.err, e);
+      EXPECT_NE(b.event, std::string::npos) << e << " in perf's:\n" << p.err;
+      EXPECT_EQ(a.event, b.event) << e << "\npfmctl:\n" << m.err << "perf:\n" << p.err;
+      EXPECT_EQ(a.hash, b.hash) << e << "\npfmctl:\n" << m.err << "perf:\n" << p.err;
+      // A rate's prefix depends on the run's numbers: the unit's words.
+      const auto tail = [](const std::string& u) { return u.substr(u.find('/') == std::string::npos ? 0 : u.find('/')); };
+      EXPECT_EQ(tail(a.unit), tail(b.unit)) << e << "\npfmctl:\n" << m.err << "perf:\n" << p.err;
+    }
+    for (const char* t : {" seconds time elapsed", " seconds user", " seconds sys"}) {
+      const size_t a = m.err.find(t), b = p.err.find(t);
+      ASSERT_NE(b, std::string::npos) << t << " in perf's:\n" << p.err;
+      ASSERT_NE(a, std::string::npos) << t << " in pfmctl's:\n" << m.err;
+      // The number's column: where its line starts to where it ends.
+      EXPECT_EQ(a - m.err.rfind('\n', a), b - p.err.rfind('\n', b)) << t;
+    }
+  }
   // --json: the numbers, from the kernel's perf events.
   const json::value v = PfmctlJson(socket(), {"--json", "stat", "-e", "page-faults", "-e",
                                               "task-clock", "--", "/bin/true"});
@@ -272,6 +332,8 @@ TEST_F(HostE2e, StatCountsACommandAndAProcessLikePerfStat) {
   EXPECT_GT(Num(cs[0].at("value")), 10u);  // a dynamic /bin/true faults its pages in
   EXPECT_GT(Num(cs[1].at("value")), 0u);
   EXPECT_EQ(Num(v.at("wait_status")), 0u);
+  EXPECT_TRUE(v.at("user_s").is_number()) << v;
+  EXPECT_TRUE(v.at("sys_s").is_number()) << v;
   // --json's stdout is the JSON alone: the program's output goes to stderr.
   r = Pfmctl(socket(), {"--json", "stat", "-e", "task-clock", "--", "/bin/echo", "hello"});
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -42,30 +43,100 @@ const std::vector<std::string> kHardwareDefaults = {"cycles", "instructions", "b
 volatile std::sig_atomic_t g_stat_stop = 0;
 void StopStat(int sig) { g_stat_stop = sig; }
 
-// One counter line, perf stat's shape: value, event, and the running share
-// when it was multiplexed ("(62.50%)"), or "<not counted>". Reads every field
-// through the reply's checked accessors (a wrong type is the reader's error,
-// which the caller checks before anything is printed).
-std::string CounterLine(const ReplyNode& c) {
-  const std::string event = c.Member("event").String();
+// A counter of the reply, read through its checked accessors (a wrong type
+// is the reader's error, which the caller checks before anything is
+// printed).
+StatCounter ReadCounter(const ReplyNode& c) {
+  StatCounter out;
+  out.event = c.Member("event").String();
   const ReplyNode value = c.Member("value");
   const ReplyNode counted = c.Member("counted");
   const ReplyNode scaled = c.Member("scaled");
   const ReplyNode ratio = c.Member("ratio");
   const uint64_t raw = value.present() ? value.Uint() : 0;
-  const bool was_counted = counted.present() && counted.Bool();
-  const uint64_t shown = scaled.present() ? scaled.Uint() : raw;
-  const double r = ratio.present() ? ratio.Number() : 1.0;
-  if (!value.present() || !was_counted)
-    return absl::StrFormat("  %18s      %-28s\n", "<not counted>", event);
-  std::string share;
-  if (r < 0.9999) share = absl::StrFormat("  (%.2f%%)", 100.0 * r);
-  if (event == "task-clock")
-    return absl::StrFormat("  %18.2f msec %-28s%s\n", shown / 1e6, event, share);
-  return absl::StrFormat("  %18u      %-28s%s\n", shown, event, share);
+  out.counted = value.present() && counted.present() && counted.Bool();
+  out.value = scaled.present() ? scaled.Uint() : raw;
+  out.ratio = ratio.present() ? ratio.Number() : 1.0;
+  return out;
 }
 
+// The event's name without its modifiers ("cycles:u" -> "cycles").
+std::string BaseName(const std::string& event) { return event.substr(0, event.find(':')); }
+
 }  // namespace
+
+std::string StatCounterLines(const std::vector<StatCounter>& counters, double elapsed_s) {
+  auto is_clock = [](const std::string& b) { return b == "task-clock" || b == "cpu-clock"; };
+  // The totals perf's metrics divide by: the first counted of each.
+  const StatCounter *clock = nullptr, *cycles = nullptr, *branches = nullptr;
+  for (const StatCounter& c : counters) {
+    if (!c.counted) continue;
+    const std::string b = BaseName(c.event);
+    if (clock == nullptr && is_clock(b)) clock = &c;
+    if (cycles == nullptr && (b == "cycles" || b == "cpu-cycles")) cycles = &c;
+    if (branches == nullptr && (b == "branches" || b == "branch-instructions")) branches = &c;
+  }
+  std::string out;
+  for (const StatCounter& c : counters) {
+    std::string line;
+    if (!c.counted) {
+      line = absl::StrFormat("%18s      %s", "<not counted>", c.event);
+      out += line + "\n";
+      continue;
+    }
+    const std::string b = BaseName(c.event);
+    line = is_clock(b) ? absl::StrFormat("%18.2f msec %-32s", c.value / 1e6, c.event)
+                       : absl::StrFormat("%18u      %-32s", c.value, c.event);
+    // The metric: its number as perf formats it, and its unit.
+    std::string number, unit;
+    if (is_clock(b)) {
+      if (elapsed_s > 0) {
+        number = absl::StrFormat("%8.3f", c.value / (elapsed_s * 1e9));
+        unit = "CPUs utilized";
+      }
+    } else if (b == "cycles" || b == "cpu-cycles") {
+      if (clock != nullptr && clock->value != 0) {
+        number = absl::StrFormat("%8.3f", static_cast<double>(c.value) / clock->value);
+        unit = "GHz";
+      }
+    } else if (b == "instructions") {
+      if (cycles != nullptr && cycles->value != 0) {
+        number = absl::StrFormat("%7.2f ", static_cast<double>(c.value) / cycles->value);
+        unit = "insn per cycle";
+      }
+    } else if (b == "branch-misses") {
+      if (branches != nullptr) {
+        const double r = branches->value != 0 ? 100.0 * c.value / branches->value : 0.0;
+        number = absl::StrFormat("%7.2f%%", r);
+        unit = "of all branches";
+      }
+    } else if (clock != nullptr && clock->value != 0) {
+      double rate = c.value / (clock->value / 1e9);
+      std::string prefix;
+      if (rate > 1e9) {
+        rate /= 1e9;
+        prefix = "G";
+      } else if (rate > 1e6) {
+        rate /= 1e6;
+        prefix = "M";
+      } else if (rate > 1e3) {
+        rate /= 1e3;
+        prefix = "K";
+      }
+      number = absl::StrFormat("%8.3f", rate);
+      unit = prefix + "/sec";
+    }
+    if (!number.empty()) {
+      absl::StrAppend(&line, " # ", number, " ", absl::StrFormat("%-23s", unit));
+    } else {
+      line += std::string(35, ' ');
+    }
+    if (c.ratio < 0.9999) absl::StrAppend(&line, absl::StrFormat("  (%.2f%%)", 100.0 * c.ratio));
+    line.erase(line.find_last_not_of(' ') + 1);
+    out += line + "\n";
+  }
+  return out;
+}
 
 absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) {
   CommandFlags f(args, 1);
@@ -158,6 +229,7 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
 
   int wstatus = 0;
   bool reaped = false;
+  struct rusage usage {};  // CMD's, once reaped
   if (run) {
     // Until CMD exits; ^C reaches it too (same terminal), and stat reports
     // what was counted, as perf stat does. SIGTERM or SIGHUP, sent to
@@ -178,7 +250,7 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
     // signals interrupt, with a small window before it.
     if (!pidfd.valid()) ::sigprocmask(SIG_SETMASK, &during, nullptr);
     while (!reaped && !stop_now()) {
-      const pid_t w = ::waitpid(pid, &wstatus, pidfd.valid() ? WNOHANG : 0);
+      const pid_t w = ::wait4(pid, &wstatus, pidfd.valid() ? WNOHANG : 0, &usage);
       if (w == pid) {
         reaped = true;
       } else if (w < 0 && errno != EINTR) {
@@ -218,9 +290,10 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
   const std::vector<ReplyNode> counters = reader.result().Member("counters").Elements();
   // The lines are made (and every counter's fields checked) before anything
   // is printed, in either form.
-  std::string lines;
-  for (const ReplyNode& cn : counters) lines += CounterLine(cn);
+  std::vector<StatCounter> read;
+  for (const ReplyNode& cn : counters) read.push_back(ReadCounter(cn));
   if (!reader.ok()) return reader.status();
+  const std::string lines = StatCounterLines(read, elapsed);
 
   if (ctx.json) {
     json::object o{{"counters", *reader.result().Member("counters").json()},
@@ -228,7 +301,11 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
     json::array ns;
     for (const std::string& e : not_supported) ns.push_back(json::value(e));
     o["not_supported"] = std::move(ns);
-    if (run && reaped) o["wait_status"] = wstatus;
+    if (run && reaped) {
+      o["wait_status"] = wstatus;
+      o["user_s"] = usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6;
+      o["sys_s"] = usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
+    }
     if (g_stat_stop) o["interrupted"] = strsignal(g_stat_stop);
     PrintJson(ctx, o);
   } else {
@@ -244,8 +321,14 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
     out << "\n Performance counter stats for " << target << ":\n\n";
     out << lines;
     for (const std::string& e : not_supported)
-      out << absl::StrFormat("  %18s      %-28s\n", "<not supported>", e);
-    out << absl::StrFormat("\n  %18.9f seconds time elapsed\n\n", elapsed);
+      out << absl::StrFormat("%18s      %s\n", "<not supported>", e);
+    out << absl::StrFormat("\n%18.9f seconds time elapsed\n\n", elapsed);
+    // The command's own CPU time (and its waited-for children's), as perf
+    // stat prints it for a command it ran.
+    if (run && reaped)
+      out << absl::StrFormat("%18.9f seconds user\n%18.9f seconds sys\n\n",
+                             usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6,
+                             usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6);
   }
   // A signal ended the counting: pfmctl dies of it once the counts are out
   // (main.cc), as perf stat does.

@@ -13,12 +13,36 @@
 #ifndef PFM_USERSPACE_PFMCTL_STAT_COMMAND_H_
 #define PFM_USERSPACE_PFMCTL_STAT_COMMAND_H_
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "userspace/pfmctl/context.h"
 
 namespace pfm {
 
 absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args);
+
+// One counter as `stat` prints it.
+struct StatCounter {
+  std::string event;     // as asked ("cycles", "task-clock", "cycles:u", ...)
+  bool counted = false;  // false: "<not counted>"
+  uint64_t value = 0;    // scaled to the whole time (perf stat's count)
+  double ratio = 1.0;    // its share of the time on the hardware
+};
+
+// The counter lines of `stat`, in perf stat's layout (Debian bookworm's
+// perf 6.1: the value in 18 columns, "msec" for the clocks, the event in
+// 32, then "# " and perf's derived metric, then "(62.50%)" when
+// multiplexed), with perf's metrics (tools/perf/util/stat-shadow.c):
+// "CPUs utilized" for task-clock or cpu-clock (its time over
+// `elapsed_s`), "GHz" for cycles (over the clock's time), "insn per
+// cycle" for instructions (over cycles), "of all branches" for
+// branch-misses (over branches), and for any other event its rate per
+// second of the clock's time ("/sec", "K/sec", "M/sec", "G/sec") when a
+// clock was counted. Trailing blanks are left out.
+std::string StatCounterLines(const std::vector<StatCounter>& counters, double elapsed_s);
 
 }  // namespace pfm
 
