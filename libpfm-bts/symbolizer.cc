@@ -328,7 +328,9 @@ absl::StatusOr<std::vector<Mapping>> ReadProcMaps(pid_t pid) {
 // at or below the stretch (only such a label can name it: libdwfl's
 // min_label); anywhere else (at assembly labels) libdwfl itself, once per
 // stretch. symbolizer_test holds the names to libdwfl's at every bound of
-// real files and of this test binary.
+// real files and of this test binary. Not modelled: libdwfl's second try of
+// a symbol at its unresolved value, which differs from the resolved one
+// only for ppc64's function descriptors (never on x86-64).
 class SymbolIndex {
  public:
   explicit SymbolIndex(Dwfl_Module* mod) : mod_(mod) {
@@ -522,9 +524,6 @@ class SymbolIndex {
         // to libdwfl).
         std::sort(locals.begin(), locals.end(), by_index);
         choice_[i] = Pick(locals);
-        if (choice_[i] == kAsk && no_label) choice_[i] = kNone;
-      } else if (!has_locals_pass_ && no_label) {
-        choice_[i] = kNone;
       }
     }
   }
@@ -623,7 +622,7 @@ std::string Symbolizer::Symbolize(uint64_t addr) {
   const Mapping* m = Find(addr);
   if (m == nullptr) return "";
   SymbolFiles::File& f = files_->Get(m->path);
-  auto [usable, first] = usable_.emplace(m->path, true);
+  auto [usable, first] = usable_.try_emplace(m->path, true);  // no node made when known
   if (first && !m->build_id.empty() && f.build_id != m->build_id) {
     warnings_.push_back(absl::StrCat(
         m->path, ": build-id ", BuildIdHex(m->build_id), " when recorded, ",

@@ -170,8 +170,9 @@ std::string LibdwflName(Dwfl_Module* mod, uint64_t addr) {
 // symbol's start and end and one byte either side, every section's
 // bounds, and 4000 addresses spread over the code, in address order, over
 // real files: libc (.dynsym only, aliases and sizeless symbols among
-// them), bash (a stripped PIE), names_prog (a PIE with .symtab) and its
-// stripped non-PIE build (ET_EXEC), overlap_syms.so
+// them), bash (a stripped PIE), names_prog (a PIE with .symtab), its
+// non-PIE build (ET_EXEC with .symtab) and that one stripped (no names in
+// its code: the no-name answers), overlap_syms.so
 // (testdata/overlap_syms.S: the cases libdwfl's pick among overlapping
 // symbols turns on, in a known table order) and this test binary (a
 // .symtab of tens of thousands: static functions, C++ names; sampled). A
@@ -193,6 +194,7 @@ TEST(Symbolizer, NamesAreLibdwflsAtEveryBoundOfRealFiles) {
   for (const std::string& path : {std::string("/usr/lib/x86_64-linux-gnu/libc.so.6"),
                                   std::string("/usr/bin/bash"),
                                   std::string("libpfm-bts/names_prog"),
+                                  std::string("libpfm-bts/names_prog_nopie"),
                                   std::string("libpfm-bts/names_prog_nopie_stripped"),
                                   std::string("libpfm-bts/overlap_syms.so"), std::string(self)}) {
     SCOPED_TRACE(path);

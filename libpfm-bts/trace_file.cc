@@ -15,11 +15,18 @@
 namespace pfm {
 namespace {
 
-enum BlockKind : uint32_t { kHeader = 1, kRecords = 2, kTrailer = 3, kMaps = 4 };
+enum BlockKind : uint32_t {
+  kHeader = 1,
+  kRecords = 2,
+  kTrailer = 3,
+  kMaps = 4,
+  kMapsFlagged = 5,  // a MAPS block with flags (a cut list): one older readers skip
+};
 
-// A MAPS block's fixed part: u64 time_ns, i32 pid, u32 flags.
+// A MAPS block's fixed part: u64 time_ns, i32 pid, u32 flags (0 in kind
+// 4; in kind 5, kMapsBlockCut).
 constexpr size_t kMapsPrefix = 16;
-// Its flags: the list is cut (ProcessMaps::cut). No other bit is defined.
+// The list is cut (ProcessMaps::cut). No other bit is defined.
 constexpr uint32_t kMapsBlockCut = 1;
 
 void PutLe(char* p, uint64_t v, int bytes) {
@@ -31,14 +38,20 @@ uint64_t GetLe(const char* p, int bytes) {
   return v;
 }
 
-// A MAPS block's payload into *out; false with *why for anything else.
-bool DecodeMapsBlock(const char* p, size_t len, ProcessMaps* out, std::string* why) {
+// A MAPS block's payload (of `kind`) into *out; false with *why for
+// anything else.
+bool DecodeMapsBlock(uint32_t kind, const char* p, size_t len, ProcessMaps* out,
+                     std::string* why) {
   if (len < kMapsPrefix) {
     *why = absl::StrCat(len, " bytes, shorter than its fixed part");
     return false;
   }
   const uint64_t flags = GetLe(p + 12, 4);
-  if ((flags & ~uint64_t{kMapsBlockCut}) != 0) {
+  if (kind == kMaps && flags != 0) {
+    *why = "reserved field is not 0";
+    return false;
+  }
+  if (kind == kMapsFlagged && (flags & ~uint64_t{kMapsBlockCut}) != 0) {
     *why = absl::StrCat("unknown flags 0x", absl::Hex(flags));
     return false;
   }
@@ -154,7 +167,7 @@ absl::Status TraceWriter::AppendMaps(const ProcessMaps& maps) {
     return absl::InvalidArgumentError(absl::StrCat("cannot write a MAPS block: ", why));
   }
   block += encoded;
-  return WriteBlock(kMaps, block.data(), block.size());
+  return WriteBlock(maps.cut ? kMapsFlagged : kMaps, block.data(), block.size());
 }
 
 absl::Status TraceWriter::Finish(const boost::json::object& trailer) {
@@ -337,7 +350,7 @@ absl::StatusOr<TraceReader::Event> TraceReader::Next() {
       block_left_ = 0;
       continue;
     }
-    if (kind != kMaps && kind != kHeader && kind != kTrailer) {
+    if (kind != kMaps && kind != kMapsFlagged && kind != kHeader && kind != kTrailer) {
       // A kind this version does not know (a later version's): skipped by
       // its length, unread, whatever it holds. Cut by the end of the file,
       // it is cut as a read would find it.
@@ -350,10 +363,10 @@ absl::StatusOr<TraceReader::Event> TraceReader::Next() {
     absl::StatusOr<bool> whole = ReadPayload(len, &payload);
     if (!whole.ok()) return whole.status();
     if (!*whole) return Cut(absl::StrCat("truncated block at byte ", at));
-    if (kind == kMaps) {
+    if (kind == kMaps || kind == kMapsFlagged) {
       ProcessMaps m;
       std::string why;
-      if (!DecodeMapsBlock(payload.data(), payload.size(), &m, &why))
+      if (!DecodeMapsBlock(kind, payload.data(), payload.size(), &m, &why))
         return Cut(absl::StrCat("damaged MAPS block at byte ", at, ": ", why));
       maps_ = std::move(m);
       return Event::kMaps;

@@ -174,14 +174,24 @@ TEST(TraceFile, DamagedMapsBlockCutsTheTraceKeepingWhatCameBefore) {
   EXPECT_EQ(t->records.size(), 6u);
   ASSERT_EQ(t->maps.size(), 1u);
   EXPECT_EQ(t->maps[0].mappings[0].path, "/bin/first");
-  // A flag other than bit 0 (cut) is damage too.
+  // The cut list's block (kind 5): a flag other than bit 0 is damage too.
   data = ReadAll(WriteWithMaps("reserved_maps.pfm"));
   ASSERT_EQ(data[count_at - 4], 1);  // the second block's flags: cut
+  ASSERT_EQ(data[count_at - 24], 5);  // its kind
   data[count_at - 1] = 1;
   WriteAll(path, data);
   t = ReadTrace(path);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_NE(t->cut_reason.find("unknown flags 0x1000001"), std::string::npos) << t->cut_reason;
+  EXPECT_EQ(t->maps.size(), 1u);
+  // A whole list's block (kind 4) keeps its word reserved: a flag there is
+  // damage, cut or not.
+  data = ReadAll(WriteWithMaps("reserved_maps.pfm"));
+  data[count_at - 24] = 4;
+  WriteAll(path, data);
+  t = ReadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->cut_reason.find("reserved field is not 0"), std::string::npos) << t->cut_reason;
   EXPECT_EQ(t->maps.size(), 1u);
 }
 

@@ -17,6 +17,7 @@
 
 #include <boost/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernel/drivers/ptrace/soft_bts.h"
@@ -60,22 +61,35 @@ StatCounter ReadCounter(const ReplyNode& c) {
   return out;
 }
 
-// The event's name without its modifiers ("cycles:u" -> "cycles").
-std::string BaseName(const std::string& event) { return event.substr(0, event.find(':')); }
+// The event's name, lowercased (pfmd takes names in any case), without
+// its modifiers ("Cycles:u" -> "cycles"), and the modifiers (":u").
+std::string BaseName(const std::string& event) {
+  return absl::AsciiStrToLower(event.substr(0, event.find(':')));
+}
+std::string Modifiers(const std::string& event) {
+  const size_t colon = event.find(':');
+  return colon == std::string::npos ? "" : event.substr(colon);
+}
 
 }  // namespace
 
 std::string StatCounterLines(const std::vector<StatCounter>& counters, double elapsed_s) {
   auto is_clock = [](const std::string& b) { return b == "task-clock" || b == "cpu-clock"; };
-  // The totals perf's metrics divide by: the first counted of each.
-  const StatCounter *clock = nullptr, *cycles = nullptr, *branches = nullptr;
-  for (const StatCounter& c : counters) {
-    if (!c.counted) continue;
-    const std::string b = BaseName(c.event);
-    if (clock == nullptr && is_clock(b)) clock = &c;
-    if (cycles == nullptr && (b == "cycles" || b == "cpu-cycles")) cycles = &c;
-    if (branches == nullptr && (b == "branches" || b == "branch-instructions")) branches = &c;
-  }
+  // The totals perf's metrics divide by: the first clock counted, whatever
+  // its modifiers; cycles, branches and cache references counted with the
+  // same modifiers as the event (perf keeps them apart by what they
+  // exclude: instructions:u over cycles:u, not over cycles).
+  const StatCounter* clock = nullptr;
+  for (const StatCounter& c : counters)
+    if (clock == nullptr && c.counted && is_clock(BaseName(c.event))) clock = &c;
+  auto total = [&](std::initializer_list<const char*> names, const std::string& mods) {
+    for (const StatCounter& c : counters) {
+      if (!c.counted || Modifiers(c.event) != mods) continue;
+      for (const char* n : names)
+        if (BaseName(c.event) == n) return &c;
+    }
+    return static_cast<const StatCounter*>(nullptr);
+  };
   std::string out;
   for (const StatCounter& c : counters) {
     std::string line;
@@ -84,7 +98,10 @@ std::string StatCounterLines(const std::vector<StatCounter>& counters, double el
       out += line + "\n";
       continue;
     }
-    const std::string b = BaseName(c.event);
+    const std::string b = BaseName(c.event), mods = Modifiers(c.event);
+    const StatCounter* cycles = total({"cycles", "cpu-cycles"}, mods);
+    const StatCounter* branches = total({"branches", "branch-instructions"}, mods);
+    const StatCounter* refs = total({"cache-references"}, mods);
     line = is_clock(b) ? absl::StrFormat("%18.2f msec %-32s", c.value / 1e6, c.event)
                        : absl::StrFormat("%18u      %-32s", c.value, c.event);
     // The metric: its number as perf formats it, and its unit.
@@ -109,6 +126,12 @@ std::string StatCounterLines(const std::vector<StatCounter>& counters, double el
         const double r = branches->value != 0 ? 100.0 * c.value / branches->value : 0.0;
         number = absl::StrFormat("%7.2f%%", r);
         unit = "of all branches";
+      }
+    } else if (b == "cache-misses") {
+      if (refs != nullptr) {
+        const double r = refs->value != 0 ? 100.0 * c.value / refs->value : 0.0;
+        number = absl::StrFormat("%8.3f %%", r);
+        unit = "of all cache refs";
       }
     } else if (clock != nullptr && clock->value != 0) {
       double rate = c.value / (clock->value / 1e9);

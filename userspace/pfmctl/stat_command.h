@@ -39,9 +39,13 @@ struct StatCounter {
 // "CPUs utilized" for task-clock or cpu-clock (its time over
 // `elapsed_s`), "GHz" for cycles (over the clock's time), "insn per
 // cycle" for instructions (over cycles), "of all branches" for
-// branch-misses (over branches), and for any other event its rate per
-// second of the clock's time ("/sec", "K/sec", "M/sec", "G/sec") when a
-// clock was counted. Trailing blanks are left out.
+// branch-misses (over branches), "of all cache refs" for cache-misses
+// (over cache-references), each over the one counted with the same
+// modifiers ("instructions:u" over "cycles:u"), and for any other event
+// its rate per second of the clock's time ("/sec", "K/sec", "M/sec",
+// "G/sec") when a clock was counted. Names match in any case. Numbers as
+// perf prints them in the C locale (without a locale's digit grouping,
+// which perf uses under e.g. en_US.UTF-8). Trailing blanks are left out.
 std::string StatCounterLines(const std::vector<StatCounter>& counters, double elapsed_s);
 
 }  // namespace pfm

@@ -31,22 +31,32 @@ TEST(StatCounterLines, PerfStatsLayoutAndMetrics) {
             "     <not counted>      cpu-migrations\n");
 }
 
-// Without a clock, no rates and no GHz; without cycles or branches, no
-// ratios of them; a multiplexed event keeps its share after the empty
-// metric column.
+// Without a clock, no rates and no GHz; without cycles or branches of
+// the same modifiers, no ratios of them (instructions:u over cycles:u,
+// not over cycles); a multiplexed event keeps its share after the empty
+// metric column; names in any case.
 TEST(StatCounterLines, MetricsNeedWhatTheyDivideBy) {
   const std::vector<StatCounter> c = {
       {"page-faults", true, 12, 0.5},
       {"cycles:u", true, 100, 1.0},
       {"branch-misses", true, 5, 1.0},
       {"instructions", true, 80, 1.0},
+      {"Instructions:u", true, 50, 1.0},
+      {"cache-references", true, 400, 1.0},
+      {"cache-misses", true, 10, 1.0},
   };
   EXPECT_EQ(StatCounterLines(c, 1.0),
             "                12      page-faults"
             "                                                          (50.00%)\n"
             "               100      cycles:u\n"
             "                 5      branch-misses\n"
-            "                80      instructions                     #    0.80  insn per cycle\n");
+            "                80      instructions\n"
+            "                50      Instructions:u                   #    0.50  insn per cycle\n"
+            "               400      cache-references\n"
+            "                10      cache-misses                     #    2.500 % of all cache refs\n");
+  // A clock in capitals is still the clock.
+  EXPECT_EQ(StatCounterLines({{"Task-Clock", true, 5'000'000, 1.0}}, 0.01),
+            "              5.00 msec Task-Clock                       #    0.500 CPUs utilized\n");
 }
 
 }  // namespace

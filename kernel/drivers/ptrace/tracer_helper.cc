@@ -219,19 +219,32 @@ class RemoteCore : public CoreHooks {
     std::map<pid_t, std::vector<Mapping>> now = t->process_maps(&cut);
     std::lock_guard<std::mutex> lk(maps_mu_);
     for (auto& [pid, m] : now) {
+      const bool is_cut = cut.count(pid) != 0;
       auto it = sent_maps_.find(pid);
-      if (it != sent_maps_.end() && it->second == m) continue;
+      if (it != sent_maps_.end() && it->second == m && sent_cut_.count(pid) == (is_cut ? 1u : 0u))
+        continue;
       // In address order, in parts of at most one message each (pfmd
       // puts them together), up to kMaxMapsListBytes in all: only a list
       // longer than that (thousands of mappings with long paths) loses its
       // highest mappings, and says so (kMapsCut).
-      MapsPayloads(pid, m, cut.count(pid) != 0, [this](const std::string& p) {
+      MapsPayloads(pid, m, is_cut, [this](const std::string& p) {
         Send(Frame(kMaps, p.data(), static_cast<uint32_t>(p.size())));
       });
       sent_maps_[pid] = std::move(m);
+      if (is_cut) {
+        sent_cut_.insert(pid);
+      } else {
+        sent_cut_.erase(pid);
+      }
     }
-    for (auto it = sent_maps_.begin(); it != sent_maps_.end();)
-      it = now.count(it->first) ? std::next(it) : sent_maps_.erase(it);
+    for (auto it = sent_maps_.begin(); it != sent_maps_.end();) {
+      if (now.count(it->first)) {
+        ++it;
+      } else {
+        sent_cut_.erase(it->first);
+        it = sent_maps_.erase(it);
+      }
+    }
   }
 
  private:
@@ -278,6 +291,7 @@ class RemoteCore : public CoreHooks {
   bool gone_ = false;
   std::mutex maps_mu_;
   std::map<pid_t, std::vector<Mapping>> sent_maps_;  // guarded by maps_mu_
+  std::set<pid_t> sent_cut_;  // of sent_maps_, those sent cut; guarded by maps_mu_
 };
 
 // Waits for a helper told to leave (kStop, or its socket closed) to exit;

@@ -8,13 +8,17 @@
 //     kind 2 RECORDS : n * 64-byte pfm_record (fixed encoding)
 //     kind 3 TRAILER : JSON (counters, exit status, totals); last block
 //     kind 4 MAPS    : the target's executable mappings, for symbols:
-//                      u64 time_ns | i32 pid | u32 flags (bit 0: the
-//                      list is cut, ProcessMaps::cut; a reader takes any
-//                      other bit for damage, and a reader from before bit
-//                      0 takes it for damage too) |
+//                      u64 time_ns | i32 pid | u32 reserved (0: a reader
+//                      takes anything else for damage) |
 //                      mappings in kernel/uapi/proc_maps.h's encoding
 //                      (u32 count, then per mapping u64 start, u64 end,
 //                      u64 offset, u32 flags, u32 path_len, path bytes)
+//     kind 5 MAPS    : a MAPS block whose u32 is flags, bit 0 set: the
+//                      list is cut (ProcessMaps::cut); any other bit is
+//                      damage. Written only for a cut list (2026-11-27), so
+//                      that a reader from before skips it as a kind it
+//                      does not know (that list's names, not the rest of
+//                      the file, are lost to it); a whole list stays kind 4.
 // A block of any other kind (a later version's) is skipped by its length,
 // unread; so is a second HEADER. No block is longer than kMaxTraceBlock: a
 // longer length is damage.
