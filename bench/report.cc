@@ -9,7 +9,8 @@
 // branches, a switch pair every 100 000 records, a LOST record every 2 M,
 // the EXIT record, the MAPS block and a trailer with counters at the end,
 // as `record` writes them. Written in 64 Ki-record blocks (StreamToFile's
-// batch). The file sits in the page cache for every repetition (written
+// batch), compact as `record` writes them since 2026-11-27, and once more
+// fixed (trace version 2) for the report's speed over each. The file sits in the page cache for every repetition (written
 // just before, then read whole by the first baseline).
 //
 // Peak RSS: /proc/self/status VmHWM after resetting it (echo 5 >
@@ -96,7 +97,8 @@ struct Generated {
 // `distinct` addresses inside `maps`' executable mappings, the sources
 // skewed to a hot few hundred (`hot`) or uniformly.
 bool Generate(const std::string& path, uint64_t n, const std::vector<Mapping>& maps,
-              size_t distinct, bool hot, Generated* out) {
+              size_t distinct, bool hot, Generated* out,
+              TraceEncoding encoding = TraceEncoding::kCompact) {
   std::mt19937_64 rng(42);
   std::vector<uint64_t> addrs;
   uint64_t exec_bytes = 0;
@@ -113,7 +115,7 @@ bool Generate(const std::string& path, uint64_t n, const std::vector<Mapping>& m
     }
   }
   absl::StatusOr<TraceWriter> w = TraceWriter::Create(
-      path, {{"kind", "record"}, {"command", "bench-report"}, {"pid", kPid}});
+      path, {{"kind", "record"}, {"command", "bench-report"}, {"pid", kPid}}, encoding);
   if (!w.ok()) return false;
   std::uniform_real_distribution<double> u(0, 1);
   std::vector<pfm_record> block;
@@ -249,6 +251,36 @@ int main(int argc, char** argv) {
                  static_cast<double>(rep->records) / Seconds(t1 - t0) / 1e6,
                  peak_delta.back() / (1 << 20));
   }
+  // The same records in a fixed file (trace version 2, what `record` wrote
+  // before compact blocks): its size and the report's speed over it, to set
+  // the compact file's against.
+  const std::string fixed_path = path + ".fixed";
+  Generated fixed_gen;
+  if (!Generate(fixed_path, n, exec, kAddresses, /*hot=*/true, &fixed_gen,
+                TraceEncoding::kFixed) ||
+      fixed_gen.records != gen.records) {
+    std::fprintf(stderr, "report: cannot write %s\n", fixed_path.c_str());
+    return 1;
+  }
+  std::vector<double> fixed_s;
+  uint64_t fixed_bytes = 0;
+  for (int r = 0; r < reps; ++r) {
+    RawRead(fixed_path, &fixed_bytes);
+    ReportOptions ro;
+    ro.limit = 20;
+    const uint64_t t0 = MonotonicNs();
+    absl::StatusOr<TraceReport> frep = BuildReport(fixed_path, ro);
+    fixed_s.push_back(Seconds(MonotonicNs() - t0));
+    if (!frep.ok() || frep->records != report_records) {
+      std::fprintf(stderr, "report: fixed: %s\n",
+                   frep.ok() ? "record count differs" : std::string(frep.status().message()).c_str());
+      return 1;
+    }
+  }
+  ::unlink(fixed_path.c_str());
+  std::fprintf(stderr, "fixed file: %.1f MiB (compact %.1f MiB), report %.3f s\n",
+               static_cast<double>(fixed_bytes) / (1 << 20),
+               static_cast<double>(file_bytes) / (1 << 20), Median(fixed_s));
   // `report --timeline` and `export --format chrome-json`: the timeline
   // streamed from the file (two passes), once, the same way.
   absl::StatusOr<Timeline> tl;
@@ -350,6 +382,16 @@ int main(int argc, char** argv) {
       {"peak_rss_reset", hwm_reset},
       {"vs_raw_read", raw / rep},
       {"hot_top3", hot}};
+  // The file's encoding (trace_file.h): the compact file above against the
+  // same records fixed.
+  doc["file_encoding"] = boost::json::object{
+      {"compact_bytes_per_record",
+       static_cast<double>(file_bytes) / static_cast<double>(report_records)},
+      {"fixed_bytes", fixed_bytes},
+      {"fixed_bytes_per_record",
+       static_cast<double>(fixed_bytes) / static_cast<double>(report_records)},
+      {"fixed_report_seconds_median", Median(fixed_s)},
+      {"compact_vs_fixed_report_speed", Median(fixed_s) / rep}};
   doc["timeline_from_file"] = boost::json::object{
       {"seconds", Seconds(tl_cost.ns)},
       {"records_per_s", static_cast<double>(tl->records) / Seconds(tl_cost.ns)},

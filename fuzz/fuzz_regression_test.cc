@@ -79,11 +79,15 @@ TEST(FuzzRegression, RspSurvivesEveryStoredInput) {
   EXPECT_GT(ReplayAll("rsp", FuzzRsp), 0u);
 }
 
+TEST(FuzzRegression, TraceFilesReadTheSameEveryWayOnEveryStoredInput) {
+  EXPECT_GT(ReplayAll("trace", FuzzTraceFile), 0u);
+}
+
 // Entries must not crash on the degenerate inputs either.
 TEST(FuzzRegression, EmptyAndOneByteInputsAreHarmless) {
   const uint8_t b[1] = {0xff};
   for (auto* entry : {FuzzWireDecoder, FuzzCompactDecoder, FuzzCompactBatch,
-                      FuzzRingReader, FuzzMaps, FuzzRsp}) {
+                      FuzzRingReader, FuzzMaps, FuzzRsp, FuzzTraceFile}) {
     EXPECT_EQ(entry(b, 0), 0);
     EXPECT_EQ(entry(b, 1), 0);
   }

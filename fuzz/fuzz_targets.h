@@ -67,6 +67,15 @@ int FuzzMaps(const uint8_t* data, size_t size);
 // unescaped payload re-framed by EncodePacket and read back unchanged.
 int FuzzRsp(const uint8_t* data, size_t size);
 
+// A trace file (libpfm-bts/include/pfm/trace_file.h): the magic, a version
+// from the first byte (3, 2, or the byte), then the rest of the input as
+// blocks, in a memfd. Open, ReadTrace, the reader and the skipping reader
+// must agree (records, maps, completeness, cut reason; a refusal is
+// INVALID_ARGUMENT), hand out pieces of at most kTraceReaderChunk records
+// and no more records than the file has bytes; what was read must write
+// (compact and fixed) and read back exactly.
+int FuzzTraceFile(const uint8_t* data, size_t size);
+
 }  // namespace pfm::fuzz
 
 #endif  // PFM_FUZZ_FUZZ_TARGETS_H_

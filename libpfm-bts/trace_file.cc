@@ -21,7 +21,29 @@ enum BlockKind : uint32_t {
   kTrailer = 3,
   kMaps = 4,
   kMapsFlagged = 5,  // a MAPS block with flags (a cut list): one older readers skip
+  kCompactRecords = 6,
 };
+
+// A compact RECORDS block's fixed part: u32 records, u32 flags (0).
+constexpr size_t kCompactPrefix = 8;
+// Bytes a reader reads of a compact block at a time.
+constexpr size_t kCompactReadPiece = 256 << 10;
+
+// Whether the compact encoding gives `r` back exactly: a ring record type
+// whose union bytes the type does not use are zero (what every ring reader
+// delivers). Anything else goes into a fixed block.
+bool CompactCarries(const pfm_record& r) {
+  if (!IsRecordType(r.type)) return false;
+  if (r.type == PFM_REC_BRANCH) {
+    // from, to, flags: the union's other 16 bytes are zero.
+    uint64_t rest[2];
+    std::memcpy(rest, r.u.raw + 24, sizeof(rest));
+    return (rest[0] | rest[1]) == 0;
+  }
+  pfm_record copy = r;
+  NormalizeRecord(&copy);
+  return std::memcmp(&copy, &r, sizeof(r)) == 0;
+}
 
 // A MAPS block's fixed part: u64 time_ns, i32 pid, u32 flags (0 in kind
 // 4; in kind 5, kMapsBlockCut).
@@ -111,15 +133,18 @@ absl::Status KeepAsOld(const std::string& path, bool* moved) {
 }
 
 absl::StatusOr<TraceWriter> TraceWriter::Create(const std::string& path,
-                                                const boost::json::object& header) {
+                                                const boost::json::object& header,
+                                                TraceEncoding encoding) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid())
     return absl::InvalidArgumentError(
         absl::StrCat("cannot write ", path, ": ", strerror(errno)));
-  TraceWriter w(std::move(fd), path);
+  TraceWriter w(std::move(fd), path, encoding);
   char head[12];
   std::memcpy(head, kTraceMagic, 8);
-  std::memcpy(head + 8, &kTraceVersion, 4);
+  const uint32_t version =
+      encoding == TraceEncoding::kCompact ? kTraceVersion : kTraceVersionFixed;
+  std::memcpy(head + 8, &version, 4);
   iovec iov{head, sizeof(head)};
   if (absl::Status s = WriteAll(w.fd_.get(), w.path_, &iov, 1, sizeof(head)); !s.ok()) return s;
   w.bytes_ = sizeof(head);
@@ -138,6 +163,43 @@ absl::Status TraceWriter::WriteBlock(uint32_t kind, const void* data, size_t len
 }
 
 absl::Status TraceWriter::Append(const pfm_record* records, size_t n) {
+  if (encoding_ == TraceEncoding::kFixed) return AppendFixed(records, n);
+  // Runs of records the codec carries go compact, the others fixed, in
+  // order.
+  while (n > 0) {
+    size_t k = 0;
+    const bool compact = CompactCarries(records[0]);
+    while (k < n && CompactCarries(records[k]) == compact) ++k;
+    absl::Status s = compact ? AppendCompact(records, k) : AppendFixed(records, k);
+    if (!s.ok()) return s;
+    records += k;
+    n -= k;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TraceWriter::AppendCompact(const pfm_record* records, size_t n) {
+  // Room for a block's bytes, plus what EncodeRun may write past the last
+  // record that fits.
+  encoded_.resize(kCompactPrefix + kCompactTraceBlockBytes + kMaxCompactRecordBytes + 8);
+  while (n > 0) {
+    CodecState st;
+    size_t used = 0;
+    const size_t k = EncodeRun(records, std::min<size_t>(n, UINT32_MAX), &st,
+                               encoded_.data() + kCompactPrefix, kCompactTraceBlockBytes, &used);
+    PutLe(reinterpret_cast<char*>(encoded_.data()), k, 4);
+    PutLe(reinterpret_cast<char*>(encoded_.data()) + 4, 0, 4);
+    if (absl::Status s = WriteBlock(kCompactRecords, encoded_.data(), kCompactPrefix + used);
+        !s.ok())
+      return s;
+    records_ += k;
+    records += k;
+    n -= k;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TraceWriter::AppendFixed(const pfm_record* records, size_t n) {
   const size_t per_block = kMaxTraceBlock / sizeof(pfm_record);
   while (n > 0) {
     const size_t k = std::min(n, per_block);
@@ -208,9 +270,11 @@ absl::StatusOr<TraceReader> TraceReader::Open(const std::string& path, Options o
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": trace version 1 (mappings in JSON) is no longer read; re-record with "
               "this pfmctl, which writes version ", kTraceVersion));
-  if (version != kTraceVersion)
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": trace version ", version, " (this pfmctl reads ", kTraceVersion, ")"));
+  if (version != kTraceVersion && version != kTraceVersionFixed)
+    return absl::InvalidArgumentError(absl::StrCat(path, ": trace version ", version,
+                                                   " (this pfmctl reads versions ",
+                                                   kTraceVersionFixed, " and ", kTraceVersion,
+                                                   ")"));
   // The header: the first block, a JSON object.
   const absl::Status no_header =
       absl::InvalidArgumentError(absl::StrCat(path, ": trace has no header"));
@@ -309,10 +373,136 @@ absl::StatusOr<TraceReader::Event> TraceReader::NextRecords() {
   return Event::kEnd;
 }
 
+absl::StatusOr<bool> TraceReader::RefillCompact(size_t want) {
+  compact_buf_.erase(compact_buf_.begin(), compact_buf_.begin() + compact_pos_);
+  compact_pos_ = 0;
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(want, compact_unread_));
+  const size_t had = compact_buf_.size();
+  compact_buf_.resize(had + n);
+  absl::StatusOr<size_t> got = ReadUpTo(reinterpret_cast<char*>(compact_buf_.data() + had), n);
+  if (!got.ok()) return got.status();
+  compact_buf_.resize(had + *got);
+  compact_unread_ -= *got;
+  if (*got < n) {
+    compact_unread_ = 0;
+    compact_file_cut_ = true;
+    return false;
+  }
+  return true;
+}
+
+absl::StatusOr<TraceReader::Event> TraceReader::StartCompact(uint64_t at, uint32_t len) {
+  char prefix[kCompactPrefix];
+  if (len < kCompactPrefix)
+    return Cut(absl::StrCat("damaged record block at byte ", at, ": ", len,
+                            " bytes, shorter than its fixed part"));
+  absl::StatusOr<size_t> n = ReadUpTo(prefix, sizeof(prefix));
+  if (!n.ok()) return n.status();
+  if (*n < sizeof(prefix)) return Cut(absl::StrCat("truncated block at byte ", at));
+  const uint64_t records = GetLe(prefix, 4), flags = GetLe(prefix + 4, 4);
+  const uint64_t bytes = len - kCompactPrefix;
+  // Every record takes a byte at least.
+  if (flags != 0 || records > bytes || (records == 0) != (bytes == 0))
+    return Cut(absl::StrCat("damaged record block at byte ", at, ": ",
+                            flags != 0 ? absl::StrCat("unknown flags 0x", absl::Hex(flags))
+                                       : absl::StrCat(records, " records in ", bytes, " bytes")));
+  block_off_ = at;
+  block_records_ = block_left_ = records;
+  if (records == 0) return Event::kRecords;  // Next() goes on to the next block
+  compact_ = true;
+  compact_unread_ = bytes;
+  compact_buf_.clear();
+  compact_pos_ = 0;
+  compact_state_.Reset();
+  compact_file_cut_ = false;
+  if (!options_.skip_records) return NextCompact();
+  if (options_.unchecked_compact && BytesLeftNow() >= bytes) {
+    // Whole in the file: counted by its prefix, skipped unread.
+    if (absl::Status s = SkipBytes(bytes); !s.ok()) return s;
+    records_read_ += records;
+    block_left_ = 0;
+    compact_ = false;
+    return Event::kRecords;
+  }
+  // Skipped, but decoded all the same, its records handed out as nothing:
+  // whether its bytes decode (and so where a reading would stop) is known
+  // only so, and the skipping pass must find the cut a reading finds
+  // (export counts the records first, then reads them). The price: a
+  // skipping pass over a compact file decodes it (docs/pfmd.md).
+  while (block_left_ > 0 && !done_) {
+    absl::StatusOr<Event> e = NextCompact();
+    if (!e.ok()) return e.status();
+    records_.clear();
+  }
+  return done_ ? Event::kEnd : Event::kRecords;
+}
+
+absl::StatusOr<TraceReader::Event> TraceReader::NextCompact() {
+  // Skipping, pieces that stay in the L1 cache: no one reads them.
+  const size_t piece = options_.skip_records ? 256 : kTraceReaderChunk;
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(block_left_, piece));
+  records_.resize(want);
+  size_t got = 0;
+  bool malformed = false;
+  while (got < want) {
+    const size_t avail = compact_buf_.size() - compact_pos_;
+    size_t used = 0;
+    malformed = false;
+    got += DecodeRecords(compact_buf_.data() + compact_pos_, avail, &compact_state_,
+                         records_.data() + got, want - got, &used, &malformed);
+    compact_pos_ += used;
+    if (got == want) break;
+    // Stopped short: the end of the bytes read so far (a record may be cut
+    // by it), or bytes that do not decode. Read on while the stop may be
+    // the buffer's end: fewer bytes left than a record can take.
+    if (compact_buf_.size() - compact_pos_ >= kMaxCompactUnitBytes || compact_unread_ == 0) break;
+    absl::StatusOr<bool> more = RefillCompact(kCompactReadPiece);
+    if (!more.ok()) return more.status();
+  }
+  records_.resize(got);
+  records_read_ += got;
+  block_left_ -= got;
+  const uint64_t done_records = block_records_ - block_left_;
+  if (got < want || (block_left_ == 0 && (compact_pos_ != compact_buf_.size() ||
+                                          compact_unread_ != 0))) {
+    // The block ends here: cut by the end of the file, or damaged (bytes
+    // that do not decode, a PAD, bytes after its last record). Its records
+    // so far are handed out now, the cut next.
+    if (compact_file_cut_ && got < want)
+      cut_reason_ = absl::StrCat("truncated record block at byte ", block_off_, ": ",
+                                 done_records, " of ", block_records_, " records read");
+    else
+      cut_reason_ = absl::StrCat(
+          "damaged record block at byte ", block_off_, ": ",
+          got < want ? absl::StrCat("record ", done_records + 1, " of ", block_records_,
+                                    malformed ? " does not decode" : " is padding")
+                     : absl::StrCat("bytes after its last record (", block_records_, ")"));
+    done_ = true;
+    block_left_ = 0;
+    compact_ = false;
+    compact_buf_.clear();
+    compact_buf_.shrink_to_fit();
+    compact_pos_ = 0;
+    if (got > 0) return Event::kRecords;
+    records_.clear();
+    return Event::kEnd;
+  }
+  if (block_left_ == 0) {
+    compact_ = false;
+    compact_buf_.clear();
+    compact_pos_ = 0;
+  }
+  return Event::kRecords;
+}
+
 absl::StatusOr<TraceReader::Event> TraceReader::Next() {
+  if (done_) {
+    records_.clear();
+    return Event::kEnd;
+  }
+  // The pieces of a block reuse records_ as it is (resized, never zeroed).
+  if (block_left_ > 0) return compact_ ? NextCompact() : NextRecords();
   records_.clear();
-  if (done_) return Event::kEnd;
-  if (block_left_ > 0) return NextRecords();
   // A loop, not recursion, over the blocks handed out as nothing (empty or
   // skipped RECORDS, extra headers): a file of millions of them must not
   // exhaust the stack.
@@ -349,6 +539,11 @@ absl::StatusOr<TraceReader::Event> TraceReader::Next() {
       records_read_ += block_left_;
       block_left_ = 0;
       continue;
+    }
+    if (kind == kCompactRecords) {
+      absl::StatusOr<Event> e = StartCompact(at, len);
+      if (!e.ok() || *e != Event::kRecords || !records_.empty()) return e;
+      continue;  // an empty block, or one skipped whole
     }
     if (kind != kMaps && kind != kMapsFlagged && kind != kHeader && kind != kTrailer) {
       // A kind this version does not know (a later version's): skipped by

@@ -4,7 +4,7 @@
 #
 #   tools/fuzz.sh [SECONDS] [TARGET...]     default: 60 s each, all targets
 #
-# Targets: wire, compact, compact_batch, compact_bts, ring, maps, rsp. Each run starts from the checked-in seeds in
+# Targets: wire, compact, compact_batch, compact_bts, ring, maps, rsp, trace. Each run starts from the checked-in seeds in
 # fuzz/corpus/NAME plus a working corpus in $PFM_FUZZ_WORK/NAME (default
 # /tmp/pfm-fuzz; kept between runs). A crash, leak, timeout (>10 s per
 # input) or out-of-memory fails the script; libFuzzer writes the input to
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(wire compact compact_batch compact_bts ring maps rsp)
+[ ${#targets[@]} -eq 0 ] && targets=(wire compact compact_batch compact_bts ring maps rsp trace)
 work=${PFM_FUZZ_WORK:-/tmp/pfm-fuzz}
 CXX=${CXX_FUZZ:-clang++}
 mkdir -p "$work/bin"
@@ -51,7 +51,9 @@ for t in "${targets[@]}"; do
     maps) build maps fuzz/maps_fuzz.cc kernel/uapi/proc_maps.cc ;;
     rsp) build rsp fuzz/rsp_fuzz.cc userspace/gdbstub/rsp.cc userspace/gdbstub/amd64_regs.cc \
            userspace/gdbstub/btrace_xml.cc ;;
-    *) echo "fuzz: unknown target $t (wire, compact, compact_batch, compact_bts, ring, maps, rsp)" >&2; exit 2 ;;
+    trace) build trace fuzz/trace_fuzz.cc libpfm-bts/trace_file.cc kernel/uapi/proc_maps.cc \
+             kernel/uapi/compact_codec.cc -lboost_json ;;
+    *) echo "fuzz: unknown target $t (wire, compact, compact_batch, compact_bts, ring, maps, rsp, trace)" >&2; exit 2 ;;
   esac
 done
 

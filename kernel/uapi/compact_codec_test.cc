@@ -1,6 +1,7 @@
 #include "kernel/uapi/compact_codec.h"
 #include "kernel/uapi/bts_translate.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -699,6 +700,59 @@ TEST_P(CodecOnEachPath, DecodeRecordsIsDecodeRecordOneByOne) {
     ASSERT_TRUE(batch == one);
     for (size_t i = 0; i < k2; ++i)
       ASSERT_EQ(memcmp(&got[i], &in[i], sizeof(pfm_record)), 0) << i;
+  }
+}
+
+// Stretches of short branches the runs cannot take (targets far away: the
+// varints are too long for them; DecodeRecords then decodes the checked way
+// for 1, 2, 4 .. 64 records before it tries a run again) between stretches
+// they can, of every length around those steps: the records, state and
+// bytes used are DecodeRecord's one by one, whatever `max` cuts.
+TEST_P(CodecOnEachPath, StretchesTheRunsCannotTakeDecodeAsOneByOne) {
+  std::mt19937_64 rng(23);
+  std::vector<pfm_record> in;
+  uint64_t time = 5'000'000, to = 0x400000;
+  for (size_t stretch = 0; stretch < 60; ++stretch) {
+    const bool far = stretch % 2 == 0;
+    const size_t len = far ? 1 + rng() % 150 : 1 + rng() % 80;
+    for (size_t i = 0; i < len; ++i) {
+      time += 7;  // the same delta: a short branch with a predicted time
+      const uint64_t from = to + 3;
+      const uint64_t target = far ? 0x7f0000000000 + (rng() % (uint64_t{1} << 40))
+                                  : 0x400000 + (rng() % 64) * 16;
+      pfm_record r = Branch(time, from, target);
+      r.misc = PFM_MISC_BRANCH_PREDICTED;
+      r.u.branch.flags = PFM_BTS_RAW_PREDICTED;
+      in.push_back(r);
+      to = target;
+    }
+  }
+  std::vector<uint8_t> bytes;
+  CodecState st;
+  for (const pfm_record& r : in) {
+    uint8_t buf[kMaxCompactRecordBytes];
+    const size_t n = EncodeRecord(r, &st, buf);
+    bytes.insert(bytes.end(), buf, buf + n);
+  }
+  std::vector<pfm_record> got(in.size());
+  for (size_t max : {in.size(), size_t{1}, size_t{3}, size_t{64}, size_t{65}, size_t{100}}) {
+    CodecState batch;
+    size_t off = 0, k = 0;
+    while (k < in.size()) {
+      size_t used = 0;
+      bool malformed = true;
+      const size_t n = DecodeRecords(bytes.data() + off, bytes.size() - off, &batch,
+                                     got.data() + k, std::min(max, in.size() - k), &used,
+                                     &malformed);
+      ASSERT_FALSE(malformed) << k;
+      ASSERT_GT(n, 0u) << k;
+      off += used;
+      k += n;
+    }
+    EXPECT_EQ(off, bytes.size()) << max;
+    EXPECT_TRUE(batch == st) << max;
+    for (size_t i = 0; i < in.size(); ++i)
+      ASSERT_EQ(memcmp(&got[i], &in[i], sizeof(pfm_record)), 0) << max << " " << i;
   }
 }
 

@@ -35,10 +35,11 @@ pfm_record Branch(uint64_t time) {
 
 // A trace of `n` branches; finished (with a trailer) or not.
 std::string WriteTrace(const std::string& name, int n, bool finish,
-                       const std::vector<ProcessMaps>& maps = {}) {
+                       const std::vector<ProcessMaps>& maps = {},
+                       TraceEncoding encoding = TraceEncoding::kCompact) {
   const std::string path = TempPath(name);
-  absl::StatusOr<TraceWriter> w =
-      TraceWriter::Create(path, {{"kind", "record"}, {"command", "prog"}, {"pid", 42}});
+  absl::StatusOr<TraceWriter> w = TraceWriter::Create(
+      path, {{"kind", "record"}, {"command", "prog"}, {"pid", 42}}, encoding);
   EXPECT_TRUE(w.ok()) << w.status();
   std::vector<pfm_record> recs;
   for (int i = 0; i < n; ++i) recs.push_back(Branch(1000 + i));
@@ -164,10 +165,12 @@ TEST(Export, CutShortTraceIsExportedAsFarAsItReadsThenDataLoss) {
       << r.status();
   EXPECT_GT(FileSize(out), 104u) << "written before the error";
 
-  // Damage inside a block: the records before it are exported.
+  // Damage inside a block: the records before it are exported. (Fixed
+  // records, whose block length is laid out below.)
   std::string bytes;
   {
-    std::ifstream in(WriteTrace("damaged.pfmtrace", 4, true), std::ios::binary);
+    std::ifstream in(WriteTrace("damaged.pfmtrace", 4, true, {}, TraceEncoding::kFixed),
+                     std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   const std::string damaged = TempPath("damaged2.pfmtrace");

@@ -22,13 +22,15 @@
 #include "userspace/pfmctl/trace_commands.h"
 
 // Fault injection: while g_fail_path names a file, a read() from it of at
-// least 4096 bytes (a piece of records, not a block header or the pre-pass's
-// MAPS and trailer) at or past byte g_fail_at fails with EIO, as a disk
-// error in the middle of the file would. This binary's read() stands in for
-// libc's (it comes first in the symbol lookup); the rest goes to the system
-// call unchanged.
+// least 4096 bytes starting at byte g_fail_at (where a block's records
+// start) fails with EIO, as a disk error in the middle of the file would,
+// once g_fail_skip such reads went through (0 for script and report, whose
+// first pass, for the MAPS blocks, skips compact blocks unread). This
+// binary's read() stands in for libc's (it comes first in the symbol
+// lookup); the rest goes to the system call unchanged.
 const char* g_fail_path = nullptr;
 off_t g_fail_at = 0;
+int g_fail_skip = 0;
 
 extern "C" ssize_t PfmScriptTestRead(int fd, void* buf, size_t n) __asm__("read");
 extern "C" ssize_t PfmScriptTestRead(int fd, void* buf, size_t n) {
@@ -38,7 +40,7 @@ extern "C" ssize_t PfmScriptTestRead(int fd, void* buf, size_t n) {
     const ssize_t len = ::readlink(proc, target, sizeof(target) - 1);
     if (len > 0 && static_cast<size_t>(len) == std::strlen(g_fail_path) &&
         std::memcmp(target, g_fail_path, static_cast<size_t>(len)) == 0 &&
-        ::lseek(fd, 0, SEEK_CUR) >= g_fail_at) {
+        ::lseek(fd, 0, SEEK_CUR) == g_fail_at && g_fail_skip-- <= 0) {
       errno = EIO;
       return -1;
     }
@@ -177,8 +179,9 @@ TEST(ScriptTest, CutTraceIsPrintedAsFarAsItReadsThenDataLoss) {
   EXPECT_FALSE(doc.at("complete").as_bool());
 }
 
-// Ten RECORDS blocks of 1000 branches; *real is the file's real path (what
-// /proc/self/fd shows, for the fault injection).
+// Ten RECORDS blocks of 1000 branches (compact, each over 4096 bytes: the
+// branches jump far); *real is the file's real path (what /proc/self/fd
+// shows, for the fault injection).
 std::string WriteBlocks(const char* name, std::string* real) {
   const std::string path = TempPath(name);
   auto w = TraceWriter::Create(path, {{"command", "prog"}});
@@ -187,8 +190,8 @@ std::string WriteBlocks(const char* name, std::string* real) {
     std::vector<pfm_record> recs;
     for (uint64_t i = 0; i < 1000; ++i) {
       pfm_record r = Rec(PFM_REC_BRANCH, block * 1000 + i);
-      r.u.branch.from = 0x1000;
-      r.u.branch.to = 0x2000;
+      r.u.branch.from = 0x1000 + (i * 7919 % 100000) * 16;
+      r.u.branch.to = 0x2000 + (i * 104729 % 100000) * 16;
       recs.push_back(r);
     }
     EXPECT_TRUE(w->Append(recs.data(), recs.size()).ok());
@@ -199,8 +202,27 @@ std::string WriteBlocks(const char* name, std::string* real) {
   return path;
 }
 
-// Past the fifth block of 1000 records (64,008 bytes each with its header).
-constexpr off_t kFailAfterFiveBlocks = 5 * 64008;
+// Where the records of the sixth RECORDS block of `path` start (after its
+// block header and compact prefix): reads of them (over 4096 bytes) fail,
+// after five blocks of records went out.
+off_t SixthRecordsBlock(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string d((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int seen = 0;
+  for (size_t at = 12; at + 8 <= d.size();) {
+    uint32_t kind, len;
+    std::memcpy(&kind, d.data() + at, 4);
+    std::memcpy(&len, d.data() + at + 4, 4);
+    if ((kind == 2 || kind == 6) && ++seen == 6) {
+      EXPECT_EQ(kind, 6u);
+      EXPECT_GE(len, 4096u + 8);
+      return static_cast<off_t>(at + 16);
+    }
+    at += 8 + len;
+  }
+  ADD_FAILURE() << "no sixth RECORDS block in " << path;
+  return 0;
+}
 
 // A read error in the middle of the file, after records went out: the
 // text keeps the lines printed (as perf script), the JSON document is closed
@@ -208,9 +230,11 @@ constexpr off_t kFailAfterFiveBlocks = 5 * 64008;
 TEST(ScriptTest, ReadErrorMidFileClosesTheJsonDocumentWithTheError) {
   std::string real;
   const std::string path = WriteBlocks("script_eio.trace", &real);
+  g_fail_at = SixthRecordsBlock(path);
   g_fail_path = real.c_str();
-  g_fail_at = kFailAfterFiveBlocks;
+  g_fail_skip = 0;
   ScriptRun j = Script({path}, true);
+  g_fail_skip = 0;
   ScriptRun t = Script({path}, false);
   g_fail_path = nullptr;
 
@@ -244,8 +268,9 @@ TEST(ScriptTest, ReportRecordsReadErrorMidFileClosesTheJsonDocumentWithTheError)
     ctx.json = json;
     ctx.out = &out;
     ctx.err = &err;
+    g_fail_at = SixthRecordsBlock(path);
     g_fail_path = real.c_str();
-    g_fail_at = kFailAfterFiveBlocks;
+    g_fail_skip = 0;
     ScriptRun r{ReportCommand(ctx, {"report", "--records", path}), "", ""};
     g_fail_path = nullptr;
     r.out = out.str();

@@ -2,10 +2,15 @@
 // read by `pfmctl report`.
 //
 // Layout (little-endian):
-//   "PFMTRACE" (8 bytes) | u32 version (2)
+//   "PFMTRACE" (8 bytes) | u32 version (3; 2 for a file of fixed records only)
 //   then blocks, each: u32 kind | u32 length | payload[length]
 //     kind 1 HEADER  : JSON (session, kind, ring; record: command, pid, spec)
 //     kind 2 RECORDS : n * 64-byte pfm_record (fixed encoding)
+//     kind 6 RECORDS : compact: u32 n | u32 flags (0; anything else is
+//                      damage) | n records in the compact encoding of
+//                      rings (kernel/uapi/compact_codec.h), the codec state
+//                      reset at the block's start; no PAD, no bytes after
+//                      the n-th record (version 3, 2026-11-27)
 //     kind 3 TRAILER : JSON (counters, exit status, totals); last block
 //     kind 4 MAPS    : the target's executable mappings, for symbols:
 //                      u64 time_ns | i32 pid | u32 reserved (0: a reader
@@ -35,7 +40,16 @@
 // complete block; a file without TRAILER is reported as cut short. A
 // RECORDS block cut by the end of the file gives up its whole records: a
 // cut loses at most the one partial record, not the block (up to 64 Ki
-// records).
+// records), in either encoding.
+//
+// Records are written compact by default (TraceEncoding): about 3 bytes a
+// branch of a real trace against 64, so a program's trace is a twentieth of
+// the fixed file. The encoding is lossless for what rings deliver (ring
+// readers zero the union bytes a type does not use, NormalizeRecord); a
+// record it would not give back exactly (another type, non-zero unused
+// bytes) is written in a fixed block, so every file reads back exactly the
+// records appended, in order. A reader of version 2 refuses version 3 by
+// its number rather than skipping compact blocks as unknown kinds.
 //
 // TraceWriter and TraceReader are not thread-safe; ReadTrace is (it shares
 // nothing).
@@ -44,13 +58,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernel/uapi/compact_codec.h"
 #include "kernel/uapi/pfm_uapi.h"
 #include "kernel/uapi/proc_maps.h"
 #include "pfm/unique_fd.h"
@@ -58,7 +76,11 @@
 namespace pfm {
 
 inline constexpr char kTraceMagic[8] = {'P', 'F', 'M', 'T', 'R', 'A', 'C', 'E'};
-inline constexpr uint32_t kTraceVersion = 2;
+// The version written with compact blocks, and the newest read.
+inline constexpr uint32_t kTraceVersion = 3;
+// The version written by a fixed-only writer (TraceEncoding::kFixed): what
+// pfmctl wrote until 2026-11-27, still read.
+inline constexpr uint32_t kTraceVersionFixed = 2;
 inline constexpr uint32_t kMaxTraceBlock = 64 << 20;
 
 // What perf record does with an existing perf.data: a regular file at
@@ -71,11 +93,47 @@ inline constexpr uint32_t kMaxTraceBlock = 64 << 20;
 // *moved (if given): whether it was moved.
 absl::Status KeepAsOld(const std::string& path, bool* moved = nullptr);
 
+// How TraceWriter writes records: compact blocks (version 3), or 64-byte
+// fixed records only (version 2, readable by pfmctl from before compact
+// blocks; tests that lay files out by hand).
+enum class TraceEncoding { kCompact, kFixed };
+
+// Compact bytes a block holds at most (the codec state resets per block; a
+// bigger Append is several blocks).
+inline constexpr size_t kCompactTraceBlockBytes = 1 << 20;
+
+// Records a TraceReader hands out: a vector whose resize leaves new records
+// unset instead of zeroing them (the reader writes every record it hands
+// out), so that each piece is written once, not zeroed first (8% of a
+// compact file's reading before, 2026-11-27).
+template <typename T>
+struct NoInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = NoInitAllocator<U>;
+  };
+  NoInitAllocator() = default;
+  template <typename U>
+  NoInitAllocator(const NoInitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using TraceRecords = std::vector<pfm_record, NoInitAllocator<pfm_record>>;
+
 class TraceWriter {
  public:
   // Creates (truncates) `path` and writes the magic and the header.
   static absl::StatusOr<TraceWriter> Create(const std::string& path,
-                                            const boost::json::object& header);
+                                            const boost::json::object& header,
+                                            TraceEncoding encoding = TraceEncoding::kCompact);
+  // Writes records[0, n) as one block (more for a big n, or where a record
+  // must go fixed in a compact file), each block with one writev.
   absl::Status Append(const pfm_record* records, size_t n);
   // Writes a MAPS block. INVALID_ARGUMENT, writing nothing, when the list
   // cannot be carried whole: more than kMaxMappings, a mapping that is not
@@ -87,10 +145,15 @@ class TraceWriter {
   uint64_t bytes() const { return bytes_; }
 
  private:
-  TraceWriter(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
+  TraceWriter(UniqueFd fd, std::string path, TraceEncoding encoding)
+      : fd_(std::move(fd)), path_(std::move(path)), encoding_(encoding) {}
   absl::Status WriteBlock(uint32_t kind, const void* data, size_t len);
+  absl::Status AppendFixed(const pfm_record* records, size_t n);
+  absl::Status AppendCompact(const pfm_record* records, size_t n);
   UniqueFd fd_;
   std::string path_;  // for errors: "cannot write PATH: ..."
+  TraceEncoding encoding_;
+  std::vector<uint8_t> encoded_;  // a compact block being put together
   uint64_t records_ = 0;
   uint64_t bytes_ = 0;
 };
@@ -125,11 +188,19 @@ class TraceReader {
   };
 
   struct Options {
-    // RECORDS blocks are skipped with lseek instead of read (records() stays
-    // empty, kRecords is not returned): a cheap pass over a big file for its
-    // MAPS blocks and trailer. The cut is detected as when reading (from
-    // the file's size), so the same blocks are handed out.
+    // RECORDS blocks are not handed out (records() stays empty, kRecords is
+    // not returned): a pass over a big file for its MAPS blocks, trailer and
+    // record count. Fixed blocks are skipped with lseek; compact ones are
+    // decoded (about 65 M records/s), since only decoding finds where damaged
+    // bytes would stop a reading. The cut is the one a reading finds, so the
+    // same blocks are handed out.
     bool skip_records = false;
+    // With skip_records: compact blocks are skipped unread as well, their
+    // records counted by the count they declare. Bytes that would not
+    // decode then go unnoticed (records_read() and the cut may differ from
+    // a reading's): for a pass that wants only the MAPS blocks (report's
+    // first pass), not a count to rely on (export's).
+    bool unchecked_compact = false;
   };
 
   static absl::StatusOr<TraceReader> Open(const std::string& path, Options options);
@@ -141,7 +212,7 @@ class TraceReader {
 
   const boost::json::object& header() const { return header_; }
   // Valid until the next Next().
-  const std::vector<pfm_record>& records() const { return records_; }
+  const TraceRecords& records() const { return records_; }
   const ProcessMaps& maps() const { return maps_; }
   const boost::json::object& trailer() const { return trailer_; }
   bool complete() const { return complete_; }
@@ -169,6 +240,12 @@ class TraceReader {
   // Ends the reading with `why` as the cut reason.
   Event Cut(std::string why);
   absl::StatusOr<Event> NextRecords();
+  // A compact block: its prefix read, then pieces decoded as bytes come.
+  absl::StatusOr<Event> StartCompact(uint64_t at, uint32_t len);
+  absl::StatusOr<Event> NextCompact();
+  // Reads up to `want` more of the block's bytes into compact_buf_
+  // (dropping what was decoded); false when the file ended first.
+  absl::StatusOr<bool> RefillCompact(size_t want);
 
   UniqueFd fd_;
   std::string path_;
@@ -177,7 +254,7 @@ class TraceReader {
   uint64_t file_size_ = 0;
   bool done_ = false;
   boost::json::object header_;
-  std::vector<pfm_record> records_;
+  TraceRecords records_;
   ProcessMaps maps_;
   boost::json::object trailer_;
   bool complete_ = false;
@@ -188,6 +265,15 @@ class TraceReader {
   uint64_t block_off_ = 0;
   uint64_t block_records_ = 0;
   uint64_t block_left_ = 0;
+  // A compact block's state: its bytes not yet read from the file, those
+  // read and not yet decoded (compact_buf_ from compact_pos_), the codec
+  // state, and whether the file ended inside the block.
+  bool compact_ = false;
+  uint64_t compact_unread_ = 0;
+  std::vector<uint8_t> compact_buf_;
+  size_t compact_pos_ = 0;
+  CodecState compact_state_;
+  bool compact_file_cut_ = false;
 };
 
 // Records per kRecords piece of TraceReader: 256 KiB.
