@@ -17,6 +17,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -307,32 +308,6 @@ absl::StatusOr<std::vector<Mapping>> ReadProcMaps(pid_t pid) {
   return maps;
 }
 
-// libdwfl's symbol for every address of one module, without asking
-// libdwfl at every address. dwfl_module_addrinfo reads the whole symbol
-// table at each call (a linear search, dwfl_module_addrsym.c): on a trace
-// of a large library (a Python recording: some hundred thousand distinct
-// branch addresses in libpython) that was nearly all of `report`'s and
-// `script`'s time. Its choice depends on the address only through
-// comparisons with symbols' starts and ends (which symbols contain it,
-// which lie at or below it, an absolute symbol's exact address) and with
-// sections' bounds (which section holds it and a sizeless symbol:
-// derelocate.c's find_section, whose sections end one byte late), so it
-// is the same for every address of a stretch between two consecutive such
-// bounds. The index keeps those bounds, sorted, and each stretch's answer:
-// where a symbol with a size contains the stretch, libdwfl's rule among
-// those symbols, applied here once for all stretches in one sweep (facts
-// from elfutils 0.188's dwfl_module_addrsym.c: the global symbols are
-// searched first, the locals only if no global contains the address; the
-// closest start wins, a better binding (global 3, weak 2, local 1) wins
-// over a closer start, at the same start the smaller symbol unless its
-// binding is worse, else the first in the table); where none does, no
-// name when no sizeless symbol stands at the highest end of the symbols
-// at or below the stretch (only such a label can name it: libdwfl's
-// min_label); anywhere else (at assembly labels) libdwfl itself, once per
-// stretch. symbolizer_test holds the names to libdwfl's at every bound of
-// real files and of this test binary. Not modelled: libdwfl's second try of
-// a symbol at its unresolved value, which differs from the resolved one
-// only for ppc64's function descriptors (never on x86-64).
 // The x86-64 PLT entries of a file, named as binutils names them (objdump,
 // GDB: `puts@plt`, `*ABS*+0x9d8c0@plt` for an IRELATIVE slot) and as perf
 // synthesizes them: symbol tables do not cover the PLT, so without this the
@@ -359,28 +334,35 @@ class PltTable {
       Elf_Data* data;
     };
     std::vector<Plt> plts;
+    // The file is input: relocations and entries looked at, over every
+    // section (a hostile one may have many pointing at the same data),
+    // are bounded.
+    size_t budget = kMaxWork;
     Elf_Scn* scn = nullptr;
-    while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    while ((scn = elf_nextscn(elf, scn)) != nullptr && budget > 0) {
       GElf_Shdr sh;
       if (gelf_getshdr(scn, &sh) == nullptr) continue;
       const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
       if (name == nullptr) continue;
       if (sh.sh_type == SHT_RELA) {
-        AddRelocations(elf, scn, sh, &slots);
+        AddRelocations(elf, scn, sh, &slots, &budget);
         continue;
       }
       const std::string_view n(name);
-      if (sh.sh_type != SHT_PROGBITS || (n != ".plt" && n != ".plt.sec" && n != ".plt.got"))
+      if (sh.sh_type != SHT_PROGBITS ||
+          (n != ".plt" && n != ".plt.sec" && n != ".plt.got" && n != ".plt.bnd"))
         continue;
       Elf_Data* data = elf_getdata(scn, nullptr);
       if (data == nullptr || data->d_buf == nullptr || data->d_size < sh.sh_size) continue;
-      const uint64_t entsize = sh.sh_entsize != 0 ? sh.sh_entsize : n == ".plt.got" ? 8 : 16;
+      const uint64_t entsize =
+          sh.sh_entsize != 0 ? sh.sh_entsize : n == ".plt.got" || n == ".plt.bnd" ? 8 : 16;
       plts.push_back(Plt{sh.sh_addr, sh.sh_size, entsize, data});
     }
     for (const Plt& p : plts) {
       if (p.entsize < 6 || p.entsize > 64) continue;
       const auto* bytes = static_cast<const uint8_t*>(p.data->d_buf);
-      for (uint64_t off = 0; off + p.entsize <= p.size; off += p.entsize) {
+      for (uint64_t off = 0; off + p.entsize <= p.size && budget > 0; off += p.entsize) {
+        --budget;
         // The jump through the GOT: at the entry's start, after a bnd
         // prefix (f2), an endbr64 (f3 0f 1e fa), or both.
         for (uint64_t at : {uint64_t{0}, uint64_t{1}, uint64_t{4}, uint64_t{5}}) {
@@ -394,13 +376,21 @@ class PltTable {
           const uint64_t slot = p.addr + off + at + 6 + static_cast<int64_t>(disp);
           if (auto it = slots.find(slot); it != slots.end())
             entries_.push_back(
-                Entry{bias + p.addr + off, bias + p.addr + off + p.entsize, it->second});
+                Entry{bias + p.addr + off, bias + p.addr + off + p.entsize, &it->second});
           break;
         }
       }
     }
     std::sort(entries_.begin(), entries_.end(),
               [](const Entry& a, const Entry& b) { return a.start < b.start; });
+    // Two sections over the same addresses (a hostile file): the first
+    // entry at an address stays, so lookups see no overlap.
+    entries_.erase(std::unique(entries_.begin(), entries_.end(),
+                               [](const Entry& a, const Entry& b) { return b.start < a.end; }),
+                   entries_.end());
+    // The names the entries use, and no other.
+    for (Entry& e : entries_) names_.push_back(*e.name);
+    for (size_t i = 0; i < entries_.size(); ++i) entries_[i].name = &names_[i];
   }
 
   // The entry containing `addr` (a file address), with *off its offset in
@@ -412,27 +402,36 @@ class PltTable {
     --it;
     if (addr >= it->end) return nullptr;
     *off = addr - it->start;
-    return &it->name;
+    return it->name;
   }
 
  private:
+  // Relocations and PLT entries looked at, at most, per file: a real
+  // file has thousands (libc: 1,700 relocations).
+  static constexpr size_t kMaxWork = size_t{1} << 20;
+
   struct Entry {
     uint64_t start, end;
-    std::string name;  // "puts@plt"
+    const std::string* name;  // "puts@plt"
   };
 
   // The GOT slots that relocations of `scn` name: a symbol's (demangled, as
   // every name here), or *ABS*+ADDEND for an IRELATIVE one (no symbol).
   static void AddRelocations(Elf* elf, Elf_Scn* scn, const GElf_Shdr& sh,
-                             std::map<uint64_t, std::string>* slots) {
+                             std::map<uint64_t, std::string>* slots, size_t* budget) {
+    Elf_Data* rel = elf_getdata(scn, nullptr);
+    if (rel == nullptr || rel->d_type != ELF_T_RELA) return;
+    // Counted from the data, whatever sh_entsize says.
+    const size_t size = gelf_fsize(elf, ELF_T_RELA, 1, EV_CURRENT);
+    if (size == 0) return;
+    const size_t n = rel->d_size / size;
     Elf_Scn* symscn = elf_getscn(elf, sh.sh_link);
     GElf_Shdr symsh;
-    if (symscn == nullptr || gelf_getshdr(symscn, &symsh) == nullptr) return;
-    Elf_Data* syms = elf_getdata(symscn, nullptr);
-    Elf_Data* rel = elf_getdata(scn, nullptr);
-    if (syms == nullptr || rel == nullptr || sh.sh_entsize == 0) return;
-    const size_t n = sh.sh_size / sh.sh_entsize;
-    for (size_t i = 0; i < n; ++i) {
+    Elf_Data* syms = nullptr;
+    if (symscn != nullptr && gelf_getshdr(symscn, &symsh) != nullptr)
+      syms = elf_getdata(symscn, nullptr);
+    for (size_t i = 0; i < n && *budget > 0; ++i) {
+      --*budget;
       GElf_Rela r;
       if (gelf_getrela(rel, static_cast<int>(i), &r) == nullptr) continue;
       const uint64_t type = GELF_R_TYPE(r.r_info), sym = GELF_R_SYM(r.r_info);
@@ -442,16 +441,44 @@ class PltTable {
       }
       if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) continue;
       GElf_Sym s;
-      if (sym == 0 || gelf_getsym(syms, static_cast<int>(sym), &s) == nullptr) continue;
+      if (syms == nullptr || sym == 0 || gelf_getsym(syms, static_cast<int>(sym), &s) == nullptr)
+        continue;
       const char* name = elf_strptr(elf, symsh.sh_link, s.st_name);
       if (name == nullptr || *name == '\0') continue;
       slots->emplace(r.r_offset, Demangle(name) + "@plt");
     }
   }
 
-  std::vector<Entry> entries_;  // sorted by start, not overlapping
+  std::vector<Entry> entries_;     // sorted by start, not overlapping
+  std::deque<std::string> names_;  // entries_' names (stable addresses)
 };
 
+// libdwfl's symbol for every address of one module, without asking
+// libdwfl at every address. dwfl_module_addrinfo reads the whole symbol
+// table at each call (a linear search, dwfl_module_addrsym.c): on a trace
+// of a large library (a Python recording: some hundred thousand distinct
+// branch addresses in libpython) that was nearly all of `report`'s and
+// `script`'s time. Its choice depends on the address only through
+// comparisons with symbols' starts and ends (which symbols contain it,
+// which lie at or below it, an absolute symbol's exact address) and with
+// sections' bounds (which section holds it and a sizeless symbol:
+// derelocate.c's find_section, whose sections end one byte late), so it
+// is the same for every address of a stretch between two consecutive such
+// bounds. The index keeps those bounds, sorted, and each stretch's answer:
+// where a symbol with a size contains the stretch, libdwfl's rule among
+// those symbols, applied here once for all stretches in one sweep (facts
+// from elfutils 0.188's dwfl_module_addrsym.c: the global symbols are
+// searched first, the locals only if no global contains the address; the
+// closest start wins, a better binding (global 3, weak 2, local 1) wins
+// over a closer start, at the same start the smaller symbol unless its
+// binding is worse, else the first in the table); where none does, no
+// name when no sizeless symbol stands at the highest end of the symbols
+// at or below the stretch (only such a label can name it: libdwfl's
+// min_label); anywhere else (at assembly labels) libdwfl itself, once per
+// stretch. symbolizer_test holds the names to libdwfl's at every bound of
+// real files and of this test binary. Not modelled: libdwfl's second try of
+// a symbol at its unresolved value, which differs from the resolved one
+// only for ppc64's function descriptors (never on x86-64).
 class SymbolIndex {
  public:
   explicit SymbolIndex(Dwfl_Module* mod) : mod_(mod) {

@@ -465,18 +465,25 @@ absl::StatusOr<TraceReader::Event> TraceReader::NextCompact() {
   const uint64_t done_records = block_records_ - block_left_;
   if (got < want || (block_left_ == 0 && (compact_pos_ != compact_buf_.size() ||
                                           compact_unread_ != 0))) {
-    // The block ends here: cut by the end of the file, or damaged (bytes
-    // that do not decode, a PAD, bytes after its last record). Its records
-    // so far are handed out now, the cut next.
-    if (compact_file_cut_ && got < want)
+    // The block ends here: cut by the end of the file (the stop within the
+    // last record's length of where the file ends), or damaged (bytes that
+    // do not decode, a PAD, too few records, bytes after its last record).
+    // Its records so far are handed out now, the cut next.
+    const size_t left = compact_buf_.size() - compact_pos_;
+    if (compact_file_cut_ && got < want && left < kMaxCompactUnitBytes &&
+        (malformed || left == 0))
       cut_reason_ = absl::StrCat("truncated record block at byte ", block_off_, ": ",
                                  done_records, " of ", block_records_, " records read");
     else
       cut_reason_ = absl::StrCat(
           "damaged record block at byte ", block_off_, ": ",
-          got < want ? absl::StrCat("record ", done_records + 1, " of ", block_records_,
-                                    malformed ? " does not decode" : " is padding")
-                     : absl::StrCat("bytes after its last record (", block_records_, ")"));
+          got >= want ? absl::StrCat("bytes after its last record (", block_records_, ")")
+          : malformed ? absl::StrCat("record ", done_records + 1, " of ", block_records_,
+                                     " does not decode")
+          : left > 0  ? absl::StrCat("record ", done_records + 1, " of ", block_records_,
+                                     " is padding")
+                      : absl::StrCat("its bytes end after record ", done_records, " of ",
+                                     block_records_));
     done_ = true;
     block_left_ = 0;
     compact_ = false;

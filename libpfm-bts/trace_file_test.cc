@@ -762,7 +762,19 @@ TEST(TraceFile, DamagedCompactBlocksEndTheReadingSayingWhy) {
        "damaged record block at byte " + at + ": record 3 of 3 does not decode"},
       {block(1, 0, two), 3,
        "damaged record block at byte " + at + ": bytes after its last record (1)"},
+      {block(3, 0, two), 4,
+       "damaged record block at byte " + at + ": its bytes end after record 2 of 3"},
   };
+  // Cut by the end of the file, but a PAD well before the cut: damage,
+  // not a cut record.
+  {
+    const std::string b = block(3, 0, two + std::string(1, '\0') + std::string(200, '\x01'));
+    WriteAll(path, good + b.substr(0, 16 + two.size() + 1 + 100));
+    auto t = ReadTrace(path);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->records.size(), 4u);
+    EXPECT_EQ(t->cut_reason, "damaged record block at byte " + at + ": record 3 of 3 is padding");
+  }
   for (const Case& c : cases) {
     WriteAll(path, good + c.block + BlockHeader(3, 2) + "{}");
     for (bool by_reader : {false, true}) {

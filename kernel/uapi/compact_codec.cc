@@ -1160,8 +1160,6 @@ __attribute__((target("bmi,bmi2"))) size_t ShortRunBmi2(
 }
 #endif
 
-// DecodeRecords with a given fast path: the run as far as it goes, then one
-// record the checked way, and again.
 // Whether `lead` starts a record the short runs decode: a short branch
 // whose time delta is the previous one, or one more or less.
 inline bool IsRunLead(uint8_t lead) {
@@ -1169,6 +1167,8 @@ inline bool IsRunLead(uint8_t lead) {
          (lead & (compact_lead::kTimeSameBit | compact_lead::kTimeAdjBit)) != 0;
 }
 
+// DecodeRecords with a given fast path: the run as far as it goes, then
+// records the checked way (see below), and again.
 size_t DecodeRecordsWith(ShortRunFn run, const uint8_t* in, size_t avail,
                          CodecState* st, pfm_record* out, size_t max,
                          size_t* used, bool* malformed) {
