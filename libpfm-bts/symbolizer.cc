@@ -308,6 +308,79 @@ absl::StatusOr<std::vector<Mapping>> ReadProcMaps(pid_t pid) {
   return maps;
 }
 
+// The start of every function a file's unwind table covers: the sorted
+// initial locations of .eh_frame_hdr's search table (facts from the Linux
+// Standard Base's description of .eh_frame_hdr: version 1, three encoding
+// bytes, the encoded .eh_frame pointer and FDE count, then the table of
+// (initial location, FDE address) pairs; GNU ld writes the table
+// DW_EH_PE_datarel | DW_EH_PE_sdata4, relative to the section's start, the
+// only table encoding read here). Which FDE covers an address, and so
+// whether one does, is libdw's CFI lookup (dwarf_cfi_addrframe); its
+// function's start is then the greatest start at or below the address.
+class FdeStarts {
+ public:
+  // `bias`: what libdwfl adds to the file's addresses (the index's).
+  FdeStarts(Elf* elf, uint64_t bias) {
+    size_t shstrndx = 0;
+    if (elf == nullptr || elf_getshdrstrndx(elf, &shstrndx) != 0) return;
+    Elf_Scn* scn = nullptr;
+    while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+      GElf_Shdr sh;
+      if (gelf_getshdr(scn, &sh) == nullptr) continue;
+      const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
+      if (name == nullptr || std::strcmp(name, ".eh_frame_hdr") != 0) continue;
+      Elf_Data* data = elf_getdata(scn, nullptr);
+      if (data == nullptr || data->d_buf == nullptr) return;
+      Read(static_cast<const uint8_t*>(data->d_buf), data->d_size, bias + sh.sh_addr);
+      return;
+    }
+  }
+
+  // The greatest start at or below `addr` (a module address); false if none.
+  bool StartOf(uint64_t addr, uint64_t* start) const {
+    auto it = std::upper_bound(starts_.begin(), starts_.end(), addr);
+    if (it == starts_.begin()) return false;
+    *start = *(it - 1);
+    return true;
+  }
+
+ private:
+  // An encoded value's size for the formats read here (DW_EH_PE_* low
+  // nibble): absptr, udata4/sdata4, udata8/sdata8; 0 for anything else.
+  static size_t EncodedSize(uint8_t enc) {
+    switch (enc & 0x0f) {
+      case 0x00: return 8;  // absptr (64-bit)
+      case 0x03: case 0x0b: return 4;
+      case 0x04: case 0x0c: return 8;
+      default: return 0;
+    }
+  }
+
+  void Read(const uint8_t* p, size_t size, uint64_t section_addr) {
+    if (size < 4 || p[0] != 1) return;
+    const uint8_t ptr_enc = p[1], count_enc = p[2], table_enc = p[3];
+    const size_t ptr_size = EncodedSize(ptr_enc), count_size = EncodedSize(count_enc);
+    if (ptr_enc == 0xff || count_enc == 0xff || ptr_size == 0 || count_size == 0 ||
+        table_enc != 0x3b || 4 + ptr_size + count_size > size)
+      return;
+    uint64_t count = 0;
+    std::memcpy(&count, p + 4 + ptr_size, count_size);  // little-endian
+    const size_t table = 4 + ptr_size + count_size;
+    // Each entry is two int32s: as many as the section holds, at most.
+    count = std::min<uint64_t>(count, (size - table) / 8);
+    starts_.reserve(count);
+    for (uint64_t i = 0; i < count; ++i) {
+      int32_t loc;
+      std::memcpy(&loc, p + table + 8 * i, 4);
+      starts_.push_back(section_addr + static_cast<int64_t>(loc));
+    }
+    // Sorted by the linker; sorted here all the same (the file is input).
+    std::sort(starts_.begin(), starts_.end());
+  }
+
+  std::vector<uint64_t> starts_;
+};
+
 // The x86-64 PLT entries of a file, named as binutils names them (objdump,
 // GDB: `puts@plt`, `*ABS*+0x9d8c0@plt` for an IRELATIVE slot) and as perf
 // synthesizes them: symbol tables do not cover the PLT, so without this the
@@ -698,6 +771,12 @@ struct SymbolFiles::File {
   Dwfl_Module* mod = nullptr;
   std::unique_ptr<SymbolIndex> index;  // of `mod`, made at its first lookup
   std::unique_ptr<PltTable> plt;       // likewise
+  // The module's .eh_frame CFI (owned by libdwfl) and function starts,
+  // read once.
+  bool cfi_read = false;
+  Dwarf_CFI* cfi = nullptr;
+  Dwarf_Addr cfi_bias = 0;
+  std::unique_ptr<FdeStarts> fde_starts;
   std::vector<LoadSegment> segments;
   std::string build_id;  // "" none, or not readable
   std::list<File*>::iterator lru;
@@ -737,6 +816,9 @@ SymbolFiles::File& SymbolFiles::Get(const std::string& path) {
     lru_.pop_back();
     old.index.reset();
     old.plt.reset();
+    old.cfi_read = false;
+    old.cfi = nullptr;
+    old.fde_starts.reset();
     old.mod = nullptr;
     old.dwfl.reset();
     old.state = File::State::kUnread;
@@ -800,6 +882,37 @@ std::string Symbolizer::Symbolize(uint64_t addr) {
     }
   }
   return absl::StrFormat("[%s+0x%x]", m->path, addr - m->start + m->offset);
+}
+
+std::string Symbolizer::UnnamedFunction(uint64_t addr) {
+  if (PFM_ADDR_IS_KERNEL(addr)) return "";
+  const Mapping* m = Find(addr);
+  if (m == nullptr) return "";
+  // Symbolize's checks: the file read, the build-id the recorded one.
+  const std::string name = Symbolize(addr);
+  if (name.empty() || name[0] != '[') return "";
+  SymbolFiles::File& f = files_->Get(m->path);
+  auto usable = usable_.find(m->path);
+  if (f.mod == nullptr || (usable != usable_.end() && !usable->second)) return "";
+  const std::optional<uint64_t> bias = BiasOf(f.segments, *m);
+  if (!bias) return "";
+  if (!f.cfi_read) {
+    f.cfi_read = true;
+    f.cfi = dwfl_module_eh_cfi(f.mod, &f.cfi_bias);
+    GElf_Addr ebias = 0;
+    Elf* elf = dwfl_module_getelf(f.mod, &ebias);
+    f.fde_starts = std::make_unique<FdeStarts>(elf, ebias);
+  }
+  if (f.cfi == nullptr) return "";
+  // Covered by an FDE (libdw's lookup, by the FDEs' own ranges)...
+  const uint64_t at = addr - *bias;
+  Dwarf_Frame* frame = nullptr;
+  if (dwarf_cfi_addrframe(f.cfi, at - f.cfi_bias, &frame) != 0) return "";
+  std::free(frame);
+  // ... whose function starts at the greatest FDE start at or below it.
+  uint64_t start = 0;
+  if (!f.fde_starts->StartOf(at, &start)) return "";
+  return absl::StrFormat("func@0x%x", start);
 }
 
 std::string Symbolizer::ModuleOf(uint64_t addr) const {

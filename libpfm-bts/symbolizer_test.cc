@@ -326,6 +326,33 @@ TEST(Symbolizer, NamesAreLibdwflsAtEveryBoundOfRealFiles) {
   }
 }
 
+// A Symbolizer over `path`'s executable PT_LOAD segment, mapped at `bias` +
+// its page-aligned vaddr as a loader would place it; *lo and *hi: the
+// segment's ELF addresses. Null if the file has none.
+std::unique_ptr<Symbolizer> TextSymbolizer(const std::string& path, uint64_t bias, uint64_t* lo,
+                                           uint64_t* hi) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || elf_version(EV_CURRENT) == EV_NONE) return nullptr;
+  Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
+  GElf_Phdr text{};
+  size_t phnum = 0;
+  if (elf != nullptr && elf_getphdrnum(elf, &phnum) == 0) {
+    for (size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD &&
+          (ph.p_flags & PF_X) != 0)
+        text = ph;
+    }
+  }
+  if (elf != nullptr) elf_end(elf);
+  ::close(fd);
+  if (text.p_memsz == 0) return nullptr;
+  *lo = text.p_vaddr & ~uint64_t{0xfff};
+  *hi = text.p_vaddr + text.p_filesz;
+  return std::make_unique<Symbolizer>(std::vector<Mapping>{
+      Mapping{bias + *lo, bias + *hi, text.p_offset & ~uint64_t{0xfff}, path}});
+}
+
 // PLT entries are named as binutils names them (objdump -d -C, GDB) and as
 // perf synthesizes them: `puts@plt`, `*ABS*+0x9f550@plt` for libc's
 // IRELATIVE slots, C++ names demangled; an address inside an entry is
@@ -344,28 +371,10 @@ TEST(Symbolizer, PltEntriesAreNamedAsObjdumpNamesThem) {
     SCOPED_TRACE(path);
     const std::vector<std::pair<uint64_t, std::string>> want = ObjdumpPlt(path);
     ASSERT_GE(want.size(), 2u) << "objdump found no PLT entries";
-    // One mapping over the whole file's address range, at offset 0 (the
-    // file's vaddr = offset for these layouts is not assumed: the bias is
-    // taken from the executable segment as a loader would place it).
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    ASSERT_NE(elf_version(EV_CURRENT), EV_NONE);
-    Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
-    ASSERT_NE(elf, nullptr);
-    size_t phnum = 0;
-    ASSERT_EQ(elf_getphdrnum(elf, &phnum), 0);
-    GElf_Phdr text{};
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD &&
-          (ph.p_flags & PF_X) != 0)
-        text = ph;
-    }
-    elf_end(elf);
-    ::close(fd);
-    const uint64_t lo = text.p_vaddr & ~uint64_t{0xfff};
-    const uint64_t hi = text.p_vaddr + text.p_filesz;
-    Symbolizer sym({Mapping{kBias + lo, kBias + hi, text.p_offset & ~uint64_t{0xfff}, path}});
+    uint64_t lo = 0, hi = 0;
+    std::unique_ptr<Symbolizer> made = TextSymbolizer(path, kBias, &lo, &hi);
+    ASSERT_NE(made, nullptr);
+    Symbolizer& sym = *made;
     size_t checked = 0;
     for (const auto& [a, name] : want) {
       if (a < lo || a + 8 > hi) continue;
@@ -375,6 +384,99 @@ TEST(Symbolizer, PltEntriesAreNamedAsObjdumpNamesThem) {
     }
     EXPECT_EQ(checked, want.size());
   }
+}
+
+// The functions .eh_frame's FDEs cover, by binutils' readelf (`--debug-dump=
+// frames`: "pc=START..END" per FDE): [START, END).
+std::vector<std::pair<uint64_t, uint64_t>> ReadelfFdes(const std::string& path) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  const std::string cmd = "/usr/bin/readelf --debug-dump=frames '" + path + "' 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), p) != nullptr) {
+    const char* pc = std::strstr(line, " FDE ");
+    if (pc == nullptr || (pc = std::strstr(pc, "pc=")) == nullptr) continue;
+    char* end = nullptr;
+    const uint64_t a = std::strtoull(pc + 3, &end, 16);
+    if (end == nullptr || std::strncmp(end, "..", 2) != 0) continue;
+    const uint64_t b = std::strtoull(end + 2, nullptr, 16);
+    if (b > a) out.emplace_back(a, b);
+  }
+  ::pclose(p);
+  return out;
+}
+
+// Code no symbol names is told apart by function: UnnamedFunction gives the
+// start of the FDE that covers an address, as readelf lists the FDEs, over
+// a stripped ET_EXEC (its functions' starts also read from the unstripped
+// copy's symbol table, at the same addresses) and stripped bash (every FDE
+// outside the PLT, sampled); an address a symbol names, or in no FDE, gets
+// no such name.
+TEST(Symbolizer, UnnamedCodeIsToldApartByTheUnwindTablesFunctions) {
+  const uint64_t kBias = uint64_t{1} << 40;
+  // The unstripped copy's functions.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> fns;
+  {
+    const int fd = ::open("libpfm-bts/names_prog_nopie", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
+    ASSERT_NE(elf, nullptr);
+    Elf_Scn* scn = nullptr;
+    while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+      GElf_Shdr sh;
+      if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_SYMTAB) continue;
+      Elf_Data* d = elf_getdata(scn, nullptr);
+      for (size_t i = 0; d != nullptr && i < sh.sh_size / sh.sh_entsize; ++i) {
+        GElf_Sym sy;
+        if (gelf_getsym(d, static_cast<int>(i), &sy) == nullptr) continue;
+        const char* n = elf_strptr(elf, sh.sh_link, sy.st_name);
+        if (n != nullptr && GELF_ST_TYPE(sy.st_info) == STT_FUNC && sy.st_size > 0)
+          fns[n] = {sy.st_value, sy.st_size};
+      }
+    }
+    elf_end(elf);
+    ::close(fd);
+  }
+  uint64_t lo = 0, hi = 0;
+  std::unique_ptr<Symbolizer> stripped =
+      TextSymbolizer("libpfm-bts/names_prog_nopie_stripped", kBias, &lo, &hi);
+  std::unique_ptr<Symbolizer> named =
+      TextSymbolizer("libpfm-bts/names_prog_nopie", kBias, &lo, &hi);
+  ASSERT_TRUE(stripped && named);
+  for (const char* f : {"main", "pfm_names_work", "twice"}) {
+    SCOPED_TRACE(f);
+    ASSERT_EQ(fns.count(f), 1u);
+    const auto [start, size] = fns[f];
+    char want[64];
+    std::snprintf(want, sizeof(want), "func@0x%llx", static_cast<unsigned long long>(start));
+    for (uint64_t a : {start, start + 1, start + size - 1}) {
+      EXPECT_EQ(stripped->Symbolize(kBias + a).rfind("[", 0), 0u);
+      EXPECT_EQ(stripped->UnnamedFunction(kBias + a), want) << std::hex << a;
+      EXPECT_EQ(named->UnnamedFunction(kBias + a), "") << "a symbol names it";
+    }
+  }
+  // Stripped bash, against readelf's FDEs.
+  std::unique_ptr<Symbolizer> bash = TextSymbolizer("/usr/bin/bash", kBias, &lo, &hi);
+  ASSERT_NE(bash, nullptr);
+  const std::vector<std::pair<uint64_t, uint64_t>> fdes = ReadelfFdes("/usr/bin/bash");
+  ASSERT_GT(fdes.size(), 500u);
+  size_t checked = 0;
+  const size_t stride = std::max<size_t>(1, fdes.size() / 1500);
+  for (size_t i = 0; i < fdes.size(); i += stride) {
+    const auto [a, b] = fdes[i];
+    if (a < lo || b > hi) continue;
+    char want[64];
+    std::snprintf(want, sizeof(want), "func@0x%llx", static_cast<unsigned long long>(a));
+    for (uint64_t x : {a, (a + b) / 2, b - 1}) {
+      if (bash->Symbolize(kBias + x).rfind("[", 0) != 0) continue;  // named (.dynsym, PLT)
+      EXPECT_EQ(bash->UnnamedFunction(kBias + x), want) << std::hex << x;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 1000u);
+  // Outside every FDE: the ELF header's page (mapped with the code here).
+  EXPECT_EQ(bash->UnnamedFunction(kBias + lo), "");
 }
 
 TEST(SymbolFiles, ReadsEachFileOnceForAllSymbolizersAndKeepsAtMostMaxOpen) {

@@ -149,6 +149,11 @@ const TraceSymbols::Symbol& TraceSymbols::Lookup(int maps, uint64_t addr) {
   return cache_.emplace(key, std::move(sym)).first->second;
 }
 
+std::string TraceSymbols::UnnamedFunction(int maps, uint64_t addr) {
+  if (maps < 0 || static_cast<size_t>(maps) >= spaces_.size()) return "";
+  return spaces_[static_cast<size_t>(maps)]->UnnamedFunction(addr);
+}
+
 ReportRecord Symbolized(const pfm_record& r, TraceSymbols& symbols) {
   ReportRecord out{r, "", "", ""};
   // Each name is copied before the next Lookup (which may empty the cache).
@@ -278,7 +283,14 @@ absl::StatusOr<TraceReport> BuildReport(const std::string& file,
     for (const auto& [addr, n] : counts[space]) {
       const TraceSymbols::Symbol& s = symbols.Lookup(static_cast<int>(space) - 1, addr);
       std::string fn = FunctionOf(s.name);
-      functions[{fn.empty() ? Hex(addr) : std::move(fn), s.dso}] += n;
+      std::string dso = s.dso;
+      // No symbol: the function the unwind table says holds it (a stripped
+      // program's code is then told apart by function, not one line).
+      if (!fn.empty() && fn.front() == '[' && dso != "[kernel]") {
+        std::string u = symbols.UnnamedFunction(static_cast<int>(space) - 1, addr);
+        if (!u.empty()) fn = std::move(u);
+      }
+      functions[{fn.empty() ? Hex(addr) : std::move(fn), std::move(dso)}] += n;
     }
     counts[space] = {};
   }

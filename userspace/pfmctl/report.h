@@ -91,6 +91,10 @@ class TraceSymbols {
   // `addr` in maps block `maps` (MapsAt's answer; -1 gives an empty
   // Symbol). The reference is valid until the next Lookup.
   const Symbol& Lookup(int maps, uint64_t addr);
+  // For an address no symbol names, in maps block `maps`: the function
+  // .eh_frame says holds it ("func@0x2f0a0", Symbolizer::UnnamedFunction),
+  // or "". Not cached (report asks once per distinct address).
+  std::string UnnamedFunction(int maps, uint64_t addr);
   // Both at once.
   const Symbol& At(uint64_t time, uint64_t addr, uint32_t pid = 0) {
     return Lookup(MapsAt(time, pid), addr);

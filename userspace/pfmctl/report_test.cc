@@ -1,17 +1,22 @@
 #include "userspace/pfmctl/report.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <gelf.h>
 #include <gtest/gtest.h>
+#include <libelf.h>
 
 #include "pfm/symbolizer.h"
 
@@ -234,6 +239,79 @@ TEST(ReportTest, HotFunctionsNameARealFunctionAndItsFile) {
   EXPECT_EQ(rep->hot[1].function, "0x10");
   ASSERT_EQ(rep->last_branches.size(), 1u);
   EXPECT_EQ(rep->last_branches[0].to_sym, "PfmReportTestTarget");
+}
+
+// A stripped program's code is reported by function, as its unwind table
+// (.eh_frame) divides it: branches from two of /usr/bin/bash's functions
+// (Debian strips it; the FDEs as readelf lists them) are two lines
+// "func@0x<start>", not one "[/usr/bin/bash]".
+TEST(ReportTest, AStrippedProgramsCodeIsReportedByFunction) {
+  const std::string bash = "/usr/bin/bash";
+  // Its executable segment, placed as a loader would.
+  const int fd = ::open(bash.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_NE(elf_version(EV_CURRENT), EV_NONE);
+  Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
+  ASSERT_NE(elf, nullptr);
+  GElf_Phdr text{};
+  size_t phnum = 0;
+  ASSERT_EQ(elf_getphdrnum(elf, &phnum), 0);
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD &&
+        (ph.p_flags & PF_X) != 0)
+      text = ph;
+  }
+  elf_end(elf);
+  ::close(fd);
+  const uint64_t base = uint64_t{0x555500000000};
+  const uint64_t lo = text.p_vaddr & ~uint64_t{0xfff}, hi = text.p_vaddr + text.p_filesz;
+  // Two FDEs from the middle of readelf's list (past the PLT's).
+  std::vector<uint64_t> starts;
+  FILE* p = ::popen(("/usr/bin/readelf --debug-dump=frames " + bash + " 2>/dev/null").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char line[4096];
+  while (std::fgets(line, sizeof(line), p) != nullptr) {
+    const char* pc = std::strstr(line, " FDE ");
+    if (pc != nullptr && (pc = std::strstr(pc, "pc=")) != nullptr)
+      starts.push_back(std::strtoull(pc + 3, nullptr, 16));
+  }
+  ::pclose(p);
+  ASSERT_GT(starts.size(), 100u);
+  // bash exports many of its functions (.dynsym): two that no symbol names.
+  Symbolizer sym({Mapping{base + lo, base + hi, text.p_offset & ~uint64_t{0xfff}, bash}});
+  std::vector<uint64_t> unnamed;
+  for (size_t i = starts.size() / 2; i < starts.size() && unnamed.size() < 2; ++i)
+    if (starts[i] >= lo && starts[i] + 4 < hi && sym.Symbolize(base + starts[i] + 1)[0] == '[')
+      unnamed.push_back(starts[i]);
+  ASSERT_EQ(unnamed.size(), 2u);
+  const uint64_t f1 = unnamed[0], f2 = unnamed[1];
+  const std::string path = TempPath("stripped.trace");
+  auto w = TraceWriter::Create(path, {});
+  ASSERT_TRUE(w.ok());
+  std::vector<pfm_record> recs;
+  for (uint64_t i = 0; i < 30; ++i) recs.push_back(Branch(base + f1 + i % 3, base + f2, i));
+  for (uint64_t i = 0; i < 20; ++i) recs.push_back(Branch(base + f2 + 1, base + f1, 30 + i));
+  ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
+  ProcessMaps maps{1, 42, {Mapping{base + lo, base + hi, text.p_offset & ~uint64_t{0xfff}, bash}}};
+  ASSERT_TRUE(w->AppendMaps(maps).ok());
+  ASSERT_TRUE(w->Finish({}).ok());
+  absl::StatusOr<TraceReport> rep = BuildReport(path, Limit(1));
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  ASSERT_EQ(rep->hot.size(), 2u);
+  char want1[64], want2[64];
+  std::snprintf(want1, sizeof(want1), "func@0x%llx", static_cast<unsigned long long>(f1));
+  std::snprintf(want2, sizeof(want2), "func@0x%llx", static_cast<unsigned long long>(f2));
+  EXPECT_EQ(rep->hot[0].function, want1);
+  EXPECT_EQ(rep->hot[0].branches, 30u);
+  EXPECT_EQ(rep->hot[0].dso, "bash");
+  EXPECT_EQ(rep->hot[1].function, want2);
+  EXPECT_EQ(rep->hot[1].branches, 20u);
+  // The records themselves keep their file offsets (as perf script's
+  // addresses): the last one is "[/usr/bin/bash+0x...]".
+  ASSERT_EQ(rep->last_branches.size(), 1u);
+  EXPECT_EQ(rep->last_branches[0].from_sym.rfind("[/usr/bin/bash+0x", 0), 0u)
+      << rep->last_branches[0].from_sym;
 }
 
 TEST(ReportTest, HandsOutEveryRecordInOrderAndStopsOnTheCallersError) {

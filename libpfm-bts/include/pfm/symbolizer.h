@@ -104,6 +104,15 @@ class Symbolizer {
   // derived from the mapping (start, offset) and the file's PT_LOAD headers.
   std::string Symbolize(uint64_t addr);
 
+  // For an address no symbol names (Symbolize gave "[path+0xoff]"): the
+  // function that holds it by the file's unwind table (.eh_frame, libdw's
+  // CFI: an FDE covers every function a C or C++ compiler emits, stripped
+  // or not), as "func@0x<its start, an ELF address as objdump and
+  // addr2line print them>"; "" when no FDE covers it, the file cannot be
+  // read, or a symbol names it. What `report` groups a stripped program's
+  // branches by (docs/pfmctl.md).
+  std::string UnnamedFunction(uint64_t addr);
+
   // Basename of the mapping's path ("libc.so.6"); "[kernel]" for kernel
   // addresses; "" if unmapped.
   std::string ModuleOf(uint64_t addr) const;
