@@ -331,7 +331,8 @@ class FdeStarts {
       if (name == nullptr || std::strcmp(name, ".eh_frame_hdr") != 0) continue;
       Elf_Data* data = elf_getdata(scn, nullptr);
       if (data == nullptr || data->d_buf == nullptr) return;
-      Read(static_cast<const uint8_t*>(data->d_buf), data->d_size, bias + sh.sh_addr);
+      Read(static_cast<const uint8_t*>(data->d_buf), data->d_size, bias + sh.sh_addr,
+           gelf_getclass(elf) == ELFCLASS32 ? 4 : 8);
       return;
     }
   }
@@ -347,19 +348,20 @@ class FdeStarts {
  private:
   // An encoded value's size for the formats read here (DW_EH_PE_* low
   // nibble): absptr, udata4/sdata4, udata8/sdata8; 0 for anything else.
-  static size_t EncodedSize(uint8_t enc) {
+  static size_t EncodedSize(uint8_t enc, size_t ptr) {
     switch (enc & 0x0f) {
-      case 0x00: return 8;  // absptr (64-bit)
+      case 0x00: return ptr;  // absptr: the file's pointer size
       case 0x03: case 0x0b: return 4;
       case 0x04: case 0x0c: return 8;
       default: return 0;
     }
   }
 
-  void Read(const uint8_t* p, size_t size, uint64_t section_addr) {
+  // (Little-endian: the x86 files this tool reads.)
+  void Read(const uint8_t* p, size_t size, uint64_t section_addr, size_t ptr) {
     if (size < 4 || p[0] != 1) return;
     const uint8_t ptr_enc = p[1], count_enc = p[2], table_enc = p[3];
-    const size_t ptr_size = EncodedSize(ptr_enc), count_size = EncodedSize(count_enc);
+    const size_t ptr_size = EncodedSize(ptr_enc, ptr), count_size = EncodedSize(count_enc, ptr);
     if (ptr_enc == 0xff || count_enc == 0xff || ptr_size == 0 || count_size == 0 ||
         table_enc != 0x3b || 4 + ptr_size + count_size > size)
       return;

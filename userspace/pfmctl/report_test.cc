@@ -267,23 +267,29 @@ TEST(ReportTest, AStrippedProgramsCodeIsReportedByFunction) {
   const uint64_t base = uint64_t{0x555500000000};
   const uint64_t lo = text.p_vaddr & ~uint64_t{0xfff}, hi = text.p_vaddr + text.p_filesz;
   // Two FDEs from the middle of readelf's list (past the PLT's).
-  std::vector<uint64_t> starts;
+  std::vector<std::pair<uint64_t, uint64_t>> fdes;  // [start, end)
   FILE* p = ::popen(("/usr/bin/readelf --debug-dump=frames " + bash + " 2>/dev/null").c_str(), "r");
   ASSERT_NE(p, nullptr);
   char line[4096];
   while (std::fgets(line, sizeof(line), p) != nullptr) {
     const char* pc = std::strstr(line, " FDE ");
-    if (pc != nullptr && (pc = std::strstr(pc, "pc=")) != nullptr)
-      starts.push_back(std::strtoull(pc + 3, nullptr, 16));
+    if (pc == nullptr || (pc = std::strstr(pc, "pc=")) == nullptr) continue;
+    char* end = nullptr;
+    const uint64_t a = std::strtoull(pc + 3, &end, 16);
+    if (end != nullptr && std::strncmp(end, "..", 2) == 0)
+      fdes.emplace_back(a, std::strtoull(end + 2, nullptr, 16));
   }
   ::pclose(p);
-  ASSERT_GT(starts.size(), 100u);
-  // bash exports many of its functions (.dynsym): two that no symbol names.
+  ASSERT_GT(fdes.size(), 100u);
+  // bash exports many of its functions (.dynsym): two that no symbol names,
+  // long enough for the addresses used below.
   Symbolizer sym({Mapping{base + lo, base + hi, text.p_offset & ~uint64_t{0xfff}, bash}});
   std::vector<uint64_t> unnamed;
-  for (size_t i = starts.size() / 2; i < starts.size() && unnamed.size() < 2; ++i)
-    if (starts[i] >= lo && starts[i] + 4 < hi && sym.Symbolize(base + starts[i] + 1)[0] == '[')
-      unnamed.push_back(starts[i]);
+  for (size_t i = fdes.size() / 2; i < fdes.size() && unnamed.size() < 2; ++i) {
+    const auto [a, b] = fdes[i];
+    if (a >= lo && b <= hi && b - a >= 4 && sym.Symbolize(base + a + 1)[0] == '[')
+      unnamed.push_back(a);
+  }
   ASSERT_EQ(unnamed.size(), 2u);
   const uint64_t f1 = unnamed[0], f2 = unnamed[1];
   const std::string path = TempPath("stripped.trace");
