@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -322,6 +323,55 @@ TEST_F(HostE2e, StatCountsACommandAndAProcessLikePerfStat) {
       // The number's column: where its line starts to where it ends.
       EXPECT_EQ(a - m.err.rfind('\n', a), b - p.err.rfind('\n', b)) << t;
     }
+  }
+  // In the user's locale, as perf stat (which calls setlocale(LC_ALL, "")):
+  // de_DE.UTF-8, compiled here into a LOCPATH of the test's own (the system
+  // may have only C), gives both a decimal comma in the clock's msec and
+  // the metric, and the same columns.
+  {
+    const std::string locdir = dir_ + "/locales";
+    ASSERT_EQ(testing::Run({"/bin/sh", "-c", "mkdir -p " + locdir +
+                                                 " && localedef -i de_DE -f UTF-8 " + locdir +
+                                                 "/de_DE.UTF-8"})
+                  .exit_code,
+              0)
+        << "localedef (Debian's locales package)";
+    const std::map<std::string, std::string> env = {{"LOCPATH", locdir},
+                                                    {"LC_ALL", "de_DE.UTF-8"}};
+    const std::vector<std::string> cmd = {"--", "/bin/sh", "-c", "/bin/true"};
+    std::vector<std::string> mine = {testing::PfmctlPath(), "--socket", socket(), "stat",
+                                     "-e", "task-clock", "-e", "page-faults"};
+    std::vector<std::string> perf = {"/usr/bin/perf", "stat", "-e", "task-clock,page-faults"};
+    mine.insert(mine.end(), cmd.begin(), cmd.end());
+    perf.insert(perf.end(), cmd.begin(), cmd.end());
+    const testing::Result m = testing::Run(mine, env);
+    const testing::Result p = testing::Run(perf, env);
+    ASSERT_EQ(m.exit_code, 0) << m.err;
+    ASSERT_EQ(p.exit_code, 0) << p.err;
+    // "  0,82 msec task-clock  #    0,422 CPUs utilized": a comma where C
+    // has a point, in both numbers, at the same columns.
+    auto clock_line = [](const std::string& text) {
+      std::istringstream in(text);
+      for (std::string line; std::getline(in, line);)
+        if (line.find(" msec task-clock") != std::string::npos) return line;
+      return std::string();
+    };
+    const std::string a = clock_line(m.err), b = clock_line(p.err);
+    ASSERT_FALSE(b.empty()) << p.err;
+    ASSERT_FALSE(a.empty()) << m.err;
+    for (const std::string* l : {&a, &b}) {
+      EXPECT_EQ(l->find('.'), std::string::npos) << *l;
+      EXPECT_NE(l->find(" msec"), std::string::npos);
+      EXPECT_EQ(l->find(','), l->find(" msec") - 3) << *l;  // "0,82 msec"
+      EXPECT_NE(l->find(',', l->find('#')), std::string::npos) << *l;  // "0,422"
+    }
+    EXPECT_EQ(a.find(" msec"), b.find(" msec")) << a << "\n" << b;
+    EXPECT_EQ(a.find('#'), b.find('#')) << a << "\n" << b;
+    const size_t ma = m.err.find(" seconds time elapsed"), pa = p.err.find(" seconds time elapsed");
+    ASSERT_NE(ma, std::string::npos);
+    ASSERT_NE(pa, std::string::npos);
+    EXPECT_EQ(m.err[ma - 10], ',') << m.err;  // "0,001946727"
+    EXPECT_EQ(p.err[pa - 10], ',') << p.err;
   }
   // --json: the numbers, from the kernel's perf events.
   const json::value v = PfmctlJson(socket(), {"--json", "stat", "-e", "page-faults", "-e",

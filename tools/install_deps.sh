@@ -5,7 +5,8 @@ set -euo pipefail
 PKGS=(bazel-bootstrap g++ libabsl-dev libboost1.81-dev libboost-json1.81-dev
       libgtest-dev libgmock-dev libpfm4-dev libelf-dev libdw-dev linux-libc-dev
       python3 clang libclang-rt-14-dev
-      linux-perf prometheus prometheus-cpp-dev gdb)
+      linux-perf prometheus prometheus-cpp-dev gdb
+      locales)  # localedef sources: stat's locale tests
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

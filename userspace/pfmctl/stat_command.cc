@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <chrono>
 #include <csignal>
 #include <string>
@@ -73,7 +75,40 @@ std::string Modifiers(const std::string& event) {
 
 }  // namespace
 
-std::string StatCounterLines(const std::vector<StatCounter>& counters, double elapsed_s) {
+locale_t UserNumericLocale() {
+  static const locale_t loc = newlocale(LC_NUMERIC_MASK, "", static_cast<locale_t>(nullptr));
+  return loc;
+}
+
+std::string LocaleFormat(locale_t numeric, const char* fmt, ...) {
+  static const locale_t c = newlocale(LC_ALL_MASK, "C", static_cast<locale_t>(nullptr));
+  const locale_t use = numeric != nullptr ? numeric : c;
+  const locale_t old = use != nullptr ? uselocale(use) : nullptr;
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::string out;
+  if (n >= static_cast<int>(sizeof(buf))) {
+    out.resize(static_cast<size_t>(n) + 1);
+    va_start(ap, fmt);
+    std::vsnprintf(out.data(), out.size(), fmt, ap);
+    va_end(ap);
+    out.resize(static_cast<size_t>(n));
+  } else if (n > 0) {
+    out.assign(buf, static_cast<size_t>(n));
+  }
+  if (old != nullptr) uselocale(old);
+  return out;
+}
+
+std::string StatCounterLines(const std::vector<StatCounter>& counters, double elapsed_s,
+                             locale_t numeric) {
+  // Facts from perf 6.1's stat-display.c: a count "%'*.0f" and a clock's
+  // msec "%'*.2f" (digit grouping: big_num, on by default), metrics and
+  // shares plain "%8.3f" and the like, all in the locale perf set.
+  const auto f = [numeric](const char* fmt, auto... v) { return LocaleFormat(numeric, fmt, v...); };
   auto is_clock = [](const std::string& b) { return b == "task-clock" || b == "cpu-clock"; };
   // The totals perf's metrics divide by: the first clock counted, whatever
   // its modifiers; cycles, branches and cache references counted with the
@@ -102,35 +137,36 @@ std::string StatCounterLines(const std::vector<StatCounter>& counters, double el
     const StatCounter* cycles = total({"cycles", "cpu-cycles"}, mods);
     const StatCounter* branches = total({"branches", "branch-instructions"}, mods);
     const StatCounter* refs = total({"cache-references"}, mods);
-    line = is_clock(b) ? absl::StrFormat("%18.2f msec %-32s", c.value / 1e6, c.event)
-                       : absl::StrFormat("%18u      %-32s", c.value, c.event);
+    line = is_clock(b) ? f("%'18.2f msec %-32s", c.value / 1e6, c.event.c_str())
+                       : f("%'18llu      %-32s", static_cast<unsigned long long>(c.value),
+                           c.event.c_str());
     // The metric: its number as perf formats it, and its unit.
     std::string number, unit;
     if (is_clock(b)) {
       if (elapsed_s > 0) {
-        number = absl::StrFormat("%8.3f", c.value / (elapsed_s * 1e9));
+        number = f("%8.3f", c.value / (elapsed_s * 1e9));
         unit = "CPUs utilized";
       }
     } else if (b == "cycles" || b == "cpu-cycles") {
       if (clock != nullptr && clock->value != 0) {
-        number = absl::StrFormat("%8.3f", static_cast<double>(c.value) / clock->value);
+        number = f("%8.3f", static_cast<double>(c.value) / clock->value);
         unit = "GHz";
       }
     } else if (b == "instructions") {
       if (cycles != nullptr && cycles->value != 0) {
-        number = absl::StrFormat("%7.2f ", static_cast<double>(c.value) / cycles->value);
+        number = f("%7.2f ", static_cast<double>(c.value) / cycles->value);
         unit = "insn per cycle";
       }
     } else if (b == "branch-misses") {
       if (branches != nullptr) {
         const double r = branches->value != 0 ? 100.0 * c.value / branches->value : 0.0;
-        number = absl::StrFormat("%7.2f%%", r);
+        number = f("%7.2f%%", r);
         unit = "of all branches";
       }
     } else if (b == "cache-misses") {
       if (refs != nullptr) {
         const double r = refs->value != 0 ? 100.0 * c.value / refs->value : 0.0;
-        number = absl::StrFormat("%8.3f %%", r);
+        number = f("%8.3f %%", r);
         unit = "of all cache refs";
       }
     } else if (clock != nullptr && clock->value != 0) {
@@ -146,7 +182,7 @@ std::string StatCounterLines(const std::vector<StatCounter>& counters, double el
         rate /= 1e3;
         prefix = "K";
       }
-      number = absl::StrFormat("%8.3f", rate);
+      number = f("%8.3f", rate);
       unit = prefix + "/sec";
     }
     if (!number.empty()) {
@@ -154,7 +190,7 @@ std::string StatCounterLines(const std::vector<StatCounter>& counters, double el
     } else {
       line += std::string(35, ' ');
     }
-    if (c.ratio < 0.9999) absl::StrAppend(&line, absl::StrFormat("  (%.2f%%)", 100.0 * c.ratio));
+    if (c.ratio < 0.9999) absl::StrAppend(&line, f("  (%.2f%%)", 100.0 * c.ratio));
     line.erase(line.find_last_not_of(' ') + 1);
     out += line + "\n";
   }
@@ -316,7 +352,8 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
   std::vector<StatCounter> read;
   for (const ReplyNode& cn : counters) read.push_back(ReadCounter(cn));
   if (!reader.ok()) return reader.status();
-  const std::string lines = StatCounterLines(read, elapsed);
+  const locale_t numeric = ctx.json ? nullptr : UserNumericLocale();
+  const std::string lines = StatCounterLines(read, elapsed, numeric);
 
   if (ctx.json) {
     json::object o{{"counters", *reader.result().Member("counters").json()},
@@ -345,13 +382,13 @@ absl::StatusOr<int> StatCommand(const CliContext& ctx, const CommandArgs& args) 
     out << lines;
     for (const std::string& e : not_supported)
       out << absl::StrFormat("%18s      %s\n", "<not supported>", e);
-    out << absl::StrFormat("\n%18.9f seconds time elapsed\n\n", elapsed);
+    out << LocaleFormat(numeric, "\n%18.9f seconds time elapsed\n\n", elapsed);
     // The command's own CPU time (and its waited-for children's), as perf
     // stat prints it for a command it ran.
     if (run && reaped)
-      out << absl::StrFormat("%18.9f seconds user\n%18.9f seconds sys\n\n",
-                             usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6,
-                             usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6);
+      out << LocaleFormat(numeric, "%18.9f seconds user\n%18.9f seconds sys\n\n",
+                          usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6,
+                          usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6);
   }
   // A signal ended the counting: pfmctl dies of it once the counts are out
   // (main.cc), as perf stat does.

@@ -13,6 +13,8 @@
 #ifndef PFM_USERSPACE_PFMCTL_STAT_COMMAND_H_
 #define PFM_USERSPACE_PFMCTL_STAT_COMMAND_H_
 
+#include <locale.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,9 +46,22 @@ struct StatCounter {
 // modifiers ("instructions:u" over "cycles:u"), and for any other event
 // its rate per second of the clock's time ("/sec", "K/sec", "M/sec",
 // "G/sec") when a clock was counted. Names match in any case. Numbers as
-// perf prints them in the C locale (without a locale's digit grouping,
-// which perf uses under e.g. en_US.UTF-8). Trailing blanks are left out.
-std::string StatCounterLines(const std::vector<StatCounter>& counters, double elapsed_s);
+// perf prints them in the locale `numeric` (LC_NUMERIC; null: C): counts
+// and the clock's msec with its digit grouping (perf's "%'"), every
+// fraction with its decimal point ("1,456" and "49.89 msec" in
+// en_US.UTF-8, "18,71 msec" and "0,950" in de_DE.UTF-8). Trailing blanks
+// are left out.
+std::string StatCounterLines(const std::vector<StatCounter>& counters, double elapsed_s,
+                             locale_t numeric = nullptr);
+
+// The user's LC_NUMERIC (LC_ALL, LC_NUMERIC, LANG), as perf stat's
+// setlocale(LC_ALL, "") takes it; null (C) when it names no locale this
+// system has. Process-wide, made once.
+locale_t UserNumericLocale();
+
+// printf under `numeric` (null: C): "%'d" groups digits as it says.
+std::string LocaleFormat(locale_t numeric, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 }  // namespace pfm
 

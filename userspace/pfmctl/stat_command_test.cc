@@ -1,5 +1,11 @@
 #include "userspace/pfmctl/stat_command.h"
 
+#include <locale.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include <gtest/gtest.h>
 
 namespace pfm {
@@ -57,6 +63,54 @@ TEST(StatCounterLines, MetricsNeedWhatTheyDivideBy) {
   // A clock in capitals is still the clock.
   EXPECT_EQ(StatCounterLines({{"Task-Clock", true, 5'000'000, 1.0}}, 0.01),
             "              5.00 msec Task-Clock                       #    0.500 CPUs utilized\n");
+}
+
+// The locale's digit grouping and decimal point, as perf stat prints under
+// it (perf 6.1 in en_US.UTF-8: "1,456      context-switches", "49.89 msec";
+// in de_DE.UTF-8: "18,71 msec", "#    0,950 CPUs utilized", "#  374,190
+// /sec"). The locales are compiled here with localedef into the test's
+// directory (LOCPATH), as the system may have only C.
+locale_t CompiledLocale(const std::string& name, const std::string& source) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/locales";
+  const std::string cmd = "mkdir -p '" + dir + "' && localedef -i " + source +
+                          " -f UTF-8 '" + dir + "/" + name + "' >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) return nullptr;
+  ::setenv("LOCPATH", dir.c_str(), 1);
+  locale_t loc = newlocale(LC_NUMERIC_MASK, name.c_str(), static_cast<locale_t>(nullptr));
+  ::unsetenv("LOCPATH");
+  return loc;
+}
+
+TEST(StatCounterLines, NumbersInTheUsersLocaleAsPerfPrintsThem) {
+  const std::vector<StatCounter> c = {{"task-clock", true, 1'234'567'890, 1.0},
+                                      {"context-switches", true, 1'456, 1.0},
+                                      {"page-faults", true, 1'234'567, 0.5}};
+  const locale_t en = CompiledLocale("en_US.UTF-8", "en_US");
+  const locale_t de = CompiledLocale("de_DE.UTF-8", "de_DE");
+  ASSERT_NE(en, nullptr) << "localedef en_US (Debian's locales package)";
+  ASSERT_NE(de, nullptr);
+  EXPECT_EQ(StatCounterLines(c, 2.0, en),
+            "          1,234.57 msec task-clock                       #    0.617 CPUs utilized\n"
+            "             1,456      context-switches                 #    1.179 K/sec\n"
+            "         1,234,567      page-faults                      #  999.999 K/sec"
+            "                    (50.00%)\n");
+  EXPECT_EQ(StatCounterLines(c, 2.0, de),
+            "          1.234,57 msec task-clock                       #    0,617 CPUs utilized\n"
+            "             1.456      context-switches                 #    1,179 K/sec\n"
+            "         1.234.567      page-faults                      #  999,999 K/sec"
+            "                    (50,00%)\n");
+  // C (and null): no grouping.
+  EXPECT_EQ(StatCounterLines(c, 2.0, nullptr).substr(0, 40),
+            "           1234.57 msec task-clock      ");
+  EXPECT_EQ(LocaleFormat(de, "%'llu|%.2f", 1234567ULL, 0.5), "1.234.567|0,50");
+  // The process's own locale is untouched.
+  EXPECT_EQ(LocaleFormat(nullptr, "%.1f", 0.5), "0.5");
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%.1f", 0.5);
+  EXPECT_STREQ(buf, "0.5");
+  freelocale(en);
+  freelocale(de);
 }
 
 }  // namespace
