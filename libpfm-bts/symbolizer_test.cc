@@ -21,12 +21,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "libpfm-bts/testing/elf_text.h"
 #include "pfm/unique_fd.h"
 
 namespace pfm {
@@ -331,26 +333,9 @@ TEST(Symbolizer, NamesAreLibdwflsAtEveryBoundOfRealFiles) {
 // segment's ELF addresses. Null if the file has none.
 std::unique_ptr<Symbolizer> TextSymbolizer(const std::string& path, uint64_t bias, uint64_t* lo,
                                            uint64_t* hi) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || elf_version(EV_CURRENT) == EV_NONE) return nullptr;
-  Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
-  GElf_Phdr text{};
-  size_t phnum = 0;
-  if (elf != nullptr && elf_getphdrnum(elf, &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD &&
-          (ph.p_flags & PF_X) != 0)
-        text = ph;
-    }
-  }
-  if (elf != nullptr) elf_end(elf);
-  ::close(fd);
-  if (text.p_memsz == 0) return nullptr;
-  *lo = text.p_vaddr & ~uint64_t{0xfff};
-  *hi = text.p_vaddr + text.p_filesz;
-  return std::make_unique<Symbolizer>(std::vector<Mapping>{
-      Mapping{bias + *lo, bias + *hi, text.p_offset & ~uint64_t{0xfff}, path}});
+  const std::optional<Mapping> m = testing::TextMapping(path, bias, lo, hi);
+  if (!m) return nullptr;
+  return std::make_unique<Symbolizer>(std::vector<Mapping>{*m});
 }
 
 // PLT entries are named as binutils names them (objdump -d -C, GDB) and as

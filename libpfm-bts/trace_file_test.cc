@@ -567,6 +567,18 @@ bool SameBytes(const pfm_record& a, const pfm_record& b) {
   return std::memcmp(&a, &b, sizeof(a)) == 0;
 }
 
+// `path` read by ReadTrace and by TraceReader (ReadByReader): both must
+// give the same, so each test checks each (ReadTrace's error fails the test
+// and gives an empty Trace).
+std::vector<Trace> ReadBothWays(const std::string& path) {
+  std::vector<Trace> out(2);
+  absl::StatusOr<Trace> whole = ReadTrace(path);
+  EXPECT_TRUE(whole.ok()) << whole.status();
+  if (whole.ok()) out[0] = std::move(*whole);
+  out[1] = ReadByReader(path, {}, nullptr);
+  return out;
+}
+
 // Every record comes back byte for byte, in order: those the codec carries
 // in compact blocks, and those it would not give back exactly (garbage in
 // the union bytes a type does not use, a type from a later version) in
@@ -601,15 +613,7 @@ TEST(TraceFile, CompactFileGivesBackExactlyWhatWasAppended) {
   const std::vector<uint32_t> kinds = BlockKinds(ReadAll(path));
   EXPECT_EQ(std::count(kinds.begin(), kinds.end(), 6u), 8);  // compact runs
   EXPECT_EQ(std::count(kinds.begin(), kinds.end(), 2u), 7);  // the odd ones
-  for (bool by_reader : {false, true}) {
-    Trace t;
-    if (by_reader) {
-      t = ReadByReader(path, {}, nullptr);
-    } else {
-      auto whole = ReadTrace(path);
-      ASSERT_TRUE(whole.ok()) << whole.status();
-      t = std::move(*whole);
-    }
+  for (const Trace& t : ReadBothWays(path)) {
     EXPECT_TRUE(t.complete) << t.cut_reason;
     ASSERT_EQ(t.records.size(), recs.size());
     for (size_t i = 0; i < recs.size(); ++i)
@@ -777,15 +781,7 @@ TEST(TraceFile, DamagedCompactBlocksEndTheReadingSayingWhy) {
   }
   for (const Case& c : cases) {
     WriteAll(path, good + c.block + BlockHeader(3, 2) + "{}");
-    for (bool by_reader : {false, true}) {
-      Trace t;
-      if (by_reader) {
-        t = ReadByReader(path, {}, nullptr);
-      } else {
-        auto whole = ReadTrace(path);
-        ASSERT_TRUE(whole.ok()) << whole.status();
-        t = std::move(*whole);
-      }
+    for (const Trace& t : ReadBothWays(path)) {
       EXPECT_FALSE(t.complete) << c.reason;
       EXPECT_EQ(t.records.size(), c.records) << c.reason;
       EXPECT_EQ(t.cut_reason, c.reason);

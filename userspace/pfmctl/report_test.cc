@@ -1,7 +1,6 @@
 #include "userspace/pfmctl/report.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <unistd.h>
 
@@ -10,14 +9,14 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <gelf.h>
 #include <gtest/gtest.h>
-#include <libelf.h>
 
+#include "libpfm-bts/testing/elf_text.h"
 #include "pfm/symbolizer.h"
 
 // A function of this binary for the report to name: C linkage, so its
@@ -248,24 +247,10 @@ TEST(ReportTest, HotFunctionsNameARealFunctionAndItsFile) {
 TEST(ReportTest, AStrippedProgramsCodeIsReportedByFunction) {
   const std::string bash = "/usr/bin/bash";
   // Its executable segment, placed as a loader would.
-  const int fd = ::open(bash.c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  ASSERT_NE(elf_version(EV_CURRENT), EV_NONE);
-  Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
-  ASSERT_NE(elf, nullptr);
-  GElf_Phdr text{};
-  size_t phnum = 0;
-  ASSERT_EQ(elf_getphdrnum(elf, &phnum), 0);
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD &&
-        (ph.p_flags & PF_X) != 0)
-      text = ph;
-  }
-  elf_end(elf);
-  ::close(fd);
   const uint64_t base = uint64_t{0x555500000000};
-  const uint64_t lo = text.p_vaddr & ~uint64_t{0xfff}, hi = text.p_vaddr + text.p_filesz;
+  uint64_t lo = 0, hi = 0;
+  const std::optional<Mapping> text = testing::TextMapping(bash, base, &lo, &hi);
+  ASSERT_TRUE(text.has_value());
   // Two FDEs from the middle of readelf's list (past the PLT's).
   std::vector<std::pair<uint64_t, uint64_t>> fdes;  // [start, end)
   FILE* p = ::popen(("/usr/bin/readelf --debug-dump=frames " + bash + " 2>/dev/null").c_str(), "r");
@@ -283,7 +268,7 @@ TEST(ReportTest, AStrippedProgramsCodeIsReportedByFunction) {
   ASSERT_GT(fdes.size(), 100u);
   // bash exports many of its functions (.dynsym): two that no symbol names,
   // long enough for the addresses used below.
-  Symbolizer sym({Mapping{base + lo, base + hi, text.p_offset & ~uint64_t{0xfff}, bash}});
+  Symbolizer sym({*text});
   std::vector<uint64_t> unnamed;
   for (size_t i = fdes.size() / 2; i < fdes.size() && unnamed.size() < 2; ++i) {
     const auto [a, b] = fdes[i];
@@ -299,7 +284,7 @@ TEST(ReportTest, AStrippedProgramsCodeIsReportedByFunction) {
   for (uint64_t i = 0; i < 30; ++i) recs.push_back(Branch(base + f1 + i % 3, base + f2, i));
   for (uint64_t i = 0; i < 20; ++i) recs.push_back(Branch(base + f2 + 1, base + f1, 30 + i));
   ASSERT_TRUE(w->Append(recs.data(), recs.size()).ok());
-  ProcessMaps maps{1, 42, {Mapping{base + lo, base + hi, text.p_offset & ~uint64_t{0xfff}, bash}}};
+  ProcessMaps maps{1, 42, {*text}};
   ASSERT_TRUE(w->AppendMaps(maps).ok());
   ASSERT_TRUE(w->Finish({}).ok());
   absl::StatusOr<TraceReport> rep = BuildReport(path, Limit(1));
