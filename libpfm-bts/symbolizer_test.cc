@@ -371,27 +371,6 @@ TEST(Symbolizer, PltEntriesAreNamedAsObjdumpNamesThem) {
   }
 }
 
-// The functions .eh_frame's FDEs cover, by binutils' readelf (`--debug-dump=
-// frames`: "pc=START..END" per FDE): [START, END).
-std::vector<std::pair<uint64_t, uint64_t>> ReadelfFdes(const std::string& path) {
-  std::vector<std::pair<uint64_t, uint64_t>> out;
-  const std::string cmd = "/usr/bin/readelf --debug-dump=frames '" + path + "' 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char line[4096];
-  while (std::fgets(line, sizeof(line), p) != nullptr) {
-    const char* pc = std::strstr(line, " FDE ");
-    if (pc == nullptr || (pc = std::strstr(pc, "pc=")) == nullptr) continue;
-    char* end = nullptr;
-    const uint64_t a = std::strtoull(pc + 3, &end, 16);
-    if (end == nullptr || std::strncmp(end, "..", 2) != 0) continue;
-    const uint64_t b = std::strtoull(end + 2, nullptr, 16);
-    if (b > a) out.emplace_back(a, b);
-  }
-  ::pclose(p);
-  return out;
-}
-
 // Code no symbol names is told apart by function: UnnamedFunction gives the
 // start of the FDE that covers an address, as readelf lists the FDEs, over
 // a stripped ET_EXEC (its functions' starts also read from the unstripped
@@ -444,7 +423,7 @@ TEST(Symbolizer, UnnamedCodeIsToldApartByTheUnwindTablesFunctions) {
   // Stripped bash, against readelf's FDEs.
   std::unique_ptr<Symbolizer> bash = TextSymbolizer("/usr/bin/bash", kBias, &lo, &hi);
   ASSERT_NE(bash, nullptr);
-  const std::vector<std::pair<uint64_t, uint64_t>> fdes = ReadelfFdes("/usr/bin/bash");
+  const std::vector<std::pair<uint64_t, uint64_t>> fdes = testing::ReadelfFdes("/usr/bin/bash");
   ASSERT_GT(fdes.size(), 500u);
   size_t checked = 0;
   const size_t stride = std::max<size_t>(1, fdes.size() / 1500);

@@ -1,6 +1,7 @@
-// Where a loader places a file's code, for tests that symbolize a real ELF
-// file without running it (symbolizer_test, report_test): its executable
-// PT_LOAD segment, read with libelf (not with the symbolizer under test).
+// Where a loader places a file's code, and where its functions are by its
+// unwind table, for tests that symbolize a real ELF file without running it
+// (symbolizer_test, report_test): read with libelf and binutils' readelf,
+// not with the symbolizer under test.
 #ifndef PFM_LIBPFM_BTS_TESTING_ELF_TEXT_H_
 #define PFM_LIBPFM_BTS_TESTING_ELF_TEXT_H_
 
@@ -10,8 +11,13 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernel/uapi/proc_maps.h"
 
@@ -45,6 +51,27 @@ inline std::optional<Mapping> TextMapping(const std::string& path, uint64_t bias
   *lo = text.p_vaddr & ~uint64_t{0xfff};
   *hi = text.p_vaddr + text.p_filesz;
   return Mapping{bias + *lo, bias + *hi, text.p_offset & ~uint64_t{0xfff}, path};
+}
+
+// The functions .eh_frame's FDEs cover, by binutils' readelf (`--debug-dump=
+// frames`: "pc=START..END" per FDE): [START, END).
+inline std::vector<std::pair<uint64_t, uint64_t>> ReadelfFdes(const std::string& path) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  const std::string cmd = "/usr/bin/readelf --debug-dump=frames '" + path + "' 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), p) != nullptr) {
+    const char* pc = std::strstr(line, " FDE ");
+    if (pc == nullptr || (pc = std::strstr(pc, "pc=")) == nullptr) continue;
+    char* end = nullptr;
+    const uint64_t a = std::strtoull(pc + 3, &end, 16);
+    if (end == nullptr || std::strncmp(end, "..", 2) != 0) continue;
+    const uint64_t b = std::strtoull(end + 2, nullptr, 16);
+    if (b > a) out.emplace_back(a, b);
+  }
+  ::pclose(p);
+  return out;
 }
 
 }  // namespace pfm::testing

@@ -252,19 +252,7 @@ TEST(ReportTest, AStrippedProgramsCodeIsReportedByFunction) {
   const std::optional<Mapping> text = testing::TextMapping(bash, base, &lo, &hi);
   ASSERT_TRUE(text.has_value());
   // Two FDEs from the middle of readelf's list (past the PLT's).
-  std::vector<std::pair<uint64_t, uint64_t>> fdes;  // [start, end)
-  FILE* p = ::popen(("/usr/bin/readelf --debug-dump=frames " + bash + " 2>/dev/null").c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char line[4096];
-  while (std::fgets(line, sizeof(line), p) != nullptr) {
-    const char* pc = std::strstr(line, " FDE ");
-    if (pc == nullptr || (pc = std::strstr(pc, "pc=")) == nullptr) continue;
-    char* end = nullptr;
-    const uint64_t a = std::strtoull(pc + 3, &end, 16);
-    if (end != nullptr && std::strncmp(end, "..", 2) == 0)
-      fdes.emplace_back(a, std::strtoull(end + 2, nullptr, 16));
-  }
-  ::pclose(p);
+  const std::vector<std::pair<uint64_t, uint64_t>> fdes = testing::ReadelfFdes(bash);
   ASSERT_GT(fdes.size(), 100u);
   // bash exports many of its functions (.dynsym): two that no symbol names,
   // long enough for the addresses used below.
